@@ -1,0 +1,206 @@
+"""What a Supervisor reports, as small immutable records, delivered to any number of listeners.
+
+The Supervisor (and its services) call ``EventHub.emit`` from the training and service threads.
+``emit`` only queues a factory and its arguments; a dispatcher thread builds the record (this is
+where scalars are extracted from Summary protos, once) and calls the listeners. So the training
+loop never waits for a listener, and a failing listener is logged, never raised into training.
+
+Records:
+  SessionReady     the session is usable: restored from a checkpoint, or initialized
+  WaitingForChief  a non-chief waits for the chief to initialize or restore the model
+  CheckpointSaved  a checkpoint was written (step, path, wall time, seconds taken)
+  SummaryWritten   a summary went to the event file (step, scalar values by tag)
+  StepRate         the step counter measured steps per second
+  Stopped          the Supervisor stopped (reason, exception or None)
+"""
+import dataclasses
+import logging
+import queue
+import threading
+import time
+import types
+from typing import Callable, Mapping, Optional
+
+import numpy as np
+
+logger = logging.getLogger("jupyter_supervisor")
+
+# Why a run stopped, as Stopped.reason gives it.
+REQUESTED = "requested"        # request_stop()/stop() without an error, or the block ended
+OUT_OF_RANGE = "out_of_range"  # the input was exhausted (OutOfRangeError): a normal end
+ERROR = "error"                # an exception in the block, a service or a loop target
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionReady:
+    """The managed session is ready; ``restored_from`` is the checkpoint path, or None."""
+    step: Optional[int]
+    restored_from: Optional[str]
+    is_chief: bool
+    wall_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitingForChief:
+    """A non-chief started waiting for the chief on ``master``."""
+    master: str
+    wall_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSaved:
+    """A checkpoint was written at ``path`` for ``step``, taking ``seconds``."""
+    step: Optional[int]
+    path: str
+    wall_time: float
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryWritten:
+    """A summary was written for ``step``; ``scalars`` maps each scalar tag to its value."""
+    step: Optional[int]
+    scalars: Mapping[str, float]
+    wall_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRate:
+    """The step counter measured ``steps_per_sec`` at ``step``."""
+    step: int
+    steps_per_sec: float
+    wall_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Stopped:
+    """The Supervisor stopped: ``reason`` is REQUESTED, OUT_OF_RANGE or ERROR."""
+    reason: str
+    exception: Optional[BaseException]
+    step: Optional[int]
+    wall_time: float
+
+
+def scalars_from_summary(summary) -> Mapping[str, float]:
+    """Returns {tag: value} for the scalar values of a Summary proto or its serialized bytes.
+
+    Both forms of scalar are read: TF1's ``simple_value`` and TF2's scalar tensors.
+    """
+    from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.framework import tensor_util  # pylint: disable=import-outside-toplevel
+
+    if isinstance(summary, (bytes, bytearray, np.bytes_)):
+        proto = summary_pb2.Summary()
+        proto.ParseFromString(bytes(summary))
+    else:
+        proto = summary
+    out = {}
+    for value in proto.value:
+        kind = value.WhichOneof("value")
+        if kind == "simple_value":
+            out[value.tag] = float(value.simple_value)
+        elif kind == "tensor" and not value.tensor.tensor_shape.dim:
+            array = tensor_util.MakeNdarray(value.tensor)
+            if array.dtype.kind in "fiub":
+                out[value.tag] = float(array)
+    return types.MappingProxyType(out)
+
+
+class EventHub:
+    """Delivers events to listeners on a dispatcher thread; ``emit`` never blocks.
+
+    With no listener, ``emit`` returns at once and nothing is built. The dispatcher thread starts
+    with the first queued event and ends after ``idle_secs`` without one, so an idle Supervisor
+    holds no thread.
+    """
+
+    MAX_QUEUED = 10_000
+
+    def __init__(self, idle_secs: float = 2.0):
+        self._idle_secs = idle_secs
+        # Protects _listeners (replaced, never mutated, so the dispatcher may iterate a copy),
+        # _thread and _dropped.
+        self._lock = threading.Lock()
+        self._listeners: tuple = ()
+        self._failed: set = set()      # listeners whose failure was logged with a traceback
+        self._thread: Optional[threading.Thread] = None
+        self._dropped = 0
+        self._queue: "queue.Queue" = queue.Queue(maxsize=self.MAX_QUEUED)
+
+    def add_listener(self, listener: Callable[[object], None]) -> None:
+        """Calls ``listener(event)`` for every event from now on."""
+        if not callable(listener):
+            raise TypeError(
+                f"Invalid value for argument `listener`. Received: listener={listener!r}. "
+                "Expected a callable taking one event.")
+        with self._lock:
+            self._listeners = self._listeners + (listener,)
+
+    def remove_listener(self, listener: Callable[[object], None]) -> None:
+        """Stops calling ``listener``; a listener that was not added is ignored."""
+        with self._lock:
+            self._listeners = tuple(l for l in self._listeners if l is not listener)
+
+    @property
+    def has_listeners(self) -> bool:
+        """True when at least one listener is registered."""
+        return bool(self._listeners)
+
+    def emit(self, factory: Callable[..., object], *args) -> None:
+        """Queues ``factory(*args)`` to be built and delivered off the caller's thread."""
+        if not self._listeners:
+            return
+        with self._lock:
+            try:
+                self._queue.put_nowait((factory, args))
+            except queue.Full:
+                self._dropped += 1
+                if self._dropped == 1:
+                    logger.warning("Listeners are too slow: dropping events (%d queued).",
+                                   self.MAX_QUEUED)
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._dispatch, name="jupyter_supervisor-events", daemon=True)
+                self._thread.start()
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Waits until every event queued so far was delivered; False on timeout."""
+        done = threading.Event()
+        self.emit(done.set)
+        if not self._listeners:
+            return True
+        return done.wait(timeout)
+
+    def _dispatch(self) -> None:
+        while True:
+            try:
+                factory, args = self._queue.get(timeout=self._idle_secs)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
+            try:
+                event = factory(*args)
+            except Exception:  # pylint: disable=broad-except
+                logger.exception("Could not build the event from %r.", factory)
+                continue
+            if event is None:  # flush() markers
+                continue
+            for listener in self._listeners:
+                try:
+                    listener(event)
+                except Exception:  # pylint: disable=broad-except
+                    if listener in self._failed:
+                        logger.debug("Listener %r failed again.", listener, exc_info=True)
+                    else:
+                        self._failed.add(listener)
+                        logger.exception("Listener %r failed on %r; training goes on.",
+                                         listener, event)
+
+
+def now() -> float:
+    """The wall time events carry (seconds since the epoch)."""
+    return time.time()

@@ -1,0 +1,772 @@
+"""Supervisor: a maintained, observable implementation of TensorFlow's training Supervisor.
+
+Code written for ``tf.compat.v1.train.Supervisor`` runs unchanged with ``Supervisor`` (same
+constructor keywords and defaults, properties and methods, graph mode). Beyond it:
+
+* a clean stop writes a final checkpoint, so stopping loses no work (``save_on_stop``);
+* one chief per logdir: a second live chief on a logdir is refused (``LogdirLockedError``);
+* an unreadable newest checkpoint falls back to the next older one;
+* the global step may have shape [] or [1] (TensorFlow's reader breaks on [1] with NumPy 2);
+* everything it does is reported as ``events`` records to listeners (``add_listener``).
+
+Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest checkpoints
+(``max_to_keep=5``); pass your own ``saver`` to keep more or fewer.
+"""
+import contextlib
+import logging
+import numbers
+import os
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+import tensorflow as tf
+from tensorflow.python.framework import meta_graph
+
+from . import events
+from . import services
+from .lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
+
+logger = logging.getLogger("jupyter_supervisor")
+
+_v1 = tf.compat.v1
+_GraphKeys = _v1.GraphKeys
+_SessionLog = _v1.SessionLog
+
+# Errors that mean a checkpoint's files cannot be read (truncated, corrupted, missing shards), as
+# opposed to a checkpoint that lacks a variable of the graph.
+_UNREADABLE = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError)
+
+# Variable op types that must carry a device on a non-chief (TF 1 ref variables and TF 2
+# resource variables alike).
+_VARIABLE_OPS = ("Variable", "VariableV2", "VarHandleOp")
+
+
+class CheckpointMismatchError(tf.errors.NotFoundError):
+    """A checkpoint lacks variables of the graph (the graph changed since it was saved)."""
+
+    def __init__(self, message: str):
+        super().__init__(None, None, message)
+
+
+def _invalid(name: str, value, expected: str) -> str:
+    return f"Invalid value for argument `{name}`. Received: {name}={value!r}. Expected {expected}."
+
+
+def _check_secs(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value
+            or value < 0):
+        raise ValueError(_invalid(name, value, "a number of seconds >= 0"))
+
+
+class _Coordinator(tf.compat.v1.train.Coordinator):
+    """TensorFlow's Coordinator, remembering why the first stop was requested."""
+
+    def __init__(self):
+        super().__init__()
+        self._reason_lock = threading.Lock()
+        self.stop_reason: Optional[str] = None       # guarded by _reason_lock
+        self.stop_exception: Optional[BaseException] = None
+
+    def request_stop(self, ex=None):
+        value = ex[1] if isinstance(ex, tuple) else ex
+        with self._reason_lock:
+            if self.stop_reason is None:
+                if value is None:
+                    self.stop_reason = events.REQUESTED
+                elif isinstance(value, self._clean_stop_exception_types):
+                    self.stop_reason = events.OUT_OF_RANGE
+                else:
+                    self.stop_reason = events.ERROR
+                    self.stop_exception = value
+        super().request_stop(ex)
+
+    def clear_stop(self):
+        with self._reason_lock:
+            self.stop_reason, self.stop_exception = None, None
+        super().clear_stop()
+
+
+class Supervisor:
+    """A training helper that checkpoints, writes summaries and recovers from crashes.
+
+    The API and behaviour of ``tf.compat.v1.train.Supervisor``; see the module docstring for what
+    it adds. Keyword-only ``save_on_stop`` (default True): a clean stop writes a final checkpoint
+    unless the newest checkpoint already holds the current step.
+    """
+
+    USE_DEFAULT = 0
+
+    def __init__(self,
+                 graph=None,
+                 ready_op=USE_DEFAULT,
+                 ready_for_local_init_op=USE_DEFAULT,
+                 is_chief=True,
+                 init_op=USE_DEFAULT,
+                 init_feed_dict=None,
+                 local_init_op=USE_DEFAULT,
+                 logdir=None,
+                 summary_op=USE_DEFAULT,
+                 saver=USE_DEFAULT,
+                 global_step=USE_DEFAULT,
+                 save_summaries_secs=120,
+                 save_model_secs=600,
+                 recovery_wait_secs=30,
+                 stop_grace_secs=120,
+                 checkpoint_basename="model.ckpt",
+                 session_manager=None,
+                 summary_writer=USE_DEFAULT,
+                 init_fn=None,
+                 local_init_run_options=None,
+                 *,
+                 save_on_stop=True):
+        if tf.executing_eagerly():
+            raise RuntimeError(
+                "Supervisors are incompatible with eager execution: the Supervisor drives a "
+                "TensorFlow graph. Call tf.compat.v1.disable_eager_execution() at the top of "
+                "your program or notebook (or build the model inside "
+                "`with tf.Graph().as_default():`).")
+        _check_secs("save_summaries_secs", save_summaries_secs, allow_none=True)
+        _check_secs("save_model_secs", save_model_secs, allow_none=True)
+        _check_secs("recovery_wait_secs", recovery_wait_secs)
+        _check_secs("stop_grace_secs", stop_grace_secs)
+        if init_fn is not None and not callable(init_fn):
+            raise TypeError(_invalid("init_fn", init_fn,
+                                     "a callable taking the session, or None"))
+        if saver not in (None, Supervisor.USE_DEFAULT) and not isinstance(saver, _v1.train.Saver):
+            raise TypeError(_invalid("saver", saver, "a tf.compat.v1.train.Saver, or None"))
+        if not isinstance(checkpoint_basename, str) or not checkpoint_basename:
+            raise ValueError(_invalid("checkpoint_basename", checkpoint_basename,
+                                      "a non-empty file name such as 'model.ckpt'"))
+        if graph is None:
+            graph = _v1.get_default_graph()
+        self._graph = graph
+        with graph.as_default():
+            self._ready_op = self._default(ready_op, _GraphKeys.READY_OP,
+                                           _v1.report_uninitialized_variables)
+            self._ready_for_local_init_op = (
+                self._first_in_collection(_GraphKeys.READY_FOR_LOCAL_INIT_OP)
+                if ready_for_local_init_op is Supervisor.USE_DEFAULT else ready_for_local_init_op)
+            self._init_op = self._default(init_op, _GraphKeys.INIT_OP,
+                                          _v1.global_variables_initializer)
+            self._init_feed_dict = init_feed_dict
+            self._local_init_op = self._default(local_init_op, _GraphKeys.LOCAL_INIT_OP,
+                                                self._make_local_init_op)
+            self._saver = self._default(saver, _GraphKeys.SAVERS, self._make_saver)
+            self._summary_op = self._default(summary_op, _GraphKeys.SUMMARY_OP,
+                                             _v1.summary.merge_all)
+            self._global_step = self._init_global_step(global_step)
+            self._meta_graph_def = meta_graph.create_meta_graph_def(
+                graph_def=graph.as_graph_def(add_shapes=True),
+                saver_def=self._saver.saver_def if self._saver else None)
+
+        self._is_chief = is_chief
+        self._coord = _Coordinator()
+        self._recovery_wait_secs = recovery_wait_secs
+        self._stop_grace_secs = stop_grace_secs
+        self._init_fn = init_fn
+        self._local_init_run_options = local_init_run_options
+        self._save_on_stop = save_on_stop
+        self._hub = events.EventHub()
+
+        self._logdir = None
+        self._save_summaries_secs = None
+        self._save_model_secs = None
+        self._save_path = None
+        self._summary_writer = None
+        self._lock: Optional[LogdirLock] = None
+        self._graph_added_to_summary = False
+        # The session of the chief's last prepare, for the final checkpoint in stop().
+        self._sess = None
+        self._save_lock = threading.Lock()        # one Saver.save at a time
+        self._last_saved_step: Optional[int] = None  # guarded by _save_lock
+        self._services: list = []
+
+        if is_chief:
+            self._logdir = os.fspath(logdir) if logdir else logdir
+            self._save_summaries_secs = save_summaries_secs
+            self._save_model_secs = save_model_secs
+            if self._logdir:
+                self._prepare_logdir(self._logdir)
+                self._save_path = os.path.join(self._logdir, checkpoint_basename)
+                if "://" not in self._logdir:
+                    self._lock = LogdirLock(self._logdir)
+                    self._lock.acquire()
+            try:
+                if summary_writer is Supervisor.USE_DEFAULT:
+                    if self._logdir:
+                        self._summary_writer = _v1.summary.FileWriter(self._logdir)
+                else:
+                    self._summary_writer = summary_writer
+            except BaseException:
+                self._release_lock()
+                raise
+
+        if session_manager is None:
+            session_manager = _v1.train.SessionManager(
+                local_init_op=self._local_init_op,
+                ready_op=self._ready_op,
+                ready_for_local_init_op=self._ready_for_local_init_op,
+                graph=self._graph,
+                recovery_wait_secs=self._recovery_wait_secs,
+                local_init_run_options=self._local_init_run_options)
+        self._session_manager = session_manager
+        try:
+            self._verify_setup()
+        except BaseException:
+            self._release_lock()
+            raise
+        graph.finalize()
+
+    # ----------------------------------------------------------------------------- defaults
+
+    def _first_in_collection(self, key):
+        found = self._graph.get_collection(key)
+        if len(found) > 1:
+            logger.info("Found %d %s operations. Returning the first one.", len(found), key)
+        return found[0] if found else None
+
+    def _default(self, value, key, make: Callable):
+        """``value``, or for USE_DEFAULT the first of collection ``key``, else ``make()``."""
+        if value is not Supervisor.USE_DEFAULT:
+            return value
+        value = self._first_in_collection(key)
+        if value is None:
+            value = make()
+            if value is not None:
+                self._graph.add_to_collection(key, value)
+        return value
+
+    @staticmethod
+    def _make_local_init_op():
+        return tf.group(_v1.local_variables_initializer(), _v1.tables_initializer())
+
+    @staticmethod
+    def _make_saver():
+        return _v1.train.Saver() if _v1.global_variables() else None
+
+    def _init_global_step(self, global_step):
+        if global_step is Supervisor.USE_DEFAULT:
+            global_step = self._first_in_collection(_GraphKeys.GLOBAL_STEP)
+            if global_step is None:
+                global_step = self._step_tensor_by_name()
+                if global_step is not None:
+                    self._graph.add_to_collection(_GraphKeys.GLOBAL_STEP, global_step)
+                return global_step
+        if global_step is None:
+            return None
+        dtype = getattr(global_step, "dtype", None)
+        shape = getattr(global_step, "shape", None)
+        if (dtype is None or dtype.base_dtype not in (tf.int32, tf.int64) or shape is None
+                or (shape.rank is not None and shape.as_list() not in ([], [1]))):
+            raise ValueError(_invalid(
+                "global_step", global_step,
+                "an int32 or int64 tensor or variable of shape [] or [1] "
+                "(tf.compat.v1.train.get_or_create_global_step() makes one), or None"))
+        return global_step
+
+    def _step_tensor_by_name(self):
+        try:
+            step = self._graph.get_tensor_by_name("global_step:0")
+        except KeyError:
+            return None
+        if step.dtype.base_dtype not in (tf.int32, tf.int64):
+            logger.warning("Found 'global_step' is not an int type: %s", step.dtype)
+            return None
+        return step
+
+    @staticmethod
+    def _prepare_logdir(logdir: str) -> None:
+        if "://" in logdir:
+            return  # a remote file system: TensorFlow's file layer reports its own errors
+        if os.path.exists(logdir) and not os.path.isdir(logdir):
+            raise ValueError(_invalid("logdir", logdir,
+                                      "a directory, but it is a file: choose another path"))
+        try:
+            os.makedirs(logdir, exist_ok=True)
+        except OSError as e:
+            raise ValueError(_invalid("logdir", logdir, f"a directory that can be created ({e.strerror})")) from None
+        if not os.access(logdir, os.W_OK | os.X_OK):
+            raise ValueError(_invalid("logdir", logdir,
+                                      "a writable directory: fix its permissions or choose "
+                                      "another logdir"))
+
+    def _verify_setup(self):
+        if self._is_chief:
+            return
+        for op in self._graph.get_operations():
+            if op.type in _VARIABLE_OPS and not op.device:
+                raise ValueError(
+                    "When using replicas, all Variables must have their device set: "
+                    f"{op.name!r} has none. Build the model under "
+                    "tf.compat.v1.train.replica_device_setter(...) or tf.device('/job:ps').")
+
+    # ----------------------------------------------------------------------------- properties
+
+    @property
+    def is_chief(self):
+        """True if this is a chief supervisor."""
+        return self._is_chief
+
+    @property
+    def session_manager(self):
+        """The SessionManager used to create, restore and wait for sessions."""
+        return self._session_manager
+
+    @property
+    def coord(self):
+        """The Coordinator that stops the services and the threads of this Supervisor."""
+        return self._coord
+
+    @property
+    def init_op(self):
+        """The op that initializes the model when it cannot be restored, or None."""
+        return self._init_op
+
+    @property
+    def init_feed_dict(self):
+        """The feed dict used when running ``init_op``, or None."""
+        return self._init_feed_dict
+
+    @property
+    def ready_op(self):
+        """The op that reports uninitialized variables, or None."""
+        return self._ready_op
+
+    @property
+    def ready_for_local_init_op(self):
+        """The op checked before running ``local_init_op``, or None."""
+        return self._ready_for_local_init_op
+
+    @property
+    def summary_writer(self):
+        """The summary FileWriter, or None (non-chief, no logdir, or disabled)."""
+        return self._summary_writer
+
+    @property
+    def summary_op(self):
+        """The op the summary service computes, or None."""
+        return self._summary_op
+
+    @property
+    def save_summaries_secs(self):
+        """Seconds between summaries (None on a non-chief)."""
+        return self._save_summaries_secs
+
+    @property
+    def global_step(self):
+        """The global step tensor, or None."""
+        return self._global_step
+
+    @property
+    def saver(self):
+        """The Saver used for checkpoints, or None."""
+        return self._saver
+
+    @property
+    def save_model_secs(self):
+        """Seconds between checkpoints (None on a non-chief)."""
+        return self._save_model_secs
+
+    @property
+    def save_path(self):
+        """The checkpoint prefix, ``<logdir>/<checkpoint_basename>``, or None."""
+        return self._save_path
+
+    @property
+    def logdir(self):
+        """The chief's logdir, or None."""
+        return self._logdir
+
+    # ----------------------------------------------------------------------------- observing
+
+    def add_listener(self, listener: Callable[[object], None]) -> None:
+        """Calls ``listener(event)`` for every ``events`` record, on a dispatcher thread."""
+        self._hub.add_listener(listener)
+
+    def remove_listener(self, listener: Callable[[object], None]) -> None:
+        """Stops calling ``listener``."""
+        self._hub.remove_listener(listener)
+
+    def flush_events(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the events emitted so far reached the listeners; False on timeout."""
+        return self._hub.flush(timeout)
+
+    def read_global_step(self, sess=None) -> Optional[int]:
+        """The current global step as an int (shape [] or [1]), or None without a global step."""
+        sess = sess if sess is not None else self._sess
+        if self._global_step is None or sess is None:
+            return None
+        return services.read_step(sess, self._global_step)
+
+    # ----------------------------------------------------------------------------- sessions
+
+    def _write_graph(self):
+        if self._logdir:
+            tf.io.write_graph(self._graph.as_graph_def(add_shapes=True), self._logdir,
+                              "graph.pbtxt")
+        if self._summary_writer and not self._graph_added_to_summary:
+            self._summary_writer.add_graph(self._graph)
+            self._summary_writer.add_meta_graph(self._meta_graph_def)
+            self._graph_added_to_summary = True
+
+    def start_standard_services(self, sess):
+        """Starts the checkpoint, summary and step-counter services for ``sess``.
+
+        Returns the list of started threads (join them with ``sv.coord.join``), or None when
+        there is no logdir. Raises RuntimeError on a non-chief.
+        """
+        if not self._is_chief:
+            raise RuntimeError("Only chief supervisor can start standard services. "
+                               "Because only chief supervisors can write events.")
+        if not self._logdir:
+            logger.warning("Standard services need a 'logdir' passed to the Supervisor.")
+            return None
+        if self._global_step is not None and self._summary_writer:
+            step = services.read_step(sess, self._global_step)
+            self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.START), step)
+        threads = []
+        writer = self._summary_writer
+        if self._save_summaries_secs and writer:
+            if self._summary_op is not None:
+                threads.append(services.SummaryService(
+                    self._coord, self._save_summaries_secs,
+                    compute=lambda: self._compute_summary(sess), write=self._write_summary))
+            if self._global_step is not None:
+                threads.append(services.StepCounterService(
+                    self._coord, self._save_summaries_secs,
+                    tag=f"{self._global_step.op.name}/sec",
+                    read=lambda: services.read_step(sess, self._global_step),
+                    writer=writer, hub=self._hub))
+        if self._saver and self._save_model_secs:
+            threads.append(services.CheckpointService(
+                self._coord, self._save_model_secs, save=lambda: self.save_checkpoint(sess)))
+        for thread in threads:
+            thread.start()
+        self._services.extend(threads)
+        return threads
+
+    def _compute_summary(self, sess):
+        if self._global_step is None:
+            return sess.run(self._summary_op), None
+        summary, step = sess.run([self._summary_op, self._global_step])
+        return summary, services.step_value(step)
+
+    def _write_summary(self, summary, step):
+        self._summary_writer.add_summary(summary, step)
+        self._hub.emit(_summary_event, summary, step, time.time())
+
+    def prepare_or_wait_for_session(self, master="", config=None, wait_for_checkpoint=False,
+                                    max_wait_secs=7200, start_standard_services=True):
+        """Creates a session on ``master`` with a ready model, restoring or initializing it.
+
+        A chief restores the newest readable checkpoint of its logdir (an unreadable newest one
+        falls back to the next older one, with a warning), or runs ``init_op`` and ``init_fn``;
+        then it writes the graph and, with ``start_standard_services``, starts the services and
+        the queue runners. A non-chief waits (every ``recovery_wait_secs``, up to
+        ``max_wait_secs``) for the chief to make the model ready.
+        """
+        self._coord.clear_stop()
+        if self._summary_writer:
+            self._summary_writer.reopen()
+        if self._is_chief and self._lock is not None:
+            self._lock.acquire()
+        self._sess = None
+        if self._is_chief:
+            sess, restored_from = self._prepare_chief_session(
+                master, config, wait_for_checkpoint, max_wait_secs)
+            self._sess = sess
+            self._write_graph()
+            step = self.read_global_step(sess)
+            with self._save_lock:
+                self._last_saved_step = step if restored_from else None
+            self._hub.emit(events.SessionReady, step, restored_from, True, time.time())
+            if start_standard_services:
+                logger.info("Starting standard services.")
+                self.start_standard_services(sess)
+        else:
+            self._hub.emit(events.WaitingForChief, master, time.time())
+            sess = self._session_manager.wait_for_session(
+                master, config=config, max_wait_secs=max_wait_secs)
+            self._sess = sess
+            self._hub.emit(events.SessionReady, self.read_global_step(sess), None, False,
+                           time.time())
+        if start_standard_services:
+            logger.info("Starting queue runners.")
+            self.start_queue_runners(sess)
+        return sess
+
+    def _checkpoint_candidates(self):
+        """Checkpoint prefixes of the logdir, newest first, whose files exist."""
+        if not self._saver or not self._logdir:
+            return [], []
+        state = tf.train.get_checkpoint_state(self._logdir)
+        if not state or not state.model_checkpoint_path:
+            return [], []
+        paths = list(state.all_model_checkpoint_paths)
+        if state.model_checkpoint_path not in paths:
+            paths.append(state.model_checkpoint_path)
+        existing = [p for p in reversed(paths)
+                    if tf.io.gfile.exists(p + ".index") or tf.io.gfile.exists(p)]
+        return existing, paths
+
+    def _prepare_chief_session(self, master, config, wait_for_checkpoint, max_wait_secs):
+        candidates, listed = self._checkpoint_candidates()
+        if listed and not candidates:
+            raise RuntimeError(
+                f"The checkpoint state file in {self._logdir!r} lists checkpoints whose files are "
+                f"gone ({', '.join(listed)}). Restore them, or delete "
+                f"{os.path.join(self._logdir, 'checkpoint')!r} to start from scratch.")
+        prepare = lambda **where: self._session_manager.prepare_session(  # noqa: E731
+            master, init_op=self._init_op, saver=self._saver, wait_for_checkpoint=wait_for_checkpoint,
+            max_wait_secs=max_wait_secs, config=config, init_feed_dict=self._init_feed_dict,
+            init_fn=self._init_fn, **where)
+        if not candidates:
+            sess = prepare(checkpoint_dir=self._logdir)
+            restored = tf.train.latest_checkpoint(self._logdir) if (
+                wait_for_checkpoint and self._saver and self._logdir) else None
+            return sess, restored
+        failures = []
+        for path in candidates:
+            try:
+                sess = prepare(checkpoint_filename_with_path=path)
+            except _UNREADABLE as e:
+                self._raise_if_mismatch(path, e)
+                failures.append((path, e))
+                if path != candidates[-1]:
+                    logger.warning("Cannot read checkpoint %s (%s); trying the older %s.",
+                                   path, _first_line(e), candidates[candidates.index(path) + 1])
+                continue
+            if failures:
+                logger.warning("Restored from %s because the newer %s could not be read.",
+                               path, ", ".join(p for p, _ in failures))
+            # Oldest first, existing only, so that retention goes on deleting the old ones.
+            self._saver.recover_last_checkpoints(list(reversed(candidates)))
+            return sess, path
+        raise RuntimeError(
+            f"None of the checkpoints in {self._logdir!r} can be read: "
+            + "; ".join(f"{p}: {_first_line(e)}" for p, e in failures)
+            + ". Move them away to start from scratch, or restore a backup.") from failures[0][1]
+
+    def _raise_if_mismatch(self, path, error):
+        """Raises CheckpointMismatchError when ``path`` lacks variables the Saver restores."""
+        if not isinstance(error, tf.errors.NotFoundError):
+            return
+        try:
+            stored = set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
+        except tf.errors.OpError:
+            return  # the checkpoint itself is unreadable: not a mismatch
+        missing = sorted(set(_saver_keys(self._saver, self._graph)) - stored)
+        if missing:
+            names = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
+            raise CheckpointMismatchError(
+                f"The checkpoint {path} has no value for {len(missing)} variable(s) of the "
+                f"graph: {names}. The graph changed since it was saved. Use a new logdir to "
+                "start afresh, or warm-start: restore the old variables with an init_fn from "
+                "that checkpoint in a new logdir.") from error
+
+    def start_queue_runners(self, sess, queue_runners=None):
+        """Starts the graph's QueueRunners (or ``queue_runners``); returns their threads."""
+        if tf.executing_eagerly():
+            raise RuntimeError("Queues are not compatible with eager execution.")
+        if queue_runners is None:
+            queue_runners = self._graph.get_collection(_GraphKeys.QUEUE_RUNNERS)
+        threads = []
+        for runner in queue_runners:
+            threads.extend(runner.create_threads(sess, coord=self._coord, daemon=True,
+                                                 start=True))
+        return threads
+
+    def loop(self, timer_interval_secs, target, args=None, kwargs=None):
+        """Starts a LooperThread calling ``target(*args, **kwargs)`` every interval.
+
+        With ``timer_interval_secs=None`` it calls it again and again. It ends when a stop is
+        requested; an exception from ``target`` stops the Supervisor and is re-raised by
+        ``stop()`` (and so by ``managed_session``).
+        """
+        _check_secs("timer_interval_secs", timer_interval_secs, allow_none=True)
+        if not callable(target):
+            raise TypeError(_invalid("target", target, "a callable"))
+        looper = _v1.train.LooperThread(self._coord, timer_interval_secs, target=target,
+                                        args=args, kwargs=kwargs)
+        looper.start()
+        return looper
+
+    # ----------------------------------------------------------------------------- checkpoints
+
+    def save_checkpoint(self, sess=None) -> Optional[str]:
+        """Writes a checkpoint now; returns its path, or None without a saver or logdir.
+
+        Safe to call from any thread, also while the checkpoint service runs.
+        """
+        sess = sess if sess is not None else self._sess
+        if not self._saver or not self._save_path or sess is None:
+            return None
+        with self._save_lock:
+            step = self.read_global_step(sess)
+            start = time.time()
+            logger.info("Saving checkpoint to path %s", self._save_path)
+            # Eager mode is per thread: a service thread of a TF2 program must enter the graph,
+            # or the Saver takes the eager path and refuses graph variables.
+            with self._graph.as_default():
+                path = self._saver.save(sess, self._save_path, global_step=step)
+            seconds = time.time() - start
+            self._last_saved_step = step
+        if self._summary_writer and step is not None:
+            self._summary_writer.add_session_log(
+                _SessionLog(status=_SessionLog.CHECKPOINT, checkpoint_path=self._save_path),
+                step)
+        self._hub.emit(events.CheckpointSaved, step, path, start + seconds, seconds)
+        return path
+
+    def _save_final_checkpoint(self):
+        sess = self._sess
+        if not self._save_on_stop or not self._saver or not self._save_path or sess is None:
+            return
+        if getattr(sess, "_closed", False):
+            logger.warning("No final checkpoint: the session was closed before sv.stop().")
+            return
+        step = self.read_global_step(sess)
+        with self._save_lock:
+            if step is not None and step == self._last_saved_step:
+                return
+        self.save_checkpoint(sess)
+
+    # ----------------------------------------------------------------------------- stopping
+
+    def stop(self, threads=None, close_summary_writer=True, ignore_live_threads=False):
+        """Stops the services and the Coordinator's threads; does not close the session.
+
+        Joins ``threads`` (default: the services, queue runners and ``loop`` threads) for up to
+        ``stop_grace_secs`` and re-raises the first exception reported to the Coordinator. On a
+        clean stop the chief writes a final checkpoint first (see ``save_on_stop``). Releases the
+        logdir's lock.
+        """
+        self._coord.request_stop()
+        error = None
+        try:
+            self._coord.join(threads, stop_grace_period_secs=self._stop_grace_secs,
+                             ignore_live_threads=ignore_live_threads)
+            if self._is_chief:
+                self._save_final_checkpoint()
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            self._services = [t for t in self._services if t.is_alive()]
+            stopped_step = self._read_step_quietly()
+            try:
+                if close_summary_writer and self._summary_writer:
+                    self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.STOP))
+                    self._summary_writer.close()
+                    self._graph_added_to_summary = False
+            finally:
+                self._release_lock()
+                reason = self._coord.stop_reason or events.REQUESTED
+                exception = self._coord.stop_exception
+                if error is not None and exception is None:
+                    reason, exception = events.ERROR, error
+                self._hub.emit(events.Stopped, reason, exception, stopped_step, time.time())
+
+    def _read_step_quietly(self):
+        sess = self._sess
+        if sess is None or getattr(sess, "_closed", False):
+            return None
+        try:
+            return self.read_global_step(sess)
+        except Exception:  # pylint: disable=broad-except
+            return None  # only for the Stopped record; a dead session is reported elsewhere
+
+    def _release_lock(self):
+        if self._lock is not None:
+            self._lock.release()
+
+    def request_stop(self, ex=None):
+        """Asks the Coordinator to stop the threads; ``ex`` is re-raised by ``stop()``."""
+        self._coord.request_stop(ex=ex)
+
+    def should_stop(self):
+        """True once a stop was requested."""
+        return self._coord.should_stop()
+
+    def stop_on_exception(self):
+        """A context manager that requests a stop when its block raises."""
+        return self._coord.stop_on_exception()
+
+    def wait_for_stop(self):
+        """Blocks until a stop is requested."""
+        self._coord.wait_for_stop()
+
+    def summary_computed(self, sess, summary, global_step=None):
+        """Writes a summary computed by the caller (a Summary proto or its serialized bytes).
+
+        Without ``global_step`` the current global step is read. Raises RuntimeError when the
+        Supervisor has no summary writer (no logdir, or summary_writer=None).
+        """
+        if not self._summary_writer:
+            raise RuntimeError("Writing a summary requires a summary writer. Give the "
+                               "Supervisor a logdir (or a summary_writer).")
+        if global_step is None and self._global_step is not None:
+            global_step = services.read_step(sess, self._global_step)
+        self._summary_writer.add_summary(summary, global_step)
+        self._hub.emit(_summary_event, summary, global_step, time.time())
+
+    @contextlib.contextmanager
+    def managed_session(self, master="", config=None, start_standard_services=True,
+                        close_summary_writer=True):
+        """A context manager yielding a ready session; stops everything when the block exits.
+
+        An exception from the block or from a service is re-raised after the services were
+        stopped and the session closed, except ``OutOfRangeError``, which is a normal end. A
+        clean end writes a final checkpoint (see ``save_on_stop``).
+        """
+        sess = None
+        try:
+            sess = self.prepare_or_wait_for_session(
+                master=master, config=config, start_standard_services=start_standard_services)
+            yield sess
+        except Exception as e:  # pylint: disable=broad-except
+            self.request_stop(e)
+        finally:
+            try:
+                self.stop(close_summary_writer=close_summary_writer)
+            finally:
+                if sess is not None:
+                    try:
+                        sess.close()
+                    except Exception:  # pylint: disable=broad-except
+                        logger.debug("Closing the session failed.", exc_info=True)
+
+    # TensorFlow's CamelCase aliases.
+    PrepareSession = prepare_or_wait_for_session
+    StartQueueRunners = start_queue_runners
+    StartStandardServices = start_standard_services
+    Stop = stop
+    RequestStop = request_stop
+    Loop = loop
+    ShouldStop = should_stop
+    StopOnException = stop_on_exception
+    WaitForStop = wait_for_stop
+    SummaryComputed = summary_computed
+
+
+def _summary_event(summary, step, wall_time):
+    return events.SummaryWritten(step, events.scalars_from_summary(summary), wall_time)
+
+
+def _first_line(error) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def _saver_keys(saver, graph):
+    """The checkpoint keys ``saver`` restores."""
+    from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=import-outside-toplevel
+    var_list = saver._var_list  # pylint: disable=protected-access
+    with graph.as_default():
+        if var_list is None:
+            var_list = _v1.global_variables() + graph.get_collection(_GraphKeys.SAVEABLE_OBJECTS)
+        return list(saveable_object_util.op_list_to_dict(var_list))
