@@ -34,8 +34,8 @@ _v1 = tf.compat.v1
 _GraphKeys = _v1.GraphKeys
 _SessionLog = _v1.SessionLog
 
-# Errors that mean a checkpoint's files cannot be read (truncated, corrupted, missing shards), as
-# opposed to a checkpoint that lacks a variable of the graph.
+# Errors a restore raises when a checkpoint's files cannot be read (truncated, corrupted, missing
+# shards). Whether it fits the graph is checked before, by _check_fits.
 _UNREADABLE = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError)
 
 # Variable op types that must carry a device on a non-chief (TF 1 ref variables and TF 2
@@ -531,10 +531,10 @@ class Supervisor:
             return sess, restored
         failures = []
         for path in candidates:
+            self._check_fits(path)
             try:
                 sess = prepare(checkpoint_filename_with_path=path)
             except _UNREADABLE as e:
-                self._raise_if_mismatch(path, e)
                 failures.append((path, e))
                 if path != candidates[-1]:
                     logger.warning("Cannot read checkpoint %s (%s); trying the older %s.",
@@ -551,22 +551,37 @@ class Supervisor:
             + "; ".join(f"{p}: {_first_line(e)}" for p, e in failures)
             + ". Move them away to start from scratch, or restore a backup.") from failures[0][1]
 
-    def _raise_if_mismatch(self, path, error):
-        """Raises CheckpointMismatchError when ``path`` lacks variables the Saver restores."""
-        if not isinstance(error, tf.errors.NotFoundError):
-            return
+    def _check_fits(self, path):
+        """Raises CheckpointMismatchError when ``path`` does not fit the variables of the graph.
+
+        Checked before restoring because a resource variable silently takes the shape it is
+        restored with. An unreadable checkpoint passes here; its restore fails and falls back.
+        """
         try:
-            stored = set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
+            stored = tf.train.load_checkpoint(path).get_variable_to_shape_map()
         except tf.errors.OpError:
-            return  # the checkpoint itself is unreadable: not a mismatch
-        missing = sorted(set(_saver_keys(self._saver, self._graph)) - stored)
+            return
+        expected = {name: _variable_shape(var)
+                    for name, var in _saver_variables(self._saver, self._graph).items()}
+        expected = {name: shape for name, shape in expected.items() if shape is not False}
+        missing = sorted(set(expected) - set(stored))
+        reshaped = sorted(
+            f"{name!r} (saved {stored[name]}, graph {shape})"
+            for name, shape in expected.items()
+            if name in stored and shape is not None and shape != stored[name])
+        if not missing and not reshaped:
+            return
+        problems = []
         if missing:
-            names = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
-            raise CheckpointMismatchError(
-                f"The checkpoint {path} has no value for {len(missing)} variable(s) of the "
-                f"graph: {names}. The graph changed since it was saved. Use a new logdir to "
-                "start afresh, or warm-start: restore the old variables with an init_fn from "
-                "that checkpoint in a new logdir.") from error
+            problems.append(f"it has no value for {len(missing)} variable(s) of the graph: "
+                            + ", ".join(repr(m) for m in missing[:5])
+                            + (" ..." if len(missing) > 5 else ""))
+        if reshaped:
+            problems.append("variables changed shape: " + ", ".join(reshaped[:5]))
+        raise CheckpointMismatchError(
+            f"The checkpoint {path} does not fit the graph: {'; '.join(problems)}. The graph "
+            "changed since it was saved. Use a new logdir to start afresh, or warm-start: "
+            "restore the old variables with an init_fn from that checkpoint in a new logdir.")
 
     def start_queue_runners(self, sess, queue_runners=None):
         """Starts the graph's QueueRunners (or ``queue_runners``); returns their threads."""
@@ -762,11 +777,26 @@ def _first_line(error) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
-def _saver_keys(saver, graph):
-    """The checkpoint keys ``saver`` restores."""
+def _saver_variables(saver, graph) -> dict:
+    """{checkpoint key: variable, variable handle or saveable} of what ``saver`` restores."""
     from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=import-outside-toplevel
     var_list = saver._var_list  # pylint: disable=protected-access
     with graph.as_default():
         if var_list is None:
             var_list = _v1.global_variables() + graph.get_collection(_GraphKeys.SAVEABLE_OBJECTS)
-        return list(saveable_object_util.op_list_to_dict(var_list))
+        return saveable_object_util.op_list_to_dict(var_list)
+
+
+def _variable_shape(item):
+    """The static shape (a list) of a variable the Saver restores; None if not fully known;
+    False when ``item`` is not a plain variable (tables and other saveables are not checked)."""
+    op = getattr(item, "op", None)
+    if isinstance(item, tf.Variable):
+        shape = item.shape
+    elif op is not None and op.type == "VarHandleOp":  # a resource variable's handle
+        shape = tf.TensorShape(op.get_attr("shape"))
+    elif op is not None and op.type in ("ReadVariableOp", "Variable", "VariableV2"):
+        shape = item.shape
+    else:
+        return False
+    return shape.as_list() if shape.is_fully_defined() else None
