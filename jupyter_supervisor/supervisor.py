@@ -269,10 +269,18 @@ class Supervisor:
         return global_step
 
     def _step_tensor_by_name(self):
-        try:
-            step = self._graph.get_tensor_by_name("global_step:0")
-        except KeyError:
-            return None
+        """The variable or tensor named 'global_step', if it is an integer; else None."""
+        for var in self._graph.get_collection(_GraphKeys.GLOBAL_VARIABLES):
+            # A TF2 resource variable's "global_step:0" is its handle (dtype resource): use the
+            # variable itself, whose dtype is the value's.
+            if var.op.name == "global_step":
+                step = var
+                break
+        else:
+            try:
+                step = self._graph.get_tensor_by_name("global_step:0")
+            except KeyError:
+                return None
         if step.dtype.base_dtype not in (tf.int32, tf.int64):
             logger.warning("Found 'global_step' is not an int type: %s", step.dtype)
             return None
@@ -469,6 +477,13 @@ class Supervisor:
         the queue runners. A non-chief waits (every ``recovery_wait_secs``, up to
         ``max_wait_secs``) for the chief to make the model ready.
         """
+        # Eager mode is per thread: a TF2 thread that prepares a session must enter the graph.
+        with self._graph.as_default():
+            return self._prepare_or_wait(master, config, wait_for_checkpoint, max_wait_secs,
+                                         start_standard_services)
+
+    def _prepare_or_wait(self, master, config, wait_for_checkpoint, max_wait_secs,
+                         start_standard_services):
         self._coord.clear_stop()
         if self._summary_writer:
             self._summary_writer.reopen()
@@ -585,14 +600,13 @@ class Supervisor:
 
     def start_queue_runners(self, sess, queue_runners=None):
         """Starts the graph's QueueRunners (or ``queue_runners``); returns their threads."""
-        if tf.executing_eagerly():
-            raise RuntimeError("Queues are not compatible with eager execution.")
         if queue_runners is None:
             queue_runners = self._graph.get_collection(_GraphKeys.QUEUE_RUNNERS)
         threads = []
-        for runner in queue_runners:
-            threads.extend(runner.create_threads(sess, coord=self._coord, daemon=True,
-                                                 start=True))
+        with self._graph.as_default():
+            for runner in queue_runners:
+                threads.extend(runner.create_threads(sess, coord=self._coord, daemon=True,
+                                                     start=True))
         return threads
 
     def loop(self, timer_interval_secs, target, args=None, kwargs=None):
