@@ -451,7 +451,7 @@ class Supervisor:
                     writer=writer, hub=self._hub))
         if self._saver and self._save_model_secs:
             threads.append(services.CheckpointService(
-                self._coord, self._save_model_secs, save=lambda: self.save_checkpoint(sess)))
+                self._coord, self._save_model_secs, save=lambda: self._save_if_moved(sess)))
         for thread in threads:
             thread.start()
         self._services.extend(threads)
@@ -651,6 +651,14 @@ class Supervisor:
         self._hub.emit(events.CheckpointSaved, step, path, start + seconds, seconds)
         return path
 
+    def _save_if_moved(self, sess):
+        """Saves unless the newest checkpoint already holds the current step."""
+        step = self.read_global_step(sess)
+        with self._save_lock:
+            if step is not None and step == self._last_saved_step:
+                return
+        self.save_checkpoint(sess)
+
     def _save_final_checkpoint(self):
         sess = self._sess
         if not self._save_on_stop or not self._saver or not self._save_path or sess is None:
@@ -658,11 +666,7 @@ class Supervisor:
         if getattr(sess, "_closed", False):
             logger.warning("No final checkpoint: the session was closed before sv.stop().")
             return
-        step = self.read_global_step(sess)
-        with self._save_lock:
-            if step is not None and step == self._last_saved_step:
-                return
-        self.save_checkpoint(sess)
+        self._save_if_moved(sess)
 
     # ----------------------------------------------------------------------------- stopping
 
@@ -764,10 +768,27 @@ class Supervisor:
                 self.stop(close_summary_writer=close_summary_writer)
             finally:
                 if sess is not None:
-                    try:
-                        sess.close()
-                    except Exception:  # pylint: disable=broad-except
-                        logger.debug("Closing the session failed.", exc_info=True)
+                    self._close_session(sess)
+
+    def _close_session(self, sess):
+        """Closes ``sess`` within ``stop_grace_secs``.
+
+        Closing a session on a cluster waits for every task it used; with a task gone for good
+        (a dead parameter server) that wait never ends, and the error would never reach the
+        caller. So the close runs on a daemon thread and is left to finish on its own.
+        """
+        def close():
+            try:
+                sess.close()
+            except Exception:  # pylint: disable=broad-except
+                logger.debug("Closing the session failed.", exc_info=True)
+
+        closer = threading.Thread(target=close, name="jupyter_supervisor-close", daemon=True)
+        closer.start()
+        closer.join(self._stop_grace_secs)
+        if closer.is_alive():
+            logger.warning("The session did not close within %s s (a task of the cluster is "
+                           "gone?); it will close when the task answers.", self._stop_grace_secs)
 
     # TensorFlow's CamelCase aliases.
     PrepareSession = prepare_or_wait_for_session
