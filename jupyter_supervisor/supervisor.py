@@ -13,6 +13,7 @@ Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest 
 (``max_to_keep=5``); pass your own ``saver`` to keep more or fewer.
 """
 import contextlib
+import itertools
 import logging
 import numbers
 import os
@@ -177,6 +178,8 @@ class Supervisor:
         self._save_model_secs = None
         self._save_path = None
         self._summary_writer = None
+        self._owns_writer = False     # the writer is ours: replaced, not reopened, after close
+        self._writer_closed = False
         self._lock: Optional[LogdirLock] = None
         self._graph_added_to_summary = False
         # The session of the chief's last prepare, for the final checkpoint in stop().
@@ -198,7 +201,8 @@ class Supervisor:
             try:
                 if summary_writer is Supervisor.USE_DEFAULT:
                     if self._logdir:
-                        self._summary_writer = _v1.summary.FileWriter(self._logdir)
+                        self._summary_writer = _new_file_writer(self._logdir)
+                        self._owns_writer = True
                 else:
                     self._summary_writer = summary_writer
             except BaseException:
@@ -485,8 +489,13 @@ class Supervisor:
     def _prepare_or_wait(self, master, config, wait_for_checkpoint, max_wait_secs,
                          start_standard_services):
         self._coord.clear_stop()
-        if self._summary_writer:
+        if self._summary_writer and self._writer_closed and self._owns_writer:
+            # A reopened writer names its new file by the second, like the closed one: a
+            # session prepared within the same second would overwrite the earlier events.
+            self._summary_writer = _new_file_writer(self._logdir)
+        elif self._summary_writer:
             self._summary_writer.reopen()
+        self._writer_closed = False
         if self._is_chief and self._lock is not None:
             self._lock.acquire()
         self._sess = None
@@ -695,6 +704,7 @@ class Supervisor:
                 if close_summary_writer and self._summary_writer:
                     self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.STOP))
                     self._summary_writer.close()
+                    self._writer_closed = True
                     self._graph_added_to_summary = False
             finally:
                 self._release_lock()
@@ -801,6 +811,15 @@ class Supervisor:
     StopOnException = stop_on_exception
     WaitForStop = wait_for_stop
     SummaryComputed = summary_computed
+
+
+_writer_numbers = itertools.count()
+
+
+def _new_file_writer(logdir):
+    """A FileWriter whose event file name is unique, also for writers opened in one second."""
+    return _v1.summary.FileWriter(logdir,
+                                  filename_suffix=f".{os.getpid()}.{next(_writer_numbers)}")
 
 
 def _summary_event(summary, step, wall_time):
