@@ -22,7 +22,12 @@ import threading
 import time
 from typing import Callable, Optional
 
-import tensorflow as tf
+try:
+    import tensorflow as tf
+except ImportError as error:  # TensorFlow comes through an extra: say which
+    raise ImportError(
+        "jupyter_supervisor needs TensorFlow >= 2.16. Install it with "
+        "`pip install 'jupyter-supervisor[cpu]'` (or `[gpu]`, or your own tensorflow).") from error
 from tensorflow.python.framework import meta_graph
 
 from . import events
