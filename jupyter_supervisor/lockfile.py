@@ -50,6 +50,18 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _link_or_create(tmp: str, path: str, data: bytes) -> None:
+    """Creates ``path`` with ``data``, or raises FileExistsError."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: create and write
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+
 class LogdirLock:
     """The lock of one logdir, held by one Supervisor from ``acquire()`` to ``release()``."""
 
@@ -70,16 +82,21 @@ class LogdirLock:
         record = {"pid": os.getpid(), "host": socket.gethostname(), "token": token,
                   "start": _process_start_time(os.getpid())}
         data = json.dumps(record).encode()
+        # Written aside, then linked into place: the lock file appears with its content, so
+        # a rival never reads an empty (stale-looking) lock of a live chief.
+        tmp = f"{self.path}.{token}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            _link_or_create(tmp, self.path, data)
         except FileExistsError:
             holder = self._read_holder()
             if holder is not None and self._is_live(holder):
+                os.remove(tmp)
                 raise LogdirLockedError(self._held_message(holder)) from None
-            self._take_over(holder, data, token)
+            self._take_over(holder, tmp, token)
         else:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            os.remove(tmp)
         self._token = token
         with _LIVE_LOCK:
             _LIVE[token] = self
@@ -119,10 +136,7 @@ class LogdirLock:
         start = holder.get("start")
         return start is None or start == _process_start_time(pid)
 
-    def _take_over(self, holder: Optional[dict], data: bytes, token: str) -> None:
-        tmp = f"{self.path}.{token}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
+    def _take_over(self, holder: Optional[dict], tmp: str, token: str) -> None:
         os.replace(tmp, self.path)
         mine = self._read_holder()
         if mine is None or mine.get("token") != token:

@@ -832,8 +832,14 @@ def _summary_event(summary, step, wall_time):
 
 
 def _first_line(error) -> str:
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    """The line of a TensorFlow error that says what went wrong (not "Graph execution error:",
+    node names or stack frames)."""
+    text = (getattr(error, "message", None) or str(error)).strip()
+    noise = ("Graph execution error", "Detected at node", "Node:", "Original stack trace",
+             "[[", "File ")
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line[:1].isspace() and not line.startswith(noise)]
+    return lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
 
 
 def _saver_variables(saver, graph) -> dict:
