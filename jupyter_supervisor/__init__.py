@@ -1,23 +1,82 @@
 """jupyter_supervisor: a maintained TensorFlow training Supervisor for notebooks.
 
-``Supervisor`` is a drop-in replacement for ``tf.compat.v1.train.Supervisor``.
+``Supervisor`` is a drop-in replacement for ``tf.compat.v1.train.Supervisor``. In IPython,
+``%load_ext jupyter_supervisor`` adds ``%%supervise`` (train a cell in the background) and
+``%supervise`` (list, stop, resume, save, wait, show); ``get_run(name)`` and ``runs()`` give the
+runs to Python code.
+
 TensorFlow is imported on first use of a name that needs it, so that the notebook-side modules
-(panel, plots, history) can be imported without it.
+(panel, plots, history) and ``%load_ext`` do not import it.
 """
+import sys
+
 __version__ = "0.1.0"
 
 _LAZY = {
     "Supervisor": ("supervisor", "Supervisor"),
     "CheckpointMismatchError": ("supervisor", "CheckpointMismatchError"),
     "LogdirLockedError": ("lockfile", "LogdirLockedError"),
+    "TrainingRun": ("run", "TrainingRun"),
+    "RunConfig": ("run", "RunConfig"),
+    "events": ("events", None),
 }
+
+__all__ = ["Supervisor", "get_run", "runs", "LogdirLockedError", "CheckpointMismatchError",
+           "TrainingRun", "RunConfig", "events", "load_ipython_extension",
+           "unload_ipython_extension"]
 
 
 def __getattr__(name):
     if name in _LAZY:
         import importlib  # pylint: disable=import-outside-toplevel
         module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f".{module}", __name__), attr)
+        value = importlib.import_module(f".{module}", __name__)
+        if attr is not None:
+            value = getattr(value, attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def get_run(name=None):
+    """The run started by ``%%supervise`` under ``name``; without a name, the only run."""
+    from .run import get_run as _get_run  # pylint: disable=import-outside-toplevel
+    return _get_run(name)
+
+
+def runs():
+    """Every run of this kernel, in the order they were first started."""
+    if f"{__name__}.run" not in sys.modules:
+        return []  # no run was ever started: no need to import TensorFlow
+    from .run import runs as _runs  # pylint: disable=import-outside-toplevel
+    return _runs()
+
+
+# -- IPython connectivity ------------------------------------------------------------------
+
+# Seconds ``%unload_ext`` waits for the live runs to write their final checkpoints.
+UNLOAD_TIMEOUT_SECS = 120
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext jupyter_supervisor``: registers ``%%supervise`` and ``%supervise``."""
+    from .magics import SuperviseMagics  # pylint: disable=import-outside-toplevel
+    ipython.register_magics(SuperviseMagics)
+
+
+def unload_ipython_extension(ipython):
+    """``%unload_ext jupyter_supervisor``: stops every live run (each writes a final
+    checkpoint), joins their threads and removes the magics."""
+    run = sys.modules.get(f"{__name__}.run")
+    if run is not None:
+        late = run.stop_all(timeout=UNLOAD_TIMEOUT_SECS)
+        for training in late:
+            print(f"Run {training.name!r} did not stop within {UNLOAD_TIMEOUT_SECS} s: its "
+                  "cell body must return once sv.should_stop() is True.", file=sys.stderr)
+        if late:
+            return  # leave the magics and the output routing to the runs still stopping
+    from . import output  # pylint: disable=import-outside-toplevel
+    output.uninstall()
+    magics = ipython.magics_manager.magics
+    for kind in ("line", "cell"):
+        magics[kind].pop("supervise", None)

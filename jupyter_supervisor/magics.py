@@ -1,0 +1,318 @@
+"""The ``%%supervise`` cell magic and the ``%supervise`` line magic.
+
+They parse (IPython's magic_arguments: ``%%supervise?`` lists every option, a bad option is a
+UsageError) and delegate to ``run.py``; the panel shows the run. TensorFlow is imported with
+the first run, not when the extension is loaded.
+"""
+import sys
+
+from IPython.core import ultratb
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import panel
+
+# Notebook-friendly defaults: a crash loses at most a minute, the plots move every 10 seconds.
+SAVE_MODEL_SECS = 60
+SAVE_SUMMARIES_SECS = 10
+STOP_GRACE_SECS = 30
+
+COMMANDS = ("list", "stop", "resume", "save", "wait", "show")
+
+
+class RunFailedError(RuntimeError):
+    """A run waited for with ``--wait`` or ``%supervise wait`` failed; shows its traceback."""
+
+    def __init__(self, run):
+        last = (run.error_text or "").strip().splitlines()[-1:] or [repr(run.exception)]
+        super().__init__(f"Run {run.name!r} failed: {last[0]}")
+        self.run = run
+
+    def _render_traceback_(self):
+        # IPython shows this instead of our own frames: the body's traceback, at the cell lines.
+        return (self.run.error_text or str(self)).rstrip("\n").splitlines()
+
+
+def _short(error: BaseException) -> BaseException:
+    """Makes IPython show ``error`` as one line (type and message), without our frames."""
+    error._render_traceback_ = lambda: [f"{type(error).__name__}: {error}"]
+    return error
+
+
+def _run_module():
+    from . import run  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
+    return run
+
+
+def _user_errors(run):
+    """Errors from starting a run that are the user's to fix: shown as one line."""
+    return (run.RunConflictError, run.RunStateError, run.LogdirLockedError,
+            run.CheckpointMismatchError, run.GraphModeError, ValueError, TypeError)
+
+
+@magics_class
+class SuperviseMagics(Magics):
+    """``%%supervise`` runs a cell under a Supervisor; ``%supervise`` lists and steers runs."""
+
+    @magic_arguments("%supervise")  # the help's usage line then reads %%supervise
+    @argument("--logdir", metavar="PATH", default=None,
+              help="Directory for checkpoints and event files. Re-running the cell resumes "
+                   "from its newest checkpoint. Without it nothing is saved. Default: none.")
+    @argument("--name", default=None,
+              help="Name of the run in %%supervise stop/resume/... "
+                   "Default: the logdir's last component ('run' without a logdir).")
+    @argument("--save-model-secs", metavar="SECS", type=float, default=SAVE_MODEL_SECS,
+              help="Seconds between checkpoints (0: only the final one). "
+                   "Default: %(default)s.")
+    @argument("--save-summaries-secs", metavar="SECS", type=float, default=SAVE_SUMMARIES_SECS,
+              help="Seconds between summaries and step-rate records (0: none). "
+                   "Default: %(default)s.")
+    @argument("--checkpoint-basename", metavar="NAME", default="model.ckpt",
+              help="File name prefix of the checkpoints. Default: %(default)s.")
+    @argument("--keep", metavar="N", type=int, default=5,
+              help="How many of the newest checkpoints are kept. Default: %(default)s.")
+    @argument("--max-steps", metavar="N", type=int, default=None,
+              help="Stop cleanly (final checkpoint, status 'finished') when the global step "
+                   "reaches N; the loop must check sv.should_stop(). Default: no limit.")
+    @argument("--init-fn", metavar="NAME", default=None,
+              help="A function of the notebook, fn(sess), called after initialization when "
+                   "there is no checkpoint to restore (e.g. to warm-start). Default: none.")
+    @argument("--repeat", action="store_true",
+              help="The cell body is one training step: run it again and again until the "
+                   "run stops (no while loop needed).")
+    @argument("--wait", action="store_true",
+              help="Block until the run ends (for scripts, nbval, papermill). A kernel "
+                   "interrupt then stops the run with a final checkpoint.")
+    @argument("--master", default="",
+              help="TensorFlow master of a cluster, e.g. grpc://host:2222. "
+                   "Default: an in-process session.")
+    @argument("--task-index", metavar="N", type=int, default=0,
+              help="This task's index among the workers. Default: %(default)s.")
+    @argument("--chief", dest="chief", action="store_true", default=None,
+              help="This task is the chief: it initializes, restores and saves. "
+                   "Default: chief when --task-index is 0.")
+    @argument("--no-chief", dest="chief", action="store_false",
+              help="This task is not the chief: it waits for the chief's model.")
+    @argument("--recovery-wait-secs", metavar="SECS", type=float, default=30,
+              help="How often a non-chief checks whether the chief's model is ready. "
+                   "Default: %(default)s.")
+    @argument("--stop-grace-secs", metavar="SECS", type=float, default=STOP_GRACE_SECS,
+              help="How long a stop waits for the service threads to end. "
+                   "Default: %(default)s.")
+    @cell_magic("supervise")
+    def supervise_cell(self, line, cell):
+        """Run the cell under a Supervisor in a background thread; the cell returns at once.
+
+        The cell body trains on the default graph (graph mode: call
+        tf.compat.v1.disable_eager_execution() first) with `sv` (the Supervisor) and `sess`
+        (the managed session) bound in the notebook:
+
+            %%supervise --logdir runs/mnist --max-steps 20000
+            while not sv.should_stop():
+                sess.run(train_op)
+
+        The body executes in the notebook's namespace like any cell (what it assigns, later
+        cells see); only its `sv` and `sess` stay its own when a later run binds those names.
+        What it prints goes to the run's panel, not to the cell that executes at that time.
+        Later: %supervise (list), %supervise stop|resume|save|wait|show NAME.
+        """
+        args = parse_argstring(self.supervise_cell, line)
+        run = _run_module()
+        if not cell.strip():
+            raise UsageError("%%supervise needs a cell body: the training loop, e.g.\n"
+                             "    while not sv.should_stop():\n        sess.run(train_op)")
+        try:
+            config = run.RunConfig(
+                logdir=args.logdir, name=args.name, save_model_secs=args.save_model_secs,
+                save_summaries_secs=args.save_summaries_secs,
+                checkpoint_basename=args.checkpoint_basename, keep=args.keep,
+                max_steps=args.max_steps, init_fn=self._init_fn(args.init_fn),
+                repeat=args.repeat, master=args.master, task_index=args.task_index,
+                is_chief=args.chief, recovery_wait_secs=args.recovery_wait_secs,
+                stop_grace_secs=args.stop_grace_secs)
+        except (ValueError, TypeError) as e:
+            raise UsageError(_option_message(str(e))) from None
+        training = run.TrainingRun(config, cell, self.shell.user_ns,
+                                   compile_source=self._compile_body,
+                                   format_exception=format_exception)
+        try:
+            training.start()
+        except _user_errors(run) as e:
+            raise _short(e)
+        if config.logdir is None and config.is_chief:
+            print(f"No --logdir: run {config.name!r} saves nothing (no checkpoints, no "
+                  "summaries) and cannot be resumed.")
+        _show(training, full=training.status == "failed")  # a SyntaxError fails it at once
+        if args.wait:
+            _wait(training)
+
+    @magic_arguments("supervise")
+    @argument("command", nargs="?", default="list", choices=COMMANDS,
+              help="list: a table of the runs (the default). stop: stop after the current "
+                   "step, with a final checkpoint. resume: continue from the newest "
+                   "checkpoint. save: write a checkpoint now. wait: block until the run ends "
+                   "(an interrupt stops it). show: display its panel again.")
+    @argument("name", nargs="?", default=None,
+              help="The run; may be left out when there is only one.")
+    @line_magic("supervise")
+    def supervise_line(self, line):
+        """List and steer the runs started with %%supervise."""
+        args = parse_argstring(self.supervise_line, line)
+        if args.command == "list":
+            if args.name is not None:
+                raise UsageError("%supervise list takes no name.")
+            print(_table())
+            return
+        run = _run_module()
+        try:
+            training = run.get_run(args.name)
+        except KeyError as e:
+            raise UsageError(e.args[0]) from None
+        try:
+            if args.command == "show":
+                _show(training, full=True)
+            elif args.command == "wait":
+                _wait(training)
+            elif args.command == "stop":
+                _stop(training)
+            elif args.command == "save":
+                print(f"Run {training.name!r}: checkpoint saved: {training.save_now()}")
+            elif args.command == "resume":
+                training.resume()
+                _show(training)
+        except _user_errors(run) as e:
+            raise _short(e)
+
+    # ----------------------------------------------------------------------------- helpers
+
+    def _init_fn(self, name):
+        if name is None:
+            return None
+        fn = self.shell.user_ns.get(name)
+        if not callable(fn):
+            found = "is not defined" if name not in self.shell.user_ns else \
+                f"is a {type(fn).__name__}, not a function"
+            raise UsageError(
+                f"Invalid value for argument `--init-fn`. Received: --init-fn={name}, which "
+                f"{found}. Expected the name of a function of the notebook taking the session, "
+                "e.g. `def warm_start(sess): saver.restore(sess, path)`.")
+        return fn
+
+    def _compile_body(self, source, run_name):
+        # Cached under the cell's number, one line down (the %%supervise line), so that
+        # tracebacks say "Cell In[N], line L" with L the line in the notebook cell.
+        del run_name
+        text = "\n" + source
+        filename = self.shell.compile.cache(text, self.shell.execution_count, raw_code=text)
+        return compile(text, filename, "exec", dont_inherit=True)
+
+
+def format_exception(error: BaseException) -> str:
+    """The error as IPython shows it (with the cell's own lines), without colors."""
+    if isinstance(error, SyntaxError) and error.__traceback__ is None:
+        formatter = ultratb.SyntaxTB(theme_name="nocolor")  # the line, with a caret
+    else:
+        formatter = ultratb.FormattedTB(mode="Context", theme_name="nocolor")
+    structured = formatter.structured_traceback(type(error), error, error.__traceback__)
+    return formatter.stb2text(structured)
+
+
+def _option_message(message: str) -> str:
+    # RunConfig names Python arguments; the user typed options.
+    for field in ("save_model_secs", "save_summaries_secs", "checkpoint_basename", "max_steps",
+                  "task_index", "recovery_wait_secs", "stop_grace_secs", "init_fn", "logdir",
+                  "name", "keep", "master"):
+        option = "--" + field.replace("_", "-")
+        message = message.replace(f"`{field}`", f"`{option}`").replace(f"{field}=", f"{option}=")
+    return message
+
+
+# ------------------------------------------------------------------------------ display
+
+def _show(training, full=False) -> None:
+    """The run's live panel; where no widget can show, its status line (``full``: the whole
+    text summary, with the error of a failed run)."""
+    if full and not panel.widget_frontend_available():
+        print(panel.text_summary(training))
+        return
+    panel.show(training)
+
+
+def _table() -> str:
+    """The runs of this kernel: name, status, step, steps/sec, newest checkpoint, logdir."""
+    run = sys.modules.get(__package__ + ".run")
+    trainings = run.runs() if run is not None else []
+    if not trainings:
+        return "No runs yet: start one with %%supervise."
+    header = ("name", "status", "step", "steps/sec", "newest checkpoint", "logdir")
+    rows = []
+    failures = []
+    for training in trainings:
+        snap = training.history.snapshot()
+        rate = ("" if snap.steps_per_sec is None or not training.is_live
+                else f"{snap.steps_per_sec:.1f}")
+        newest = snap.checkpoints[0].path if snap.checkpoints else ""
+        step = training.global_step if training.global_step is not None else snap.step
+        rows.append((training.name, training.status or "", "" if step is None else str(step),
+                     rate, newest, training.logdir or "(not saved)"))
+        if training.status == "failed":
+            last = (training.error_text or "").strip().splitlines()[-1:] or [""]
+            failures.append(f"{training.name} failed: {last[0]} "
+                            f"(`%supervise show {training.name}` shows the traceback)")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
+             for r in [header] + rows]
+    return "\n".join(lines + failures)
+
+
+# ------------------------------------------------------------------------------- waiting
+
+def _wait(training) -> None:
+    """Blocks until the run ends; an interrupt stops it gracefully. A failure is raised."""
+    try:
+        training.wait()
+    except KeyboardInterrupt:
+        _stop(training, interrupted=True)
+        return
+    _end_summary(training)
+    if training.status == "failed":
+        raise RunFailedError(training)
+
+
+def _stop(training, interrupted=False) -> None:
+    if interrupted and not training.is_live:
+        return
+    training.stop(wait=False)
+    try:
+        ended = training.wait(timeout=training.config.stop_grace_secs)
+        if not ended:
+            print(f"Run {training.name!r} is still stopping: its cell body must return once "
+                  "sv.should_stop() is True. Waiting (interrupt to stop waiting)...")
+            training.wait()
+    except KeyboardInterrupt:
+        print(f"Run {training.name!r} goes on stopping in the background; "
+              f"`%supervise wait {training.name}` waits for it.")
+        return
+    print(_stopped_line(training, interrupted))
+
+
+def _stopped_line(training, interrupted) -> str:
+    snap = training.history.snapshot()
+    why = "Interrupted: run" if interrupted else "Run"
+    step = "" if training.global_step is None else f" at step {training.global_step}"
+    if training.status == "failed":
+        last = (training.error_text or "").strip().splitlines()[-1:] or [""]
+        return f"{why} {training.name!r} failed while stopping{step}: {last[0]}"
+    if not training.logdir:
+        return f"{why} {training.name!r} {training.status}{step} (nothing saved: no --logdir)."
+    newest = snap.checkpoints[0].path if snap.checkpoints else "none"
+    return f"{why} {training.name!r} {training.status}{step}; newest checkpoint: {newest}."
+
+
+def _end_summary(training) -> None:
+    # A displayed panel shows the end by itself; elsewhere (nbconvert, papermill, a terminal)
+    # the end is printed.
+    if not panel.widget_frontend_available():
+        print(panel.text_summary(training))
+

@@ -1,0 +1,112 @@
+"""Sends what a background thread prints to a sink of its own, not to the cell that executes.
+
+ipykernel routes each write to ``sys.stdout``/``sys.stderr`` by the *current* parent message:
+from a thread that never set one, output lands in whichever cell executes at that moment (or
+the last one that did). A training thread runs for hours while the user runs other cells, so
+its output must be claimed explicitly. ``routed_to(sink)`` does that for the calling thread:
+while the block runs, that thread's writes to ``sys.stdout`` and ``sys.stderr`` go to
+``sink(text)``; every other thread writes exactly as before.
+
+It works by putting a thin proxy in front of ``sys.stdout`` and ``sys.stderr`` (once, kept until
+``uninstall()``); the proxy looks the writing thread up in a dict and otherwise delegates every
+call and attribute to the stream it wraps, so ipykernel's own use of its streams is unchanged.
+Logging handlers that hold the original stream object (TensorFlow's logger, in a notebook,
+writes its INFO lines to the ``sys.stdout`` it found at import) are pointed at the proxy too.
+"""
+import contextlib
+import logging
+import sys
+import threading
+from typing import Callable, Dict, List, Tuple
+
+_STREAMS = ("stdout", "stderr")
+
+# Thread ident -> sink for threads inside routed_to(). Plain dict: reads on the write path take
+# no lock (a dict lookup is atomic under the GIL); changes happen under _lock.
+_routes: Dict[int, Callable[[str], None]] = {}
+_lock = threading.Lock()
+# Logging handlers re-pointed at a proxy, with the stream they had (guarded by _lock).
+_repointed: List[Tuple[logging.StreamHandler, object]] = []
+
+
+class RoutedStream:
+    """A file-like proxy: writes of routed threads go to their sink, the rest to ``wrapped``."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+
+    def write(self, text):
+        sink = _routes.get(threading.get_ident())
+        if sink is None:
+            return self.wrapped.write(text)
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        sink(text)
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        if threading.get_ident() not in _routes:
+            self.wrapped.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.wrapped, name)
+
+
+def install() -> None:
+    """Puts the proxy in front of ``sys.stdout`` and ``sys.stderr`` (idempotent)."""
+    with _lock:
+        proxies = {}
+        for name in _STREAMS:
+            current = getattr(sys, name)
+            if current is not None and not isinstance(current, RoutedStream):
+                proxy = RoutedStream(current)
+                setattr(sys, name, proxy)
+                proxies[id(current)] = proxy
+        if proxies:
+            for handler in _stream_handlers():
+                proxy = proxies.get(id(handler.stream))
+                if proxy is not None:
+                    _repointed.append((handler, handler.stream))
+                    handler.setStream(proxy)
+
+
+def uninstall() -> None:
+    """Removes the proxies that are still in place; routed threads then print normally."""
+    with _lock:
+        for name in _STREAMS:
+            current = getattr(sys, name)
+            if isinstance(current, RoutedStream):
+                setattr(sys, name, current.wrapped)
+        for handler, stream in _repointed:
+            if isinstance(handler.stream, RoutedStream):
+                handler.setStream(stream)
+        _repointed.clear()
+
+
+def _stream_handlers() -> List[logging.StreamHandler]:
+    loggers = [logging.getLogger()] + [
+        logger for logger in list(logging.Logger.manager.loggerDict.values())
+        if isinstance(logger, logging.Logger)]
+    return [handler for logger in loggers for handler in logger.handlers
+            if isinstance(handler, logging.StreamHandler)
+            and not isinstance(handler, logging.FileHandler)]
+
+
+@contextlib.contextmanager
+def routed_to(sink: Callable[[str], None]):
+    """Within the block, what the calling thread prints goes to ``sink(text)``."""
+    install()
+    ident = threading.get_ident()
+    with _lock:
+        if ident in _routes:
+            raise RuntimeError("This thread's output is already routed.")
+        _routes[ident] = sink
+    try:
+        yield
+    finally:
+        with _lock:
+            del _routes[ident]

@@ -1,0 +1,481 @@
+"""%%supervise in a real IPython kernel, driven through jupyter_client.
+
+One kernel serves the module (each test builds its model in a fresh default graph and trains in
+logdirs of its own); the eager-mode test needs a kernel where eager execution is still on and
+restarts the shared one if an earlier test switched it to graph mode. Waiting is on iopub
+messages, on kernel-side conditions or on files, each with a deadline; nothing sleeps for a
+fixed time.
+"""
+import ast
+import json
+import os
+import queue
+import sys
+import time
+import uuid
+
+import pytest
+from jupyter_client.manager import KernelManager
+
+DEADLINE = 90.0        # seconds; generous for a loaded 2-core machine, never reached when passing
+STARTUP = 60.0
+
+# Defined in the kernel once: a model builder and a condition wait (polls, with a deadline).
+HELPERS = r'''
+import json, os, pathlib, threading, time
+import tensorflow as tf
+import jupyter_supervisor
+from jupyter_supervisor import get_run
+
+def _wait_until(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        tick.wait(0.02)
+
+def _newest_step(logdir):
+    path = tf.train.latest_checkpoint(logdir)
+    return None if path is None else int(tf.train.load_checkpoint(path).get_tensor("global_step"))
+
+def build_model():
+    """A fresh default graph: global step, one weight, a loss summary, a training op."""
+    global gs, w, loss, train_op
+    tf.compat.v1.reset_default_graph()
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    w = tf.compat.v1.get_variable("w", initializer=5.0)
+    loss = tf.square(w - 1.0)
+    tf.compat.v1.summary.scalar("loss", loss)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(loss, global_step=gs)
+'''
+GRAPH_MODE = "tf.compat.v1.disable_eager_execution()"
+
+# A body that trains until stopped, a little slower than flat out (keeps the 2 cores usable).
+LOOP = """
+while not sv.should_stop():
+    sess.run(train_op)
+    time.sleep(0.002)
+"""
+
+
+def _kernel_env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTEST_CURRENT_TEST", None)  # the kernel is a notebook's, not pytest's
+    return env
+
+
+class Reply:
+    """What one execute request produced."""
+
+    def __init__(self, msg_id, content, messages):
+        self.msg_id = msg_id
+        self.status = content["status"]
+        self.content = content
+        self.messages = messages       # iopub messages whose parent is this request
+
+    def stream(self, name=None) -> str:
+        return "".join(m["content"]["text"] for m in self.messages
+                       if m["msg_type"] == "stream" and name in (None, m["content"]["name"]))
+
+    def of_type(self, msg_type):
+        return [m["content"] for m in self.messages if m["msg_type"] == msg_type]
+
+    @property
+    def error(self):
+        errors = self.of_type("error")
+        return errors[0] if errors else None
+
+
+class Kernel:
+    """A python3 kernel of this environment (jupyter_client swaps 'python' in the kernelspec
+    for sys.executable) started in ``workdir``; records every iopub message it sends."""
+
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.iopub = []                # every iopub message, in order
+        self.graph_mode = False
+        self._start()
+
+    def _start(self):
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=str(self.workdir), env=_kernel_env())
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=STARTUP)
+        self.graph_mode = False
+        self.ok("%load_ext jupyter_supervisor\n" + HELPERS)
+
+    def restart(self):
+        """A kernel restart as the notebook's restart button does it (a shutdown request, then
+        a new process); the helpers are defined again."""
+        self.km.restart_kernel(now=False)
+        self.kc.wait_for_ready(timeout=STARTUP)
+        self._drain()
+        self.graph_mode = False
+        self.ok("%load_ext jupyter_supervisor\n" + HELPERS)
+
+    def shutdown(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+    def _drain(self):
+        while True:
+            try:
+                self.iopub.append(self.kc.get_iopub_msg(timeout=0.1))
+            except queue.Empty:
+                return
+
+    def execute(self, code, timeout=DEADLINE, user_expressions=None, silent=False,
+                while_waiting=None) -> Reply:
+        """Executes ``code``; returns when the kernel is idle again. ``while_waiting()`` is
+        called every 50 ms meanwhile (to interrupt, for instance)."""
+        msg_id = self.kc.execute(code, silent=silent, store_history=not silent,
+                                 user_expressions=user_expressions or {})
+        deadline = time.monotonic() + timeout
+        mine = []
+        while True:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f}s executing {code!r}")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.05)
+            except queue.Empty:
+                if while_waiting is not None:
+                    while_waiting()
+                continue
+            self.iopub.append(msg)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            mine.append(msg)
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        while True:
+            reply = self.kc.get_shell_msg(timeout=max(deadline - time.monotonic(), 1))
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return Reply(msg_id, reply["content"], mine)
+
+    def ok(self, code, **kwargs) -> Reply:
+        """Executes ``code`` and fails the test (with the kernel's traceback) unless it ran."""
+        reply = self.execute(code, **kwargs)
+        if reply.status != "ok":
+            raise AssertionError(f"{code!r} failed in the kernel:\n"
+                                 + "\n".join(reply.content.get("traceback", []))
+                                 + reply.stream())
+        return reply
+
+    def value(self, expression):
+        """The value of a JSON-serializable Python expression in the kernel."""
+        reply = self.execute("", silent=True, user_expressions={
+            "v": f"__import__('json').dumps({expression})"})
+        result = reply.content["user_expressions"]["v"]
+        if result["status"] != "ok":
+            raise AssertionError(f"{expression!r}: {result['ename']}: {result['evalue']}")
+        return json.loads(ast.literal_eval(result["data"]["text/plain"]))
+
+    def wait_until(self, condition, what, timeout=DEADLINE):
+        """Waits in the kernel until the expression ``condition`` holds."""
+        self.ok(f"_wait_until(lambda: {condition}, {timeout}, {what!r})", timeout=timeout + 30)
+
+    def model(self):
+        """A fresh default graph with the test model, in graph mode."""
+        if not self.graph_mode:
+            self.ok(GRAPH_MODE)
+            self.graph_mode = True
+        self.ok("build_model()")
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    k = Kernel(tmp_path_factory.mktemp("kernel"))
+    yield k
+    k.shutdown()
+
+
+@pytest.fixture
+def logdir(kernel):
+    """A logdir of this test's own (relative to the kernel's working directory); the test's
+    runs are stopped afterwards so that the next test starts with none live."""
+    name = f"runs/{uuid.uuid4().hex[:8]}"
+    yield name
+    kernel.ok("import jupyter_supervisor.run\njupyter_supervisor.run.stop_all(timeout=60)")
+
+
+def run_expr(name, attribute):
+    return f"get_run({name!r}).{attribute}"
+
+
+# ------------------------------------------------------------------------------------ tests
+
+def test_eager_execution_is_refused_with_the_way_out(kernel, logdir):
+    if kernel.graph_mode:
+        kernel.restart()  # graph mode cannot be undone in a process
+    kernel.ok("import tensorflow as tf\nv = tf.Variable(1.0)")
+    reply = kernel.execute(f"%%supervise --logdir {logdir}\nwhile not sv.should_stop(): pass")
+    assert reply.status == "error"
+    assert reply.error["ename"] == "GraphModeError"
+    assert "tf.compat.v1.disable_eager_execution()" in reply.error["evalue"]
+    # One line, no frames of ours.
+    assert reply.error["traceback"] == [f"GraphModeError: {reply.error['evalue']}"]
+    assert kernel.value("len(jupyter_supervisor.runs())") == 0
+
+
+def test_cell_returns_at_once_and_training_goes_on_while_other_cells_run(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    reply = kernel.ok(f"%%supervise --logdir {logdir}\n{LOOP}")
+    # The body never returns by itself: the cell came back while it trains.
+    assert kernel.value(run_expr(name, "status")) in ("starting", "running")
+    assert kernel.value("type(sv).__name__") == "Supervisor"
+    # The panel is displayed with the cell.
+    assert any("application/vnd.jupyter.widget-view+json" in d["data"]
+               for d in reply.of_type("display_data"))
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 20", "training")
+    first = kernel.value(run_expr(name, "global_step"))
+    for i in range(3):
+        assert kernel.ok(f"print({i} * 7)").stream() == f"{i * 7}\n"
+    kernel.wait_until(f"get_run({name!r}).global_step > {first}", "more steps")
+    assert kernel.value(run_expr(name, "status")) == "running"
+    # The managed session is usable from other cells while the run trains.
+    assert kernel.value("float(sess.run(loss))") < 16.0
+
+
+def test_body_output_goes_to_the_run_not_to_later_cells(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    start = len(kernel.iopub)
+    kernel.ok(f"%%supervise --logdir {logdir}\nprint('body-start')\n"
+              "import sys\n"
+              "while not sv.should_stop():\n"
+              "    sess.run(train_op)\n"
+              "    print('body-tick')\n"
+              "    print('body-err', file=sys.stderr)\n"
+              "    time.sleep(0.005)\n")
+    kernel.wait_until(f"get_run({name!r}).history.snapshot().output.count('body-tick') > 5",
+                      "output in the run's history")
+    for _ in range(5):
+        kernel.ok("print('cell output'); time.sleep(0.05)")
+    kernel.ok(f"%supervise stop {name}")
+    leaked = [m for m in kernel.iopub[start:] if m["msg_type"] == "stream"
+              and "body-" in m["content"]["text"]]
+    assert leaked == []
+    output = kernel.value(f"get_run({name!r}).history.snapshot().output")
+    assert "body-start\nbody-tick\nbody-err\n" in output
+    # TensorFlow's own log lines from the training thread are the run's too.
+    assert "Running local_init_op" in output
+
+
+def test_list_save_stop_resume_wait_show(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok("done = False")
+    kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0\n"
+              "while not sv.should_stop() and not done:\n"
+              "    sess.run(train_op)\n"
+              "    time.sleep(0.002)\n")
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 10", "training")
+
+    table = kernel.ok("%supervise").stream()
+    header = table.splitlines()[0]
+    row = next(line for line in table.splitlines() if line.startswith(name + " "))
+    assert header.split() == ["name", "status", "step", "steps/sec", "newest", "checkpoint",
+                              "logdir"]
+    assert row.split()[:2] == [name, "running"] and row.split()[-1] == logdir
+
+    saved = kernel.ok(f"%supervise save {name}").stream()
+    path = saved.strip().rsplit(": ", 1)[1]
+    assert path.startswith(f"{logdir}/model.ckpt-")
+    assert kernel.value(f"os.path.exists({path + '.index'!r})")
+
+    stopped = kernel.ok(f"%supervise stop {name}").stream()
+    assert kernel.value(run_expr(name, "status")) == "stopped"
+    final = kernel.value(run_expr(name, "global_step"))
+    assert final > 10
+    assert kernel.value(f"_newest_step({logdir!r})") == final
+    assert stopped.strip() == (f"Run {name!r} stopped at step {final}; newest checkpoint: "
+                               f"{logdir}/model.ckpt-{final}.")
+
+    kernel.ok(f"%supervise resume {name}")
+    kernel.wait_until(f"get_run({name!r}).status == 'running'", "the resumed run")
+    assert kernel.value(run_expr(name, "restored_from")) == f"{logdir}/model.ckpt-{final}"
+    kernel.wait_until(f"get_run({name!r}).global_step > {final}", "steps after resuming")
+
+    kernel.ok("done = True")
+    kernel.ok(f"%supervise wait {name}")
+    assert kernel.value(run_expr(name, "status")) == "finished"
+    assert kernel.value(f"_newest_step({logdir!r})") == kernel.value(
+        run_expr(name, "global_step"))
+
+    shown = kernel.ok(f"%supervise show {name}")
+    assert any("application/vnd.jupyter.widget-view+json" in d["data"]
+               for d in shown.of_type("display_data"))
+    # Steering an ended run says what is wrong, without a traceback.
+    refused = kernel.execute(f"%supervise save {name}")
+    assert refused.status == "error" and refused.error["ename"] == "RunStateError"
+    assert len(refused.error["traceback"]) == 1
+
+
+def test_rerunning_the_cell_resumes_from_the_newest_checkpoint(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    cell = f"%%supervise --logdir {logdir} --max-steps {{}} --wait --save-summaries-secs 0.05\n{LOOP}"
+    kernel.ok(cell.format(40))
+    assert kernel.value(run_expr(name, "status")) == "finished"
+    assert kernel.value(f"_newest_step({logdir!r})") == 40
+    kernel.ok(cell.format(90))
+    assert kernel.value(run_expr(name, "restored_from")) == f"{logdir}/model.ckpt-40"
+    assert kernel.value(run_expr(name, "global_step")) == 90
+    # The plots continue: the new run's history holds the first session's points (from step
+    # 0 on) too, read back from the event files.
+    steps = kernel.value(f"[int(s) for s in get_run({name!r}).history.snapshot()"
+                         ".scalars['loss'].steps]")
+    assert min(steps) < 40
+
+
+def test_second_live_run_on_a_logdir_or_name_is_refused(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok(f"%%supervise --logdir {logdir}\n{LOOP}")
+    same_dir = kernel.execute(f"%%supervise --logdir {logdir}/ --name other\n{LOOP}")
+    assert same_dir.status == "error" and same_dir.error["ename"] == "LogdirLockedError"
+    assert f"%supervise stop {name}" in same_dir.error["evalue"]
+    same_name = kernel.execute(f"%%supervise --logdir {logdir}-b --name {name}\n{LOOP}")
+    assert same_name.status == "error" and same_name.error["ename"] == "RunConflictError"
+    assert f"%supervise stop {name}" in same_name.error["evalue"]
+    # The first run was not disturbed.
+    assert kernel.value(run_expr(name, "status")) in ("starting", "running")
+    assert [r for r in kernel.value("[r.name for r in jupyter_supervisor.runs()]")
+            if r in ("other", name)] == [name]
+
+
+def test_error_in_body_fails_the_run_only(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok(f"%%supervise --logdir {logdir}\n"
+              "sess.run(train_op)\n"
+              "x = {}\n"
+              "x['missing']\n")
+    kernel.ok(f"get_run({name!r}).wait({DEADLINE})")
+    assert kernel.value(run_expr(name, "status")) == "failed"
+    error = kernel.value(run_expr(name, "error_text"))
+    # The traceback points at the cell's own line 4 (line 1 is the %%supervise line).
+    assert "Cell In[" in error and "----> 4 x['missing']" in error
+    assert error.rstrip().endswith("KeyError: 'missing'")
+    assert "run.py" not in error
+    table = kernel.ok("%supervise").stream()
+    assert f"{name} failed: KeyError: 'missing'" in table
+    # The kernel is well; the graph is usable again.
+    assert kernel.ok("print(6 * 7)").stream() == "42\n"
+    kernel.ok("extra = tf.constant(1.0)")
+
+    syntax = f"{logdir}-syntax"
+    kernel.ok(f"%%supervise --logdir {syntax}\nwhile not sv.should_stop()\n    pass\n")
+    assert kernel.value(f"get_run({syntax.rsplit('/', 1)[-1]!r}).status") == "failed"
+    error = kernel.value(f"get_run({syntax.rsplit('/', 1)[-1]!r}).error_text")
+    assert "SyntaxError" in error and "line 2" in error
+
+
+def test_new_variables_after_a_run_are_initialized_saved_and_checked(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok(f"%%supervise --logdir {logdir} --max-steps 20 --wait\n{LOOP}")
+    # The graph was finalized by the run; now it takes new ops again.
+    kernel.ok("v2 = tf.compat.v1.get_variable('v2', initializer=3.0)\n"
+              "bump = tf.compat.v1.assign_add(v2, 1.0)")
+    # The old logdir's checkpoint lacks v2: a clear error, naming it and the ways out.
+    reply = kernel.execute(f"%%supervise --logdir {logdir}\n{LOOP}")
+    assert reply.status == "error" and reply.error["ename"] == "CheckpointMismatchError"
+    assert "'v2'" in reply.error["evalue"] and "--init-fn" in reply.error["evalue"]
+    assert "new --logdir" in reply.error["evalue"]
+    assert kernel.value(run_expr(name, "status")) == "finished"  # the old run is untouched
+
+    fresh = f"{logdir}-v2"
+    kernel.ok(f"%%supervise --logdir {fresh} --max-steps 30 --wait\n"
+              "while not sv.should_stop():\n"
+              "    sess.run([train_op, bump])\n")
+    fresh_name = fresh.rsplit("/", 1)[-1]
+    assert kernel.value(f"get_run({fresh_name!r}).status") == "finished"
+    saved = kernel.value(f"sorted(tf.train.load_checkpoint(tf.train.latest_checkpoint("
+                         f"{fresh!r})).get_variable_to_shape_map())")
+    assert "v2" in saved and "w" in saved
+    # Restoring v2 works too: a re-run continues from its saved value.
+    kernel.ok(f"%%supervise --logdir {fresh} --max-steps 31 --wait\n"
+              "before = float(sess.run(v2))\n"
+              "while not sv.should_stop():\n"
+              "    sess.run([train_op, bump])\n")
+    assert kernel.value("before") == 33.0
+
+
+def test_interrupt_in_wait_mode_stops_gracefully_with_final_checkpoint(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    marker = kernel.workdir / f"{name}.trained"
+    interrupted = []
+
+    def interrupt_once_trained():
+        if marker.exists() and not interrupted:
+            kernel.km.interrupt_kernel()
+            interrupted.append(True)
+
+    reply = kernel.execute(
+        f"%%supervise --logdir {logdir} --wait --save-model-secs 0\n"
+        "n = 0\n"
+        "while not sv.should_stop():\n"
+        "    sess.run(train_op)\n"
+        "    n += 1\n"
+        f"    if n == 30: pathlib.Path({str(marker)!r}).touch()\n"
+        "    time.sleep(0.002)\n", while_waiting=interrupt_once_trained)
+    assert interrupted
+    assert reply.status == "ok" and reply.error is None
+    final = kernel.value(run_expr(name, "global_step"))
+    assert final >= 30
+    assert kernel.value(run_expr(name, "status")) == "stopped"
+    assert kernel.value(f"_newest_step({logdir!r})") == final
+    assert reply.stream().splitlines()[-1] == (
+        f"Interrupted: run {name!r} stopped at step {final}; newest checkpoint: "
+        f"{logdir}/model.ckpt-{final}.")
+    assert "Traceback" not in reply.stream() and "KeyboardInterrupt" not in reply.stream()
+
+
+def test_kernel_restart_then_rerun_resumes_from_newest_checkpoint(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    cell = f"%%supervise --logdir {logdir} --save-summaries-secs 0.05\n{LOOP}"
+    kernel.ok(cell)
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 30", "training")
+    # The periodic checkpoints (every 60 s) hold step 0 only: the shutdown saves a final one.
+    kernel.restart()
+    newest = kernel.value(f"tf.train.latest_checkpoint({logdir!r})")
+    step = kernel.value(f"_newest_step({logdir!r})")
+    assert step > 30
+    kernel.model()
+    kernel.ok(cell)
+    kernel.wait_until(f"get_run({name!r}).status == 'running'", "the resumed run")
+    assert kernel.value(run_expr(name, "restored_from")) == newest
+    kernel.wait_until(f"get_run({name!r}).global_step > {step}", "steps after the restart")
+    steps = kernel.value(f"[int(s) for s in get_run({name!r}).history.snapshot()"
+                         ".scalars['loss'].steps]")
+    assert min(steps) < step
+
+
+def test_unload_stops_every_live_run_with_a_final_checkpoint(kernel, logdir):
+    kernel.model()
+    names = []
+    for suffix in ("a", "b"):
+        # Each body keeps its own op: build_model() rebinds `train_op` for the second graph.
+        kernel.ok(f"%%supervise --logdir {logdir}-{suffix} --save-model-secs 0\n"
+                  f"op_{suffix} = train_op\n"
+                  "while not sv.should_stop():\n"
+                  f"    sess.run(op_{suffix})\n"
+                  "    time.sleep(0.002)\n")
+        names.append(f"{logdir.rsplit('/', 1)[-1]}-{suffix}")
+        kernel.wait_until(f"(get_run({names[-1]!r}).global_step or 0) > 5", "training")
+        kernel.model()  # the second run trains a graph of its own
+    kernel.ok("%unload_ext jupyter_supervisor")
+    for name in names:
+        assert kernel.value(run_expr(name, "status")) == "stopped"
+        assert kernel.value(f"_newest_step({'runs/' + name!r})") == kernel.value(
+            run_expr(name, "global_step"))
+    assert kernel.value("[t.name for t in threading.enumerate() "
+                        "if t.name.startswith('jupyter_supervisor-run')]") == []
+    assert kernel.execute("%supervise").status == "error"  # the magics are gone
+    kernel.ok("%load_ext jupyter_supervisor")

@@ -1,0 +1,328 @@
+"""%%supervise and %supervise through a real InteractiveShell (no kernel): parsing, help, errors,
+the state machine, --max-steps, namespaces and output routing.
+
+Each test builds its model in a graph of its own, in graph mode for the test's thread only (the
+rest of the suite may want eager mode); its runs are stopped before the graph is left.
+"""
+import os
+import sys
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from tensorflow.python.eager import context
+
+import jupyter_supervisor
+from jupyter_supervisor import run as run_module
+from jupyter_supervisor.magics import RunFailedError
+
+v1 = tf.compat.v1
+DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing
+
+LOOP = "while not sv.should_stop():\n    sess.run(train_op)\n"
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jupyter_supervisor")
+    yield shell
+    shell.run_line_magic("unload_ext", "jupyter_supervisor")
+
+
+def build_model(ip):
+    """The model's ops on the current default graph, bound in the shell's namespace."""
+    gs = v1.train.get_or_create_global_step()
+    w = v1.get_variable("w", initializer=5.0)
+    loss = tf.square(w - 1.0)
+    v1.summary.scalar("loss", loss)
+    train_op = v1.train.GradientDescentOptimizer(0.001).minimize(loss, global_step=gs)
+    ip.user_ns.update(gs=gs, w=w, loss=loss, train_op=train_op, time=time)
+    return train_op
+
+
+@pytest.fixture
+def model(ip):
+    with context.graph_mode(), tf.Graph().as_default() as graph:
+        build_model(ip)
+        yield graph
+        late = run_module.stop_all(timeout=DEADLINE)
+        assert not late, f"runs did not stop: {late}"
+
+
+def newest_step(logdir):
+    path = tf.train.latest_checkpoint(logdir)
+    return None if path is None else int(tf.train.load_checkpoint(path).get_tensor("global_step"))
+
+
+def supervise(ip, line, body=LOOP):
+    return ip.run_cell_magic("supervise", line, body)
+
+
+# -------------------------------------------------------------------------- options and help
+
+OPTIONS = {  # option: its default as the help states it (None: a flag or no stated number)
+    "--logdir": "none", "--name": None, "--save-model-secs": "60",
+    "--save-summaries-secs": "10", "--checkpoint-basename": "model.ckpt", "--keep": "5",
+    "--max-steps": "no limit", "--init-fn": "none", "--repeat": None, "--wait": None,
+    "--master": "an in-process session", "--task-index": "0", "--chief": None,
+    "--no-chief": None, "--recovery-wait-secs": "30", "--stop-grace-secs": "30",
+}
+
+
+def test_help_lists_every_option_with_its_default(ip):
+    text = ip.object_inspect_text("%%supervise")
+    assert "%%supervise [--logdir PATH]" in text
+    options = text.split("options:", 1)[1]
+    entries = {}
+    for line in options.splitlines():
+        if line.startswith("  --"):
+            current = line.split()[0]
+            entries[current] = line
+        elif line.strip() and entries:
+            entries[current] += " " + line.strip()
+    assert set(entries) == set(OPTIONS)
+    for option, default in OPTIONS.items():
+        assert len(entries[option].split()) > 4, f"{option} has no meaning in the help"
+        if default is not None:
+            assert f"Default: {default}" in " ".join(entries[option].split()), option
+    line_help = ip.object_inspect_text("%supervise")
+    for command in ("list", "stop", "resume", "save", "wait", "show"):
+        assert f"{command}:" in line_help
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("--bogus 1", "unrecognized arguments: --bogus"),
+    ("--keep x", "argument --keep: invalid int value: 'x'"),
+    ("--keep 0", "Invalid value for argument `--keep`. Received: --keep=0. Expected an "
+                 "integer >= 1."),
+    ("--save-model-secs -1", "Invalid value for argument `--save-model-secs`. Received: "
+                             "--save-model-secs=-1.0. Expected a number >= 0."),
+    ("--max-steps 0", "Invalid value for argument `--max-steps`"),
+    ("--checkpoint-basename a/b", "Invalid value for argument `--checkpoint-basename`"),
+    ("--init-fn no_such_function", "--init-fn=no_such_function, which is not defined"),
+])
+def test_bad_option_is_a_usage_error(ip, model, line, expected):
+    before = len(jupyter_supervisor.runs())
+    with pytest.raises(UsageError) as info:
+        supervise(ip, line)
+    assert expected in str(info.value)
+    assert len(jupyter_supervisor.runs()) == before
+
+
+def test_empty_body_and_bad_commands_are_usage_errors(ip, model):
+    with pytest.raises(UsageError, match="needs a cell body"):
+        supervise(ip, "--name empty", "\n  \n")
+    with pytest.raises(UsageError, match="invalid choice: 'frobnicate'"):
+        ip.run_line_magic("supervise", "frobnicate")
+    with pytest.raises(UsageError, match="no run named 'nonesuch'"):
+        ip.run_line_magic("supervise", "stop nonesuch")
+
+
+def test_eager_execution_is_refused(ip):
+    with context.eager_mode():
+        with pytest.raises(run_module.GraphModeError,
+                           match=r"tf\.compat\.v1\.disable_eager_execution\(\)") as info:
+            supervise(ip, "--name eager")
+    # IPython shows it as one line, without our frames.
+    assert info.value._render_traceback_() == [f"GraphModeError: {info.value}"]
+
+
+def test_max_steps_without_global_step_is_a_clear_error(ip):
+    with context.graph_mode(), tf.Graph().as_default():
+        ip.user_ns["train_op"] = v1.assign_add(v1.get_variable("c", initializer=0.0), 1.0)
+        with pytest.raises(ValueError, match="get_or_create_global_step"):
+            supervise(ip, "--name nostep --max-steps 5")
+
+
+# ---------------------------------------------------------------------------- the run itself
+
+@pytest.mark.parametrize("repeat", [False, True], ids=["loop", "repeat"])
+def test_max_steps_stops_exactly_at_the_step(ip, model, tmp_path, repeat):
+    logdir = str(tmp_path / "exact")
+    body = "sess.run(train_op)\n" if repeat else LOOP
+    supervise(ip, f"--logdir {logdir} --max-steps 1234 --wait"
+                  + (" --repeat" if repeat else ""), body)
+    run = jupyter_supervisor.get_run("exact")
+    assert run.status == "finished"
+    assert run.global_step == 1234
+    assert newest_step(logdir) == 1234
+    # Re-running at the limit restores and finishes without executing the body.
+    ip.user_ns.pop("ran", None)
+    supervise(ip, f"--logdir {logdir} --max-steps 1234 --wait", "ran = True\n" + LOOP)
+    assert jupyter_supervisor.get_run("exact").status == "finished"
+    assert "ran" not in ip.user_ns
+
+
+def test_names_bound_and_assignments_reach_the_notebook(ip, model, tmp_path):
+    supervise(ip, f"--logdir {tmp_path / 'names'} --max-steps 50 --wait",
+              "count = 0\n" + LOOP + "    count += 1\n")
+    run = jupyter_supervisor.get_run("names")
+    assert ip.user_ns["sv"] is run.supervisor
+    assert ip.user_ns["count"] == 50
+    assert ip.user_ns["sess"] is not None
+
+
+def test_each_body_keeps_its_own_sv_when_a_later_run_binds_the_names(ip, model, tmp_path):
+    supervise(ip, f"--logdir {tmp_path / 'first'}",
+              "op_first = train_op\nwhile not sv.should_stop():\n    sess.run(op_first)\n")
+    first = jupyter_supervisor.get_run("first")
+    with tf.Graph().as_default():
+        build_model(ip)
+        supervise(ip, f"--logdir {tmp_path / 'second'}",
+                  "op_second = train_op\nwhile not sv.should_stop():\n    sess.run(op_second)\n")
+        second = jupyter_supervisor.get_run("second")
+        assert ip.user_ns["sv"] is second.supervisor
+        # `first` stops only if its body checks its own Supervisor, not the notebook's `sv`.
+        assert first.stop(wait=True, timeout=DEADLINE)
+        assert first.status == "stopped"
+        assert second.status in ("starting", "running")
+        assert second.stop(wait=True, timeout=DEADLINE)
+
+
+def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, monkeypatch):
+    shown = []
+
+    class Notebook:
+        def write(self, text):
+            shown.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Notebook())
+    monkeypatch.setattr(sys, "stderr", Notebook())
+    supervise(ip, f"--logdir {tmp_path / 'printing'} --max-steps 20 --wait",
+              "import sys\nprint('to-out')\nprint('to-err', file=sys.stderr)\n" + LOOP)
+    print("main-thread")
+    output = jupyter_supervisor.get_run("printing").history.snapshot().output
+    assert "to-out\nto-err\n" in output
+    assert "to-out" not in "".join(shown) and "to-err" not in "".join(shown)
+    assert "main-thread\n" in "".join(shown)
+
+
+def test_stop_while_starting_ends_stopped_without_running_the_body(ip, model, tmp_path,
+                                                                  wait_for):
+    entered, release, calls = threading.Event(), threading.Event(), []
+
+    def slow_init(sess):
+        calls.append(sess)
+        entered.set()
+        release.wait(DEADLINE)
+
+    ip.user_ns["slow_init"] = slow_init
+    ip.user_ns.pop("ran", None)
+    logdir = str(tmp_path / "slow")
+    supervise(ip, f"--logdir {logdir} --init-fn slow_init", "ran = True\n" + LOOP)
+    run = jupyter_supervisor.get_run("slow")
+    # The cell returned while the model is still being initialized in the background.
+    assert entered.wait(DEADLINE)
+    assert run.status == "starting"
+    run.stop(wait=False)
+    assert run.status == "stopping"
+    release.set()
+    assert run.wait(DEADLINE)
+    assert run.status == "stopped"
+    assert "ran" not in ip.user_ns
+    assert newest_step(logdir) == 0
+    # init_fn runs only when there is no checkpoint: resuming restores instead.
+    run.resume()
+    wait_for(lambda: "ran" in ip.user_ns, timeout=DEADLINE, what="the resumed body")
+    run.stop(wait=True, timeout=DEADLINE)
+    assert len(calls) == 1
+
+
+def test_failed_body_in_wait_mode_raises_with_the_cell_traceback(ip, model):
+    with pytest.raises(RunFailedError) as info:
+        supervise(ip, "--name boom --wait", "x = 1\nraise ValueError('boom')\n")
+    run = jupyter_supervisor.get_run("boom")
+    assert run.status == "failed" and isinstance(run.exception, ValueError)
+    lines = info.value._render_traceback_()
+    assert lines[-1] == "ValueError: boom"
+    assert any(line.startswith("----> 3 raise ValueError('boom')") for line in lines)
+    assert not any("run.py" in line for line in lines)
+
+
+def test_without_logdir_nothing_is_saved_and_the_user_is_told(ip, model, capsys):
+    supervise(ip, "--name unsaved --max-steps 10 --wait")
+    out = capsys.readouterr().out
+    assert "No --logdir: run 'unsaved' saves nothing" in out
+    run = jupyter_supervisor.get_run("unsaved")
+    assert run.status == "finished" and run.logdir is None and not run.can_resume
+    with pytest.raises(run_module.RunStateError, match="no --logdir"):
+        run.resume()
+
+
+# ---------------------------------------------------------------------------- state machine
+
+def test_state_machine_allows_only_its_transitions():
+    statuses = [None, "starting", "running", "stopping", "stopped", "finished", "failed"]
+    legal = {
+        None: {"starting"},
+        "starting": {"running", "stopping", "failed"},
+        "running": {"stopping", "finished", "failed"},
+        "stopping": {"stopped", "failed"},
+        "stopped": {"starting"}, "finished": {"starting"}, "failed": {"starting"},
+    }
+    for old in statuses:
+        for new in statuses[1:]:
+            run = run_module.TrainingRun(run_module.RunConfig(name="machine"), "pass", {})
+            run._status = old  # pylint: disable=protected-access  (the table under test)
+            if new in legal[old]:
+                run._transition(new)  # pylint: disable=protected-access
+                assert run.status == new and run.history.snapshot().status == new
+            else:
+                with pytest.raises(run_module.IllegalTransitionError):
+                    run._transition(new)  # pylint: disable=protected-access
+                assert run.status == old
+
+
+def test_steering_an_ended_run_says_why(ip, model, tmp_path):
+    supervise(ip, f"--logdir {tmp_path / 'ended'} --max-steps 5 --wait")
+    run = jupyter_supervisor.get_run("ended")
+    with pytest.raises(run_module.RunStateError, match="finished: nothing to stop"):
+        run.stop()
+    with pytest.raises(run_module.RunStateError, match="finished"):
+        run.save_now()
+    with pytest.raises(run_module.RunStateError) as info:
+        ip.run_line_magic("supervise", "stop ended")
+    # IPython shows it as one line.
+    assert info.value._render_traceback_() == [
+        "RunStateError: Run 'ended' is finished: nothing to stop."]
+
+
+def test_config_validation_names_the_argument():
+    with pytest.raises(ValueError, match=r"Invalid value for argument `keep`. Received: keep=0"):
+        run_module.RunConfig(keep=0)
+    assert run_module.RunConfig(logdir="runs/mnist/").name == "mnist"
+    assert run_module.RunConfig().name == "run"
+    assert run_module.RunConfig(task_index=1).role == "worker"
+    assert run_module.RunConfig(master="grpc://localhost:1").role == "chief"
+    assert os.fspath(run_module.RunConfig(logdir="x").logdir) == "x"
+
+
+def test_keep_and_checkpoint_basename(ip, model, tmp_path, wait_for):
+    logdir = str(tmp_path / "kept")
+    supervise(ip, f"--logdir {logdir} --keep 2 --checkpoint-basename my.ckpt "
+                  "--save-model-secs 0")
+    run = jupyter_supervisor.get_run("kept")
+    paths = []
+    for _ in range(4):
+        last = run.global_step or 0
+        wait_for(lambda: run.status == "running" and (run.global_step or 0) > last,
+                 timeout=DEADLINE, what="more steps")
+        paths.append(run.save_now())
+    saved = int(paths[-1].rsplit("-", 1)[1])
+    wait_for(lambda: run.global_step > saved, timeout=DEADLINE, what="a step after the save")
+    run.stop(wait=True, timeout=DEADLINE)
+    paths.append(tf.train.latest_checkpoint(logdir))
+    assert len(set(paths)) == 5
+    assert all(os.path.basename(p).startswith("my.ckpt-") for p in paths)
+    kept = tf.train.get_checkpoint_state(logdir).all_model_checkpoint_paths
+    assert list(kept) == paths[-2:]
+    assert sorted(f for f in os.listdir(logdir) if f.endswith(".index")) == sorted(
+        os.path.basename(p) + ".index" for p in kept)
