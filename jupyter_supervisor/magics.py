@@ -311,8 +311,11 @@ def _stopped_line(training, interrupted) -> str:
 
 
 def _end_summary(training) -> None:
-    # A displayed panel shows the end by itself; elsewhere (nbconvert, papermill, a terminal)
-    # the end is printed.
-    if not panel.widget_frontend_available():
+    # A live panel shows the end, but a saved notebook (nbconvert, papermill) keeps the panel's
+    # text form as it was at display time: one line says how the run ended. Where no widget
+    # can show (a terminal), the whole summary.
+    if panel.widget_frontend_available():
+        print(panel.text_status(training))
+    else:
         print(panel.text_summary(training))
 

@@ -123,7 +123,7 @@ class RunConfig:
                                         or not os.fspath(self.logdir)):
             raise ValueError(_invalid("logdir", self.logdir, "a directory path, or None"))
         if self.logdir is not None:
-            object.__setattr__(self, "logdir", os.fspath(self.logdir))
+            object.__setattr__(self, "logdir", os.path.expanduser(os.fspath(self.logdir)))
         if self.name is None:
             object.__setattr__(self, "name", _default_name(self.logdir))
         if not isinstance(self.name, str) or not self.name.strip() or self.name != self.name.strip():
@@ -726,8 +726,12 @@ class _Registry:
         with self._lock:
             others = [r for r in self._runs.values() if r is not run and r.is_live]
         for other in others:
-            how = (f"Stop it first with `%supervise stop {other.name}` (or "
-                   f"jupyter_supervisor.get_run({other.name!r}).stop()).")
+            if other.status == STOPPING:
+                how = (f"It is writing its final checkpoint: `%supervise wait {other.name}` "
+                       "waits for it.")
+            else:
+                how = (f"Stop it first with `%supervise stop {other.name}` (or "
+                       f"jupyter_supervisor.get_run({other.name!r}).stop()).")
             if other.name == run.name:
                 raise RunConflictError(
                     f"A run named {run.name!r} is {other.status}. {how} Or pass another --name.")

@@ -318,8 +318,10 @@ def test_rerunning_the_cell_resumes_from_the_newest_checkpoint(kernel, logdir):
     kernel.model()
     name = logdir.rsplit("/", 1)[-1]
     cell = f"%%supervise --logdir {logdir} --max-steps {{}} --wait --save-summaries-secs 0.05\n{LOOP}"
-    kernel.ok(cell.format(40))
+    waited = kernel.ok(cell.format(40))
     assert kernel.value(run_expr(name, "status")) == "finished"
+    # The cell blocked until the end and says how the run ended.
+    assert waited.stream().splitlines()[-1].startswith(f"{name}: finished at step 40 of 40")
     assert kernel.value(f"_newest_step({logdir!r})") == 40
     kernel.ok(cell.format(90))
     assert kernel.value(run_expr(name, "restored_from")) == f"{logdir}/model.ckpt-40"
