@@ -5,7 +5,8 @@ from a thread that never set one, output lands in whichever cell executes at tha
 the last one that did). A training thread runs for hours while the user runs other cells, so
 its output must be claimed explicitly. ``routed_to(sink)`` does that for the calling thread:
 while the block runs, that thread's writes to ``sys.stdout`` and ``sys.stderr`` go to
-``sink(text)``; every other thread writes exactly as before.
+``sink(text)``; ``threads_routed_to(owns, sink)`` does it for the threads a run started (its
+Supervisor's services and loops); every other thread writes exactly as before.
 
 It works by putting a thin proxy in front of ``sys.stdout`` and ``sys.stderr`` (once, kept until
 ``uninstall()``); the proxy looks the writing thread up in a dict and otherwise delegates every
@@ -25,6 +26,10 @@ _STREAMS = ("stdout", "stderr")
 # no lock (a dict lookup is atomic under the GIL); changes happen under _lock.
 _routes: Dict[int, Callable[[str], None]] = {}
 _lock = threading.Lock()
+# Sinks for whole families of threads, each with the predicate that tells its threads (e.g.
+# "started by this run's Supervisor"): asked only for threads not in _routes. Replaced, never
+# mutated, so the write path reads it without a lock.
+_families: Tuple[Tuple[Callable[[threading.Thread], bool], Callable[[str], None]], ...] = ()
 # Logging handlers re-pointed at a proxy, with the stream they had (guarded by _lock).
 _repointed: List[Tuple[logging.StreamHandler, object]] = []
 
@@ -36,7 +41,7 @@ class RoutedStream:
         self.wrapped = wrapped
 
     def write(self, text):
-        sink = _routes.get(threading.get_ident())
+        sink = _routes.get(threading.get_ident()) or _family_sink()
         if sink is None:
             return self.wrapped.write(text)
         if not isinstance(text, str):
@@ -49,7 +54,7 @@ class RoutedStream:
             self.write(line)
 
     def flush(self):
-        if threading.get_ident() not in _routes:
+        if threading.get_ident() not in _routes and _family_sink() is None:
             self.wrapped.flush()
 
     def __getattr__(self, name):
@@ -94,6 +99,33 @@ def _stream_handlers() -> List[logging.StreamHandler]:
     return [handler for logger in loggers for handler in logger.handlers
             if isinstance(handler, logging.StreamHandler)
             and not isinstance(handler, logging.FileHandler)]
+
+
+def _family_sink():
+    families = _families
+    if not families:
+        return None
+    thread = threading.current_thread()
+    for owns, sink in families:
+        if owns(thread):
+            return sink
+    return None
+
+
+@contextlib.contextmanager
+def threads_routed_to(owns: Callable[[threading.Thread], bool], sink: Callable[[str], None]):
+    """Within the block, what any thread for which ``owns(thread)`` is true prints goes to
+    ``sink(text)`` (the threads a run's Supervisor starts: services, ``sv.loop`` targets)."""
+    global _families  # pylint: disable=global-statement
+    install()
+    entry = (owns, sink)
+    with _lock:
+        _families = _families + (entry,)
+    try:
+        yield
+    finally:
+        with _lock:
+            _families = tuple(f for f in _families if f is not entry)
 
 
 @contextlib.contextmanager

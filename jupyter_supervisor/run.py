@@ -509,7 +509,8 @@ class TrainingRun:
     def _train(self, sv: Supervisor, code) -> None:
         error = None
         try:
-            with output.routed_to(self.history.append_output):
+            with output.routed_to(self.history.append_output), \
+                    output.threads_routed_to(sv.owns_thread, self.history.append_output):
                 try:
                     self._load_earlier_history()
                     services = bool(self.logdir) or not self.config.is_chief

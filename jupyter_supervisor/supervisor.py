@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Callable, Optional
 
 try:
@@ -191,7 +192,9 @@ class Supervisor:
         self._sess = None
         self._save_lock = threading.Lock()        # one Saver.save at a time
         self._last_saved_step: Optional[int] = None  # guarded by _save_lock
-        self._services: list = []
+        # Every thread this Supervisor started (services, queue runners, loops), so that the
+        # notebook can tell whose output a thread's print is. Weak: finished threads go away.
+        self._threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 
         if is_chief:
             self._logdir = os.fspath(logdir) if logdir else logdir
@@ -412,6 +415,15 @@ class Supervisor:
         """Waits until the events emitted so far reached the listeners; False on timeout."""
         return self._hub.flush(timeout)
 
+    @property
+    def threads(self) -> tuple:
+        """The live threads this Supervisor started: services, queue runners and loops."""
+        return tuple(t for t in list(self._threads) if t.is_alive())
+
+    def owns_thread(self, thread: threading.Thread) -> bool:
+        """True if ``thread`` was started by this Supervisor."""
+        return thread in self._threads
+
     def read_global_step(self, sess=None) -> Optional[int]:
         """The current global step as an int (shape [] or [1]), or None without a global step."""
         sess = sess if sess is not None else self._sess
@@ -462,8 +474,8 @@ class Supervisor:
             threads.append(services.CheckpointService(
                 self._coord, self._save_model_secs, save=lambda: self._save_if_moved(sess)))
         for thread in threads:
+            self._threads.add(thread)
             thread.start()
-        self._services.extend(threads)
         return threads
 
     def _compute_summary(self, sess):
@@ -620,7 +632,10 @@ class Supervisor:
         with self._graph.as_default():
             for runner in queue_runners:
                 threads.extend(runner.create_threads(sess, coord=self._coord, daemon=True,
-                                                     start=True))
+                                                     start=False))
+        for thread in threads:
+            self._threads.add(thread)
+            thread.start()
         return threads
 
     def loop(self, timer_interval_secs, target, args=None, kwargs=None):
@@ -635,6 +650,7 @@ class Supervisor:
             raise TypeError(_invalid("target", target, "a callable"))
         looper = _v1.train.LooperThread(self._coord, timer_interval_secs, target=target,
                                         args=args, kwargs=kwargs)
+        self._threads.add(looper)
         looper.start()
         return looper
 
@@ -703,7 +719,6 @@ class Supervisor:
             error = e
             raise
         finally:
-            self._services = [t for t in self._services if t.is_alive()]
             stopped_step = self._read_step_quietly()
             try:
                 if close_summary_writer and self._summary_writer:

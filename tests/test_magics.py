@@ -205,6 +205,31 @@ def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, mo
     assert "main-thread\n" in "".join(shown)
 
 
+def test_output_of_the_runs_service_threads_goes_to_the_run(ip, model, tmp_path, monkeypatch):
+    shown = []
+
+    class Notebook:
+        def write(self, text):
+            shown.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Notebook())
+    body = ("import threading\n"
+            "printed = threading.Event()\n"
+            "def report():\n"
+            "    print('from-loop')\n"
+            "    printed.set()\n"
+            "sv.loop(0.01, report)\n"
+            "printed.wait(30)\n" + LOOP)
+    supervise(ip, f"--logdir {tmp_path / 'looping'} --max-steps 20 --wait", body)
+    output = jupyter_supervisor.get_run("looping").history.snapshot().output
+    assert "from-loop\n" in output
+    assert "from-loop" not in "".join(shown)
+
+
 def test_stop_while_starting_ends_stopped_without_running_the_body(ip, model, tmp_path,
                                                                   wait_for):
     entered, release, calls = threading.Event(), threading.Event(), []
