@@ -4,6 +4,7 @@ They parse (IPython's magic_arguments: ``%%supervise?`` lists every option, a ba
 UsageError) and delegate to ``run.py``; the panel shows the run. TensorFlow is imported with
 the first run, not when the extension is loaded.
 """
+import dataclasses
 import sys
 
 from IPython.core import ultratb
@@ -43,6 +44,11 @@ def _short(error: BaseException) -> BaseException:
 def _run_module():
     from . import run  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
     return run
+
+
+def _cluster_module():
+    from . import cluster  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
+    return cluster
 
 
 def _user_errors(run):
@@ -85,15 +91,35 @@ class SuperviseMagics(Magics):
               help="Block until the run ends (for scripts, nbval, papermill). A kernel "
                    "interrupt then stops the run with a final checkpoint.")
     @argument("--master", default="",
-              help="TensorFlow master of a cluster, e.g. grpc://host:2222. "
+              help="TensorFlow master of a cluster whose server for this task runs "
+                   "elsewhere, e.g. grpc://host:2222 (not with --cluster). "
                    "Default: an in-process session.")
+    @argument("--cluster", metavar="CLUSTER", default=None,
+              help="Train as a task of a TensorFlow cluster, with --job and --task-index. "
+                   "CLUSTER: the name of a notebook variable holding a dict such as "
+                   "{'ps': ['host0:2222'], 'worker': ['host1:2222', 'host2:2222']} (or a "
+                   "tf.train.ClusterSpec), or that dict as quoted JSON. The kernel starts "
+                   "the task's tf.distribute.Server (once: re-running the cell reuses it; a "
+                   "port in use is an error) and trains on it. The session sees only the ps "
+                   "tasks and this task, so a task can start or restart while another is "
+                   "down. A ps task runs no training cell: serve it from a plain cell, "
+                   "server = jupyter_supervisor.cluster.start_server(CLUSTER, 'ps', 0); "
+                   "the kernel serves while it lives. Default: none.")
+    @argument("--job", metavar="NAME", default=None,
+              help="This task's job in --cluster: 'worker', or 'chief' for a cluster with "
+                   "a chief job (needed with --cluster). Default: none.")
     @argument("--task-index", metavar="N", type=int, default=0,
-              help="This task's index among the workers. Default: %(default)s.")
+              help="This task's index in its --job (with --master: among the workers). "
+                   "Default: %(default)s.")
     @argument("--chief", dest="chief", action="store_true", default=None,
-              help="This task is the chief: it initializes, restores and saves. "
-                   "Default: chief when --task-index is 0.")
+              help="This task is the chief: it initializes or restores the model and "
+                   "writes the checkpoints and summaries. Default: with --cluster, task 0 "
+                   "of the 'chief' job, or of the 'worker' job when there is no 'chief' "
+                   "job; with --master, task 0.")
     @argument("--no-chief", dest="chief", action="store_false",
-              help="This task is not the chief: it waits for the chief's model.")
+              help="This task is not the chief: it waits for the chief's model "
+                   "(checking every --recovery-wait-secs; the panel says 'waiting for "
+                   "chief'), then trains. It saves nothing, even with --logdir.")
     @argument("--recovery-wait-secs", metavar="SECS", type=float, default=30,
               help="How often a non-chief checks whether the chief's model is ready. "
                    "Default: %(default)s.")
@@ -116,12 +142,30 @@ class SuperviseMagics(Magics):
         cells see); only its `sv` and `sess` stay its own when a later run binds those names.
         What it prints goes to the run's panel, not to the cell that executes at that time.
         Later: %supervise (list), %supervise stop|resume|save|wait|show NAME.
+
+        Replicas: one notebook per task, each with the same CLUSTER dict, builds its model
+        with variables on the ps (jupyter_supervisor.cluster.replica_device_setter) and runs
+
+            %%supervise --cluster CLUSTER --job worker --task-index 1 --logdir runs/mnist
+
+        Task 0 of the worker job is the chief; the others wait for it. The ps tasks serve from
+        a plain cell: server = jupyter_supervisor.cluster.start_server(CLUSTER, "ps", 0).
         """
         args = parse_argstring(self.supervise_cell, line)
         run = _run_module()
         if not cell.strip():
             raise UsageError("%%supervise needs a cell body: the training loop, e.g.\n"
                              "    while not sv.should_stop():\n        sess.run(train_op)")
+        task = self._cluster_task(args)
+        is_chief, session_config = args.chief, None
+        if task is not None:
+            cluster = _cluster_module()
+            try:
+                if is_chief is None:
+                    is_chief = cluster.is_chief_task(*task)
+                session_config = cluster.session_config(task[1], task[2])
+            except (ValueError, TypeError) as e:
+                raise UsageError(_option_message(str(e))) from None
         try:
             config = run.RunConfig(
                 logdir=args.logdir, name=args.name, save_model_secs=args.save_model_secs,
@@ -129,10 +173,16 @@ class SuperviseMagics(Magics):
                 checkpoint_basename=args.checkpoint_basename, keep=args.keep,
                 max_steps=args.max_steps, init_fn=self._init_fn(args.init_fn),
                 repeat=args.repeat, master=args.master, task_index=args.task_index,
-                is_chief=args.chief, recovery_wait_secs=args.recovery_wait_secs,
-                stop_grace_secs=args.stop_grace_secs)
+                is_chief=is_chief, recovery_wait_secs=args.recovery_wait_secs,
+                stop_grace_secs=args.stop_grace_secs, session_config=session_config)
+            if task is not None:
+                # Last, once every option is known to be good: a server cannot be stopped.
+                server = run.task_server(*task)
+                config = dataclasses.replace(config, master=server.target)
         except (ValueError, TypeError) as e:
             raise UsageError(_option_message(str(e))) from None
+        except RuntimeError as e:  # the port is taken, or another cluster is served
+            raise _short(e)
         training = run.TrainingRun(config, cell, self.shell.user_ns,
                                    compile_source=self._compile_body,
                                    format_exception=format_exception)
@@ -199,6 +249,44 @@ class SuperviseMagics(Magics):
                 "e.g. `def warm_start(sess): saver.restore(sess, path)`.")
         return fn
 
+    def _cluster_task(self, args):
+        """(cluster spec, job, task index) of ``--cluster``/``--job``/``--task-index``, or None
+        without ``--cluster``; raises UsageError for what cannot work."""
+        if args.cluster is None:
+            if args.job is not None:
+                raise UsageError("--job names this task's job in a cluster: give the cluster "
+                                 "too, e.g. --cluster CLUSTER --job worker --task-index 1.")
+            return None
+        if args.master:
+            raise UsageError("--master and --cluster exclude each other: with --cluster the "
+                             "master is this task's own server. Leave out --master.")
+        if args.job is None:
+            raise UsageError("--cluster needs --job NAME (and --task-index N): which task of "
+                             "the cluster this notebook runs, e.g. --job worker --task-index 1.")
+        cluster = _cluster_module()
+        value = args.cluster
+        if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]  # IPython keeps the quotes around a quoted option
+        if value.isidentifier():
+            if value not in self.shell.user_ns:
+                raise UsageError(
+                    f"Invalid value for argument `--cluster`. Received: --cluster={value}, "
+                    "which is not defined. Expected the name of a notebook variable holding "
+                    "the cluster, e.g. CLUSTER = {'ps': ['host0:2222'], 'worker': "
+                    "['host1:2222', 'host2:2222']}, or that dict as quoted JSON.")
+            value = self.shell.user_ns[value]
+        try:
+            spec = cluster.cluster_spec(value)
+        except (ValueError, TypeError) as e:
+            raise UsageError(_option_message(str(e))) from None
+        if args.job == cluster.PS_JOB and cluster.PS_JOB in spec.jobs:
+            raise UsageError(
+                f"--job {cluster.PS_JOB}: a parameter server runs no training cell. Serve it "
+                "from a plain cell of its own notebook instead: server = "
+                f"jupyter_supervisor.cluster.start_server(CLUSTER, {cluster.PS_JOB!r}, "
+                f"{args.task_index}). The kernel serves the task for as long as it lives.")
+        return spec, args.job, args.task_index
+
     def _compile_body(self, source, run_name):
         # Cached under the cell's number, one line down (the %%supervise line), so that
         # tracebacks say "Cell In[N], line L" with L the line in the notebook cell.
@@ -220,10 +308,11 @@ def format_exception(error: BaseException) -> str:
 
 def _option_message(message: str) -> str:
     # RunConfig names Python arguments; the user typed options.
+    options = {"cluster_spec": "--cluster"}
     for field in ("save_model_secs", "save_summaries_secs", "checkpoint_basename", "max_steps",
                   "task_index", "recovery_wait_secs", "stop_grace_secs", "init_fn", "logdir",
-                  "name", "keep", "master"):
-        option = "--" + field.replace("_", "-")
+                  "name", "keep", "master", "cluster_spec", "job"):
+        option = options.get(field, "--" + field.replace("_", "-"))
         message = message.replace(f"`{field}`", f"`{option}`").replace(f"{field}=", f"{option}=")
     return message
 

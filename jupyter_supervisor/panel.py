@@ -153,7 +153,8 @@ def _eta(snap, max_steps: Optional[int]) -> Optional[float]:
 
 
 def text_status(run) -> str:
-    """One line: name, status, step (of max), rate and elapsed time."""
+    """One line: name, status, step (of max), rate, elapsed time and, for a task of a
+    cluster, its role and master."""
     snap = run.history.snapshot()
     max_steps = run.max_steps
     step = _step_text(snap.step)
@@ -162,6 +163,9 @@ def text_status(run) -> str:
     parts = [format_duration(snap.elapsed)]
     if snap.status == "running" and snap.steps_per_sec is not None:
         parts.insert(0, format_rate(snap.steps_per_sec))
+    role = getattr(run, "role", "local")
+    if role != "local":
+        parts.append(f"{role} on {run.master}")
     return f"{run.name}: {_status_label(snap)} at step {step} ({', '.join(parts)})"
 
 

@@ -31,11 +31,12 @@ import re
 import threading
 import time
 import traceback
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.python.client import session as tf_session
 
+from . import cluster
 from . import events
 from . import output
 from .history import RunHistory
@@ -101,7 +102,9 @@ class RunConfig:
 
     ``name`` defaults to the last component of ``logdir`` (or "run" without one); ``is_chief``
     defaults to ``task_index == 0``. ``init_fn`` is a callable taking the session, called only
-    when there is no checkpoint to restore.
+    when there is no checkpoint to restore. ``session_config`` is the ``ConfigProto`` of the
+    managed session; for a task of a cluster, ``cluster.session_config(job, task_index)``, whose
+    device filters let the task start or restart while another task is down.
     """
     logdir: Optional[str] = None
     name: Optional[str] = None
@@ -117,6 +120,7 @@ class RunConfig:
     is_chief: Optional[bool] = None
     recovery_wait_secs: float = 30
     stop_grace_secs: float = 30
+    session_config: Optional[_v1.ConfigProto] = None
 
     def __post_init__(self):
         if self.logdir is not None and (not isinstance(self.logdir, (str, os.PathLike))
@@ -146,6 +150,10 @@ class RunConfig:
         if not isinstance(self.master, str):
             raise ValueError(_invalid("master", self.master,
                                       "a target such as 'grpc://localhost:2222', or ''"))
+        if self.session_config is not None and not isinstance(self.session_config,
+                                                              _v1.ConfigProto):
+            raise ValueError(_invalid("session_config", self.session_config,
+                                      "a tf.compat.v1.ConfigProto, or None"))
         if self.is_chief is None:
             object.__setattr__(self, "is_chief", self.task_index == 0)
 
@@ -517,7 +525,8 @@ class TrainingRun:
                     # Graph mode is per thread, and the notebook may make another graph the
                     # default meanwhile: the body runs with the run's graph as its default.
                     with self._graph.as_default(), sv.managed_session(
-                            self.config.master, start_standard_services=services) as sess:
+                            self.config.master, config=self.config.session_config,
+                            start_standard_services=services) as sess:
                         if not services:
                             sv.start_queue_runners(sess)
                         self._run_session(sv, sess, code)
@@ -808,6 +817,38 @@ def stop_all(timeout: Optional[float] = None) -> List[TrainingRun]:
         if not run.wait(left):
             late.append(run)
     return late
+
+
+# ----------------------------------------------------------------------------------- servers
+
+_servers_lock = threading.Lock()
+# (job, task_index) -> (the cluster as ClusterSpec.as_dict(), its running server)
+_SERVERS: Dict[Tuple[str, int], Tuple[dict, tf.distribute.Server]] = {}
+
+
+def task_server(cluster_def, job: str, task_index: int) -> tf.distribute.Server:
+    """This kernel's ``tf.distribute.Server`` for /job:<job>/task:<task_index> of
+    ``cluster_def``: started by the first call, the same server on every later one.
+
+    A server holds its port until its process ends, so re-running a cell must reuse it. Raises
+    ValueError for a task the cluster lacks, RuntimeError when the port is taken or this kernel
+    already serves the task for a different cluster.
+    """
+    spec = cluster.cluster_spec(cluster_def)
+    wanted = spec.as_dict()
+    with _servers_lock:
+        known = _SERVERS.get((job, task_index))
+        if known is not None:
+            served, server = known
+            if served != wanted:
+                raise RuntimeError(
+                    f"This kernel already serves /job:{job}/task:{task_index} of another "
+                    f"cluster ({served}), not of {wanted}. A TensorFlow server lives until its "
+                    "process ends: restart the kernel to serve another cluster.")
+            return server
+        server = cluster.start_server(spec, job, task_index)
+        _SERVERS[(job, task_index)] = (wanted, server)
+        return server
 
 
 def _register_atexit() -> None:

@@ -68,7 +68,8 @@ OPTIONS = {  # option: its default as the help states it (None: a flag or no sta
     "--logdir": "none", "--name": None, "--save-model-secs": "60",
     "--save-summaries-secs": "10", "--checkpoint-basename": "model.ckpt", "--keep": "5",
     "--max-steps": "no limit", "--init-fn": "none", "--repeat": None, "--wait": None,
-    "--master": "an in-process session", "--task-index": "0", "--chief": None,
+    "--master": "an in-process session", "--cluster": "none", "--job": "none",
+    "--task-index": "0", "--chief": None,
     "--no-chief": None, "--recovery-wait-secs": "30", "--stop-grace-secs": "30",
 }
 
