@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Supervisor": ("supervisor", "Supervisor"),
     "CheckpointMismatchError": ("supervisor", "CheckpointMismatchError"),
+    "CheckpointWriteError": ("supervisor", "CheckpointWriteError"),
     "LogdirLockedError": ("lockfile", "LogdirLockedError"),
     "TrainingRun": ("run", "TrainingRun"),
     "RunConfig": ("run", "RunConfig"),
@@ -22,6 +23,7 @@ _LAZY = {
 }
 
 __all__ = ["Supervisor", "get_run", "runs", "LogdirLockedError", "CheckpointMismatchError",
+           "CheckpointWriteError",
            "TrainingRun", "RunConfig", "events", "load_ipython_extension",
            "unload_ipython_extension"]
 

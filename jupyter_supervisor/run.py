@@ -40,7 +40,7 @@ from . import cluster
 from . import events
 from . import output
 from .history import RunHistory
-from .supervisor import CheckpointMismatchError, LogdirLockedError, Supervisor
+from .supervisor import CheckpointMismatchError, LogdirLockedError, Supervisor, WaitCancelledError
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -530,6 +530,8 @@ class TrainingRun:
                         if not services:
                             sv.start_queue_runners(sess)
                         self._run_session(sv, sess, code)
+                except WaitCancelledError:
+                    pass  # stopped while waiting for the chief: a clean stop
                 except BaseException as e:  # pylint: disable=broad-except
                     error = e
                 finally:

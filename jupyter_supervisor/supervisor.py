@@ -13,15 +13,17 @@ Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest 
 (``max_to_keep=5``); pass your own ``saver`` to keep more or fewer.
 """
 import contextlib
+import glob
 import itertools
 import logging
+import math
 import numbers
 import os
 import sys
 import threading
 import time
 import weakref
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Tuple
 
 try:
     import tensorflow as tf
@@ -45,6 +47,9 @@ _SessionLog = _v1.SessionLog
 # shards). Whether it fits the graph is checked before, by _check_fits.
 _UNREADABLE = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError)
 
+# TensorFlow's checkpoint state file in a logdir (the Saver's default ``latest_filename``).
+STATE_FILE = "checkpoint"
+
 # Variable op types that must carry a device on a non-chief (TF 1 ref variables and TF 2
 # resource variables alike).
 _VARIABLE_OPS = ("Variable", "VariableV2", "VarHandleOp")
@@ -67,13 +72,27 @@ def _check_secs(name: str, value, allow_none: bool = False) -> None:
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value
             or value < 0):
         raise ValueError(_invalid(name, value, "a number of seconds >= 0"))
+    if math.isinf(value):  # a LooperThread cannot wait that long (OverflowError in its thread)
+        raise ValueError(_invalid(name, value, "a finite number of seconds >= 0"))
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, permissions); earlier ones are intact."""
+
+
+class WaitCancelledError(tf.errors.CancelledError):
+    """A stop was requested while a non-chief waited for the chief: a clean end."""
+
+    def __init__(self, message: str):
+        super().__init__(None, None, message)
 
 
 class _Coordinator(tf.compat.v1.train.Coordinator):
     """TensorFlow's Coordinator, remembering why the first stop was requested."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(clean_stop_exception_types=(tf.errors.OutOfRangeError,
+                                                     WaitCancelledError))
         self._reason_lock = threading.Lock()
         self.stop_reason: Optional[str] = None       # guarded by _reason_lock
         self.stop_exception: Optional[BaseException] = None
@@ -308,7 +327,8 @@ class Supervisor:
         try:
             os.makedirs(logdir, exist_ok=True)
         except OSError as e:
-            raise ValueError(_invalid("logdir", logdir, f"a directory that can be created ({e.strerror})")) from None
+            raise ValueError(_invalid("logdir", logdir, f"a directory that can be created "
+                                      f"({e.strerror}): choose another path")) from None
         if not os.access(logdir, os.W_OK | os.X_OK):
             raise ValueError(_invalid("logdir", logdir,
                                       "a writable directory: fix its permissions or choose "
@@ -530,8 +550,7 @@ class Supervisor:
                 self.start_standard_services(sess)
         else:
             self._hub.emit(events.WaitingForChief, master, time.time())
-            sess = self._session_manager.wait_for_session(
-                master, config=config, max_wait_secs=max_wait_secs)
+            sess = self._wait_for_chief(master, config, max_wait_secs)
             self._sess = sess
             self._hub.emit(events.SessionReady, self.read_global_step(sess), None, False,
                            time.time())
@@ -540,21 +559,60 @@ class Supervisor:
             self.start_queue_runners(sess)
         return sess
 
+    def _wait_for_chief(self, master, config, max_wait_secs):
+        """The SessionManager's wait for a ready model, one try at a time, so that a stop
+        requested meanwhile ends the wait (WaitCancelledError) instead of hours of polling."""
+        if max_wait_secs is None:
+            max_wait_secs = float("inf")
+        deadline = time.monotonic() + max_wait_secs
+        while True:
+            try:
+                return self._session_manager.wait_for_session(master, config=config,
+                                                              max_wait_secs=0)
+            except tf.errors.DeadlineExceededError:
+                pass  # not ready yet
+            if deadline - time.monotonic() < self._recovery_wait_secs:
+                raise tf.errors.DeadlineExceededError(
+                    None, None, f"Session was not ready after waiting {max_wait_secs:g} secs.")
+            _v1.logging.info("Waiting for model to be ready on %r; checking again in %g s.",
+                             master, self._recovery_wait_secs)
+            if self._coord.wait_for_stop(self._recovery_wait_secs):
+                raise WaitCancelledError(
+                    "A stop was requested while waiting for the chief's model.")
+
     def _checkpoint_candidates(self):
-        """Checkpoint prefixes of the logdir, newest first, whose files exist."""
+        """Checkpoint prefixes of the logdir, newest first, whose files exist; and those the
+        state file lists."""
         if not self._saver or not self._logdir:
             return [], []
-        state = tf.train.get_checkpoint_state(self._logdir)
-        if not state or not state.model_checkpoint_path:
-            return [], []
-        paths = list(state.all_model_checkpoint_paths)
-        if state.model_checkpoint_path not in paths:
-            paths.append(state.model_checkpoint_path)
-        existing = [p for p in reversed(paths)
-                    if tf.io.gfile.exists(p + ".index") or tf.io.gfile.exists(p)]
-        return existing, paths
+        basename = os.path.basename(self._save_path)
+        existing, listed, damaged = _checkpoint_listing(self._logdir, basename)
+        if damaged:
+            state_file = os.path.join(self._logdir, STATE_FILE)
+            if not existing:
+                raise RuntimeError(
+                    f"The checkpoint state file {state_file!r} cannot be read, and there is no "
+                    f"{basename}-<step> checkpoint next to it. Restore it from a backup, or "
+                    "delete it to start from scratch.")
+            logger.warning("The checkpoint state file %s cannot be read; using the checkpoint "
+                           "files found instead (newest: %s). The next checkpoint rewrites it.",
+                           state_file, existing[0])
+        return existing, listed
+
+    def _remove_partial_saves(self):
+        """Deletes the temporary files of saves a killed process left half-written.
+
+        Only with the logdir's lock held: then no live writer can own them.
+        """
+        if self._lock is None or not self._lock.held:
+            return
+        for path in glob.glob(glob.escape(self._save_path) + "-*.tempstate*"):
+            logger.info("Removing %s, left by a checkpoint write that was cut short.", path)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
 
     def _prepare_chief_session(self, master, config, wait_for_checkpoint, max_wait_secs):
+        self._remove_partial_saves()
         candidates, listed = self._checkpoint_candidates()
         if listed and not candidates:
             raise RuntimeError(
@@ -598,29 +656,11 @@ class Supervisor:
         Checked before restoring because a resource variable silently takes the shape it is
         restored with. An unreadable checkpoint passes here; its restore fails and falls back.
         """
-        try:
-            stored = tf.train.load_checkpoint(path).get_variable_to_shape_map()
-        except tf.errors.OpError:
+        problem = checkpoint_misfit(path, self._graph, self._saver)
+        if problem is None:
             return
-        expected = {name: _variable_shape(var)
-                    for name, var in _saver_variables(self._saver, self._graph).items()}
-        expected = {name: shape for name, shape in expected.items() if shape is not False}
-        missing = sorted(set(expected) - set(stored))
-        reshaped = sorted(
-            f"{name!r} (saved {stored[name]}, graph {shape})"
-            for name, shape in expected.items()
-            if name in stored and shape is not None and shape != stored[name])
-        if not missing and not reshaped:
-            return
-        problems = []
-        if missing:
-            problems.append(f"it has no value for {len(missing)} variable(s) of the graph: "
-                            + ", ".join(repr(m) for m in missing[:5])
-                            + (" ..." if len(missing) > 5 else ""))
-        if reshaped:
-            problems.append("variables changed shape: " + ", ".join(reshaped[:5]))
         raise CheckpointMismatchError(
-            f"The checkpoint {path} does not fit the graph: {'; '.join(problems)}. The graph "
+            f"The checkpoint {path} does not fit the graph: {problem}. The graph "
             "changed since it was saved. Use a new logdir to start afresh, or warm-start: "
             "restore the old variables with an init_fn from that checkpoint in a new logdir.")
 
@@ -670,8 +710,11 @@ class Supervisor:
             logger.info("Saving checkpoint to path %s", self._save_path)
             # Eager mode is per thread: a service thread of a TF2 program must enter the graph,
             # or the Saver takes the eager path and refuses graph variables.
-            with self._graph.as_default():
-                path = self._saver.save(sess, self._save_path, global_step=step)
+            try:
+                with self._graph.as_default():
+                    path = self._saver.save(sess, self._save_path, global_step=step)
+            except tf.errors.OpError as e:
+                raise CheckpointWriteError(self._write_failure(step, e)) from e
             seconds = time.time() - start
             self._last_saved_step = step
         if self._summary_writer and step is not None:
@@ -680,6 +723,20 @@ class Supervisor:
                 step)
         self._hub.emit(events.CheckpointSaved, step, path, start + seconds, seconds)
         return path
+
+    def _write_failure(self, step, error) -> str:
+        reason = _first_line(error)
+        # TensorFlow names its temporary file first: "<path>.tempstate...; No space left..."
+        reason = reason.rsplit("; ", 1)[-1]
+        newest = (self._saver.last_checkpoints or [None])[-1] or tf.train.latest_checkpoint(
+            self._logdir)
+        where = f"{self._save_path}-{step}" if step is not None else self._save_path
+        safe = (f"The newest intact checkpoint is {newest}; nothing saved before was changed."
+                if newest else "No checkpoint was written before this one.")
+        return (f"Could not write a checkpoint to {self._logdir}: {reason}.\n"
+                f"The checkpoint {where} was not saved and the run stopped. {safe} "
+                "Fix the cause (free disk space, permissions), then resume from the newest "
+                "checkpoint (a new managed_session: re-run the cell, or `%supervise resume`).")
 
     def _save_if_moved(self, sess):
         """Saves unless the newest checkpoint already holds the current step."""
@@ -784,12 +841,21 @@ class Supervisor:
 
         An exception from the block or from a service is re-raised after the services were
         stopped and the session closed, except ``OutOfRangeError``, which is a normal end. A
-        clean end writes a final checkpoint (see ``save_on_stop``).
+        clean end writes a final checkpoint (see ``save_on_stop``). An error while preparing
+        the session is raised after stopping, also ``WaitCancelledError`` (a non-chief was
+        stopped while it waited for the chief).
         """
-        sess = None
         try:
             sess = self.prepare_or_wait_for_session(
                 master=master, config=config, start_standard_services=start_standard_services)
+        except Exception as e:  # pylint: disable=broad-except
+            # No session, so no block to run: stop, and raise the error even when it is a
+            # clean-stop one (a generator-based context manager must yield or raise).
+            self.request_stop(e)
+            with contextlib.suppress(type(e)):  # the Coordinator re-raises the same error
+                self.stop(close_summary_writer=close_summary_writer)
+            raise
+        try:
             yield sess
         except Exception as e:  # pylint: disable=broad-except
             self.request_stop(e)
@@ -797,8 +863,7 @@ class Supervisor:
             try:
                 self.stop(close_summary_writer=close_summary_writer)
             finally:
-                if sess is not None:
-                    self._close_session(sess)
+                self._close_session(sess)
 
     def _close_session(self, sess):
         """Closes ``sess`` within ``stop_grace_secs``.
@@ -851,16 +916,90 @@ def _first_line(error) -> str:
     node names or stack frames)."""
     text = (getattr(error, "message", None) or str(error)).strip()
     noise = ("Graph execution error", "Detected at node", "Node:", "Original stack trace",
-             "[[", "File ")
+             "[[", "File ", "Hint:")
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line[:1].isspace() and not line.startswith(noise)]
     return lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
 
 
+def checkpoint_paths(logdir: str, checkpoint_basename: str = "model.ckpt") -> List[str]:
+    """The checkpoints of ``logdir`` whose files exist, newest first: those its checkpoint state
+    file lists or, when that file is there but cannot be read, the
+    ``<checkpoint_basename>-<step>`` files found (highest step first), which is what a restore
+    uses then."""
+    return _checkpoint_listing(logdir, checkpoint_basename)[0]
+
+
+def _checkpoint_listing(logdir: str, basename: str) -> Tuple[List[str], List[str], bool]:
+    """(existing checkpoints newest first, those the state file lists, whether the state file
+    is there but cannot be read).
+
+    TensorFlow ignores a state file it cannot parse, and a run would then start afresh and
+    overwrite the checkpoints of the same steps: so those are looked for by their file names.
+    """
+    try:
+        state = tf.train.get_checkpoint_state(logdir)
+    except ValueError:  # parsed, but names no checkpoint (an empty file)
+        state = None
+    if state is None or not state.model_checkpoint_path:
+        if not tf.io.gfile.exists(os.path.join(logdir, STATE_FILE)):
+            return [], [], False
+        return _checkpoint_files(logdir, basename), [], True
+    listed = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in listed:
+        listed.append(state.model_checkpoint_path)
+    existing = [p for p in reversed(listed)
+                if tf.io.gfile.exists(p + ".index") or tf.io.gfile.exists(p)]
+    return existing, listed, False
+
+
+def _checkpoint_files(logdir: str, basename: str) -> List[str]:
+    """The ``<basename>-<step>`` (and step-less ``<basename>``) checkpoints in ``logdir``,
+    highest step first."""
+    found = []
+    for name in tf.io.gfile.listdir(logdir):
+        if not (name.startswith(basename) and name.endswith(".index")):
+            continue
+        suffix = name[len(basename):-len(".index")]
+        if suffix == "":
+            found.append((-1, os.path.join(logdir, basename)))
+        elif suffix[:1] == "-" and suffix[1:].isdigit():
+            found.append((int(suffix[1:]), os.path.join(logdir, basename + suffix)))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def checkpoint_misfit(path: str, graph, saver=None) -> Optional[str]:
+    """Why the checkpoint at ``path`` cannot restore the variables of ``graph`` that ``saver``
+    restores (default: every global variable and saveable object): the variables it has no
+    value for, and those whose shape changed. None when it fits, or when it cannot be read (its
+    restore then fails and falls back to an older checkpoint)."""
+    try:
+        stored = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError):
+        return None
+    expected = {name: _variable_shape(var)
+                for name, var in _saver_variables(saver, graph).items()}
+    expected = {name: shape for name, shape in expected.items() if shape is not False}
+    missing = sorted(set(expected) - set(stored))
+    reshaped = sorted(
+        f"{name!r} (saved {stored[name]}, graph {shape})"
+        for name, shape in expected.items()
+        if name in stored and shape is not None and shape != stored[name])
+    problems = []
+    if missing:
+        problems.append(f"it has no value for {len(missing)} variable(s) of the graph: "
+                        + ", ".join(repr(m) for m in missing[:5])
+                        + (" ..." if len(missing) > 5 else ""))
+    if reshaped:
+        problems.append("variables changed shape: " + ", ".join(reshaped[:5]))
+    return "; ".join(problems) or None
+
+
 def _saver_variables(saver, graph) -> dict:
-    """{checkpoint key: variable, variable handle or saveable} of what ``saver`` restores."""
+    """{checkpoint key: variable, variable handle or saveable} of what ``saver`` (default: a
+    Saver of every global variable and saveable object) restores."""
     from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=import-outside-toplevel
-    var_list = saver._var_list  # pylint: disable=protected-access
+    var_list = saver._var_list if saver is not None else None  # pylint: disable=protected-access
     with graph.as_default():
         if var_list is None:
             var_list = _v1.global_variables() + graph.get_collection(_GraphKeys.SAVEABLE_OBJECTS)

@@ -981,3 +981,48 @@ def test_eager_mode_is_refused_with_the_fix(tmp_path):
                 "tf.compat.v1.disable_eager_execution()")):
             Supervisor(logdir=str(tmp_path))
     assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------- non-chief waiting
+
+def test_stop_ends_a_non_chief_waiting_for_the_chief(tmp_path):
+    """A non-chief polls until the chief made the model ready; a stop requested meanwhile
+    ends the wait (a clean end) instead of hours of polling."""
+    server = tf.distribute.Server.create_local_server()
+    with tf.Graph().as_default(), tf.compat.v1.device("/job:localhost/task:0"):
+        tf.compat.v1.train.get_or_create_global_step()
+        tf.compat.v1.Variable(1.0, name="w")
+        sv = Supervisor(is_chief=False, recovery_wait_secs=0.05)
+    seen = []
+    sv.add_listener(seen.append)
+    outcome = {}
+
+    def worker():
+        try:
+            with sv.managed_session(server.target):
+                outcome["session"] = True
+        except BaseException as e:  # pylint: disable=broad-except
+            outcome["error"] = e
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    poll_until(lambda: any(isinstance(e, events.WaitingForChief) for e in seen),
+               "the non-chief to wait for the chief")
+    assert thread.is_alive()  # the model is not initialized: it goes on waiting
+    sv.request_stop()
+    thread.join(DEADLINE)
+    assert not thread.is_alive(), "the stop did not end the wait"
+    assert "session" not in outcome
+    assert isinstance(outcome["error"], jupyter_supervisor.supervisor.WaitCancelledError)
+    sv.flush_events(DEADLINE)
+    stopped = [e for e in seen if isinstance(e, events.Stopped)]
+    assert [(e.reason, e.exception) for e in stopped] == [(events.REQUESTED, None)]
+
+
+def test_non_chief_wait_gives_up_after_max_wait_secs():
+    server = tf.distribute.Server.create_local_server()
+    with tf.Graph().as_default(), tf.compat.v1.device("/job:localhost/task:0"):
+        tf.compat.v1.Variable(1.0, name="w")
+        sv = Supervisor(is_chief=False, recovery_wait_secs=0.05)
+    with pytest.raises(tf.errors.DeadlineExceededError, match="not ready after waiting"):
+        sv.prepare_or_wait_for_session(server.target, max_wait_secs=0.3)
