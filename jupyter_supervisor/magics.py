@@ -5,6 +5,7 @@ UsageError) and delegate to ``run.py``; the panel shows the run. TensorFlow is i
 the first run, not when the extension is loaded.
 """
 import dataclasses
+import re
 import sys
 
 from IPython.core import ultratb
@@ -151,7 +152,7 @@ class SuperviseMagics(Magics):
         Task 0 of the worker job is the chief; the others wait for it. The ps tasks serve from
         a plain cell: server = jupyter_supervisor.cluster.start_server(CLUSTER, "ps", 0).
         """
-        args = parse_argstring(self.supervise_cell, line)
+        args = _parse(self.supervise_cell, line, "%%supervise?")
         run = _run_module()
         if not cell.strip():
             raise UsageError("%%supervise needs a cell body: the training loop, e.g.\n"
@@ -189,11 +190,16 @@ class SuperviseMagics(Magics):
         try:
             training.start()
         except _user_errors(run) as e:
+            if type(e) in (ValueError, TypeError):  # pylint: disable=unidiomatic-typecheck
+                raise _short(type(e)(_option_message(str(e)))) from None
             raise _short(e)
+        if training.status == "failed" and isinstance(training.exception, SyntaxError):
+            raise RunFailedError(training)  # the body does not compile: nothing ran
         if config.logdir is None and config.is_chief:
             print(f"No --logdir: run {config.name!r} saves nothing (no checkpoints, no "
                   "summaries) and cannot be resumed.")
-        _show(training, full=training.status == "failed")  # a SyntaxError fails it at once
+        _print_notes(training)
+        _show(training)
         if args.wait:
             _wait(training)
 
@@ -208,7 +214,7 @@ class SuperviseMagics(Magics):
     @line_magic("supervise")
     def supervise_line(self, line):
         """List and steer the runs started with %%supervise."""
-        args = parse_argstring(self.supervise_line, line)
+        args = _parse(self.supervise_line, line, "%supervise?")
         if args.command == "list":
             if args.name is not None:
                 raise UsageError("%supervise list takes no name.")
@@ -241,8 +247,9 @@ class SuperviseMagics(Magics):
             return None
         fn = self.shell.user_ns.get(name)
         if not callable(fn):
+            kind = type(fn).__name__
             found = "is not defined" if name not in self.shell.user_ns else \
-                f"is a {type(fn).__name__}, not a function"
+                f"is {'an' if kind[:1] in 'aeiouAEIOU' else 'a'} {kind}, not a function"
             raise UsageError(
                 f"Invalid value for argument `--init-fn`. Received: --init-fn={name}, which "
                 f"{found}. Expected the name of a function of the notebook taking the session, "
@@ -306,6 +313,54 @@ def format_exception(error: BaseException) -> str:
     return formatter.stb2text(structured)
 
 
+def _parse(magic, line: str, help_hint: str):
+    """The magic's arguments; a line argparse refuses is a UsageError that says where the
+    options are listed."""
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as e:
+        raise UsageError(f"{str(e).rstrip('.')}. `{help_hint}` lists the options.") from None
+
+
+def _print_notes(training) -> None:
+    """What a run that started does differently from what its options suggest."""
+    sv = training.supervisor
+    if sv is None or not training.logdir:
+        return
+    if sv.saver is None:
+        print(f"The graph has no variables: run {training.name!r} has nothing to checkpoint "
+              "(it writes summaries only).")
+    elif sv.global_step is None:
+        print(f"The graph has no global step: run {training.name!r} counts no steps, and each "
+              f"checkpoint replaces the last ({sv.save_path}). To count steps, create one with "
+              "tf.compat.v1.train.get_or_create_global_step() and pass it to "
+              "minimize(..., global_step=...).")
+
+
+def _parse(magic, line: str, help_hint: str):
+    """The magic's arguments; a line argparse refuses is a UsageError that says where the
+    options are listed."""
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as e:
+        raise UsageError(f"{str(e).rstrip('.')}. `{help_hint}` lists the options.") from None
+
+
+def _print_notes(training) -> None:
+    """What a run that started does differently from what its options suggest."""
+    sv = training.supervisor
+    if sv is None or not training.logdir:
+        return
+    if sv.saver is None:
+        print(f"The graph has no variables: run {training.name!r} has nothing to checkpoint "
+              "(it writes summaries only).")
+    elif sv.global_step is None:
+        print(f"The graph has no global step: run {training.name!r} counts no steps, and each "
+              f"checkpoint replaces the last ({sv.save_path}). To count steps, create one with "
+              "tf.compat.v1.train.get_or_create_global_step() and pass it to "
+              "minimize(..., global_step=...).")
+
+
 def _option_message(message: str) -> str:
     # RunConfig names Python arguments; the user typed options.
     options = {"cluster_spec": "--cluster"}
@@ -313,8 +368,10 @@ def _option_message(message: str) -> str:
                   "task_index", "recovery_wait_secs", "stop_grace_secs", "init_fn", "logdir",
                   "name", "keep", "master", "cluster_spec", "job"):
         option = options.get(field, "--" + field.replace("_", "-"))
-        message = message.replace(f"`{field}`", f"`{option}`").replace(f"{field}=", f"{option}=")
-    return message
+        # Whole names only: `name` must not rewrite the end of `checkpoint_basename`.
+        message = re.sub(rf"(?<![\w-]){field}=", f"{option}=",
+                         message.replace(f"`{field}`", f"`{option}`"))
+    return message.replace(", or None.", ".")  # leaving an option out is how to pass None
 
 
 # ------------------------------------------------------------------------------ display

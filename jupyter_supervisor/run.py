@@ -25,9 +25,11 @@ or graph.
 import atexit
 import dataclasses
 import logging
+import math
 import numbers
 import os
 import re
+import sysconfig
 import threading
 import time
 import traceback
@@ -40,7 +42,8 @@ from . import cluster
 from . import events
 from . import output
 from .history import RunHistory
-from .supervisor import CheckpointMismatchError, LogdirLockedError, Supervisor, WaitCancelledError
+from .supervisor import (CheckpointMismatchError, LogdirLockedError, Supervisor,
+                         WaitCancelledError, checkpoint_misfit, checkpoint_paths)
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -94,6 +97,8 @@ def _check_number(name, value, *, integer=False, minimum=0, allow_none=False):
         what = "an integer" if integer else "a number"
         raise ValueError(_invalid(name, value, f"{what} >= {minimum}"
                                   + (", or None" if allow_none else "")))
+    if not integer and math.isinf(value):  # a service cannot wait that long: it would fail
+        raise ValueError(_invalid(name, value, f"a finite number >= {minimum}"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -435,13 +440,25 @@ class TrainingRun:
                                    "until it ended.")
         graph = _v1.get_default_graph()
         _REGISTRY.check_free(self, graph)
-        if self.config.max_steps is not None and _v1.train.get_global_step(graph) is None:
+        if not self.config.is_chief and not self.config.master:
+            raise ValueError(
+                "This task is not the chief (--task-index above 0, or --no-chief), and it has "
+                "no cluster to join: a worker waits for its chief's model, which an in-process "
+                "session never gets. Give the cluster (--cluster CLUSTER --job worker, or "
+                "--master grpc://HOST:PORT), or leave out --task-index/--no-chief to train "
+                "here.")
+        if not graph.get_operations():
+            raise ValueError(
+                "%%supervise trains the default graph, and it is empty. Run the cells that "
+                "build the model first (again after a kernel restart or "
+                "tf.compat.v1.reset_default_graph()).")
+        if _check_global_step(graph) is None and self.config.max_steps is not None:
             raise ValueError(
                 "--max-steps needs a global step, and the graph has none. Create it before "
                 "the model: global_step = tf.compat.v1.train.get_or_create_global_step(), and "
                 "pass it to the optimizer (minimize(loss, global_step=global_step)).")
         if self.logdir:
-            _check_checkpoint_matches(self.logdir, graph)
+            _check_checkpoint_matches(self.logdir, self.config.checkpoint_basename, graph)
         if self._code is None:
             # Once, from the cell that started the run: tracebacks name that cell, also after
             # a resume from a later one.
@@ -533,7 +550,7 @@ class TrainingRun:
                 except WaitCancelledError:
                     pass  # stopped while waiting for the chief: a clean stop
                 except BaseException as e:  # pylint: disable=broad-except
-                    error = e
+                    error = _with_hint(e)
                 finally:
                     # The listeners (history, panel) see the final checkpoint and the Stopped
                     # record before wait() returns.
@@ -546,7 +563,7 @@ class TrainingRun:
         step the newest checkpoint restores (later points were lost with that session)."""
         if not self.logdir:
             return
-        newest = tf.train.latest_checkpoint(self.logdir)
+        newest = next(iter(checkpoint_paths(self.logdir, self.config.checkpoint_basename)), None)
         if newest is None:
             return
         match = re.search(r"-(\d+)$", newest)
@@ -630,8 +647,14 @@ class TrainingRun:
             start = error.__traceback__
             while start is not None and start.tb_frame.f_code is not self._code:
                 start = start.tb_next
-            if start is not None:
-                error = error.with_traceback(start)
+            if start is None:  # raised outside the body (an --init-fn): from the user's code
+                start = error.__traceback__
+                while start is not None and not _is_user_code(start.tb_frame.f_code.co_filename):
+                    start = start.tb_next
+            if start is None:  # raised by ours or a library's code (a restore, a service)
+                logger.debug("Run %r failed.", self.name, exc_info=error)
+                return f"{type(error).__name__}: {error}\n"
+            error = error.with_traceback(start)
         try:
             return self._format_exception(error)
         except Exception:  # pylint: disable=broad-except
@@ -698,29 +721,70 @@ class TrainingRun:
 
 # ------------------------------------------------------------------------------- checkpoints
 
-def _check_checkpoint_matches(logdir: str, graph) -> None:
-    """Raises CheckpointMismatchError when the newest checkpoint lacks variables of the graph."""
-    from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=import-outside-toplevel
-    newest = tf.train.latest_checkpoint(logdir)
-    if newest is None:
+def _check_checkpoint_matches(logdir: str, basename: str, graph) -> None:
+    """Raises CheckpointMismatchError when the newest checkpoint lacks variables of the graph or
+    holds them with another shape (an unreadable one passes: the Supervisor falls back to an
+    older one, or says why it cannot)."""
+    newest = next(iter(checkpoint_paths(logdir, basename)), None)
+    problem = None if newest is None else checkpoint_misfit(newest, graph)
+    if problem is None:
         return
-    try:
-        stored = set(tf.train.load_checkpoint(newest).get_variable_to_shape_map())
-    except (tf.errors.OpError, ValueError):
-        return  # unreadable: the Supervisor falls back to an older one, or says why it cannot
-    with graph.as_default():
-        var_list = _v1.global_variables() + _v1.get_collection(_v1.GraphKeys.SAVEABLE_OBJECTS)
-        wanted = set(saveable_object_util.op_list_to_dict(var_list))
-    missing = sorted(wanted - stored)
-    if not missing:
-        return
-    names = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
     raise CheckpointMismatchError(
-        f"The newest checkpoint in {logdir!r} ({newest}) has no value for {len(missing)} "
-        f"variable(s) of the graph: {names}. The model changed since it was saved. Train it in "
-        "a new --logdir; to warm-start from this checkpoint, also pass --init-fn NAME with a "
-        "function that restores the old variables, e.g. "
+        f"The newest checkpoint in {logdir!r} ({newest}) does not fit the graph: {problem}. "
+        "The model changed since it was saved. Train it in a new --logdir; to warm-start from "
+        "this checkpoint, also pass --init-fn NAME with a function that restores the old "
+        "variables, e.g. "
         f"`def warm(sess): tf.compat.v1.train.Saver(old_vars).restore(sess, {newest!r})`.")
+
+
+def _check_global_step(graph):
+    """The graph's global step (by collection or by name), or None; raises ValueError for one
+    that cannot count steps (TensorFlow's Supervisor would ignore it and count none)."""
+    steps = graph.get_collection(_v1.GraphKeys.GLOBAL_STEP) or [
+        v for v in graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
+        if v.op.name == "global_step"]
+    if not steps:
+        try:
+            steps = [graph.get_tensor_by_name("global_step:0")]
+        except KeyError:
+            return None
+    step = steps[0]
+    shape = step.shape
+    if step.dtype.base_dtype not in (tf.int32, tf.int64) or (
+            shape.rank is not None and shape.as_list() not in ([], [1])):
+        raise ValueError(
+            f"The global step {step.name!r} is a {step.dtype.base_dtype.name} of shape "
+            f"{shape.as_list() if shape.rank is not None else 'unknown'}: it must be an int64 "
+            "(or int32) scalar that counts the training steps. Create it with global_step = "
+            "tf.compat.v1.train.get_or_create_global_step() and pass it to the optimizer "
+            "(minimize(loss, global_step=global_step)).")
+    return step
+
+
+# Where library code lives (the standard library, site-packages, this package): a traceback
+# shown to the user starts at the first frame outside them (a notebook cell, the user's code).
+_LIBRARY_DIRS = tuple(sorted({
+    os.path.join(os.path.abspath(path), "")
+    for path in [os.path.dirname(__file__)] + [
+        sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    if path}))
+
+
+def _is_user_code(filename: str) -> bool:
+    return not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
+
+
+def _with_hint(error: BaseException) -> BaseException:
+    """``error``, or for an op created in the body, the same error saying what to do."""
+    finalized = str(error).startswith("Graph is finalized")
+    # Exactly RuntimeError, as TensorFlow raises it: a subclass is someone else's error.
+    if type(error) is RuntimeError and finalized:  # pylint: disable=unidiomatic-typecheck
+        hinted = RuntimeError(
+            f"{error} %%supervise finalizes the graph while the run trains: create every op "
+            "(summaries, assign ops, tf.constant...) in a cell before the %%supervise cell; "
+            "the body only runs them with sess.run(...).")
+        return hinted.with_traceback(error.__traceback__)
+    return error
 
 
 # ---------------------------------------------------------------------------------- registry
@@ -744,14 +808,15 @@ class _Registry:
             else:
                 how = (f"Stop it first with `%supervise stop {other.name}` (or "
                        f"jupyter_supervisor.get_run({other.name!r}).stop()).")
-            if other.name == run.name:
-                raise RunConflictError(
-                    f"A run named {run.name!r} is {other.status}. {how} Or pass another --name.")
+            # The logdir first: another --name would not help there.
             if run.logdir and other.logdir and \
                     _same_dir_key(run.logdir) == _same_dir_key(other.logdir):
                 raise LogdirLockedError(
                     f"Run {other.name!r} is {other.status} on logdir {other.logdir!r}: one run "
                     f"writes to a logdir at a time. {how}")
+            if other.name == run.name:
+                raise RunConflictError(
+                    f"A run named {run.name!r} is {other.status}. {how} Or pass another --name.")
             if other._graph is graph:  # pylint: disable=protected-access
                 raise RunConflictError(
                     f"Run {other.name!r} is {other.status} on this graph (it is finalized while "

@@ -370,7 +370,10 @@ def test_error_in_body_fails_the_run_only(kernel, logdir):
     kernel.ok("extra = tf.constant(1.0)")
 
     syntax = f"{logdir}-syntax"
-    kernel.ok(f"%%supervise --logdir {syntax}\nwhile not sv.should_stop()\n    pass\n")
+    # A body that does not compile fails its cell at once (nothing ran), like any cell.
+    reply = kernel.execute(
+        f"%%supervise --logdir {syntax}\nwhile not sv.should_stop()\n    pass\n")
+    assert reply.status == "error" and reply.error["traceback"][-1] == "SyntaxError: expected ':'"
     assert kernel.value(f"get_run({syntax.rsplit('/', 1)[-1]!r}).status") == "failed"
     error = kernel.value(f"get_run({syntax.rsplit('/', 1)[-1]!r}).error_text")
     assert "SyntaxError" in error and "line 2" in error

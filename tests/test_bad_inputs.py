@@ -1,0 +1,755 @@
+"""The table of bad inputs in docs/errors.md, row by row, through a real InteractiveShell.
+
+The table is the single source of the expected errors: this module parses docs/errors.md and runs
+one scenario per row (``SCENARIOS``, keyed by the row's case name), asserting what the user is
+shown against the row's "What you get" column: the error's type and its message (``…`` stands for
+what varies), that the cell failed, and that no frame of jupyter_supervisor's own code is shown.
+Rows whose outcome is a note or a warning assert that the run went on. Every logdir that held
+checkpoints before the bad input is compared byte for byte afterwards: nothing saved is lost.
+The last test runs one row of each kind of error in a real kernel, as a notebook shows them.
+"""
+import dataclasses
+import hashlib
+import logging
+import os
+import pathlib
+import queue
+import re
+import select
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import pytest
+import tensorflow as tf
+from IPython.core.interactiveshell import InteractiveShell
+from jupyter_client.manager import KernelManager
+from tensorflow.python.eager import context
+
+import jupyter_supervisor
+from jupyter_supervisor import run as run_module
+from jupyter_supervisor.magics import RunFailedError
+
+v1 = tf.compat.v1
+DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing
+DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+LOGGER = "jupyter_supervisor"
+LOOP = "while not sv.should_stop():\n    sess.run(train_op)\n"
+# A frame of our own code in a shown traceback ("File .../jupyter_supervisor/run.py:527").
+OUR_FRAME = re.compile(r"jupyter_supervisor[\\/]\w+\.py")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+# ----------------------------------------------------------------------------------- the table
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of docs/errors.md."""
+    case: str
+    did: str
+    kind: str       # the error's type name, or "note" / "warning" when the run goes on
+    message: str    # as documented; "…" stands for any text
+    todo: str
+
+    def regex(self) -> str:
+        # A table cell holds one line: a space there matches a line break of the message.
+        return ".*?".join(re.escape(part).replace("\\ ", "\\s+")
+                          for part in self.message.split("…"))
+
+
+def read_table(path: pathlib.Path = DOC) -> List[Row]:
+    """The rows of every table in ``path`` whose first cell is a `case-name`."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = re.fullmatch(r"\|\s*`([a-z0-9-]+)`\s*\|(.*)\|\s*", line)
+        if not match:
+            continue
+        cells = [cell.strip() for cell in match.group(2).split("|")]
+        assert len(cells) == 3, f"row {match.group(1)!r} needs 4 cells: {line}"
+        shown = re.search(r"``\s(.*?)\s``", cells[1])
+        assert shown, f"row {match.group(1)!r}: no ``Type: message`` in {cells[1]!r}"
+        kind, _, message = shown.group(1).partition(": ")
+        rows.append(Row(match.group(1), cells[0], kind, message, cells[2]))
+    return rows
+
+
+ROWS = read_table()
+
+
+# ------------------------------------------------------------------------------ the harness
+
+@dataclasses.dataclass
+class Shown:
+    """What one cell did, as the user sees it."""
+    error: Optional[BaseException]   # the cell's error (None: it ran)
+    out: str                         # printed to stdout (IPython prints tracebacks there)
+    err: str                         # printed to stderr (IPython prints UsageErrors there)
+    started: list                    # the runs the cell started that are still live
+
+    @property
+    def display(self) -> str:
+        """The error as IPython displays it (after what the cell printed before it)."""
+        return ANSI.sub("", self.err if type(self.error).__name__ == "UsageError" else self.out)
+
+
+# Not saved work: the lock, and the graph each session writes again (with its own new ops).
+UNSAVED = ("supervisor.lock", "graph.pbtxt")
+
+
+def snapshot(logdir, only: Callable[[str], bool] = lambda name: True) -> Dict[str, str]:
+    """{file name: sha256} of what ``logdir`` saved: checkpoints, the checkpoint state file and
+    event files."""
+    return {name: hashlib.sha256((pathlib.Path(logdir) / name).read_bytes()).hexdigest()
+            for name in sorted(os.listdir(logdir)) if name not in UNSAVED and only(name)}
+
+
+class Ctx:
+    """What a scenario works with: the shell, a directory of its own, and the logdirs whose
+    saved files must come out of the bad input unchanged."""
+
+    def __init__(self, ip, tmp_path, capsys, wait_for):
+        self.ip = ip
+        self.tmp = tmp_path
+        self.wait_for = wait_for
+        self._capsys = capsys
+        self.kept: Dict[str, Dict[str, str]] = {}
+
+    def run(self, source: str) -> Shown:
+        """Runs ``source`` as a cell."""
+        self._capsys.readouterr()
+        before = {id(r) for r in jupyter_supervisor.runs() if r.is_live}
+        result = self.ip.run_cell(source)
+        out, err = self._capsys.readouterr()
+        started = [r for r in jupyter_supervisor.runs() if r.is_live and id(r) not in before]
+        return Shown(result.error_before_exec or result.error_in_exec, out, err, started)
+
+    def cell(self, line: str, body: str = LOOP) -> Shown:
+        """Runs a ``%%supervise`` cell."""
+        return self.run(f"%%supervise {line}\n{body}")
+
+    def magic(self, line: str) -> Shown:
+        """Runs a ``%supervise`` line."""
+        return self.run(f"%supervise {line}")
+
+    def ok(self, line: str, body: str = LOOP) -> Shown:
+        shown = self.cell(line, body)
+        assert shown.error is None, shown.out + shown.err
+        return shown
+
+    def trained(self, name: str, steps=(10, 20)) -> str:
+        """A logdir holding one checkpoint per entry of ``steps`` (the model of the current
+        default graph), kept: it must be unchanged at the end."""
+        logdir = str(self.tmp / name)
+        for step in steps:
+            self.ok(f"--logdir {logdir} --max-steps {step} --save-model-secs 0 "
+                    "--save-summaries-secs 0 --wait")
+        assert newest_step(logdir) == steps[-1]
+        self.keep(logdir)
+        return logdir
+
+    def keep(self, logdir: str, only: Callable[[str], bool] = lambda name: True) -> None:
+        """Records ``logdir``'s files now: they must be unchanged at the end."""
+        self.kept[logdir] = snapshot(logdir, only)
+
+    def release(self, logdir: str) -> None:
+        """The scenario's run goes on training in ``logdir``: its files may change."""
+        self.kept.pop(logdir, None)
+
+    def running(self, name: str):
+        run = jupyter_supervisor.get_run(name)
+        self.wait_for(lambda: run.status == "running" and (run.global_step or 0) > 0,
+                      timeout=DEADLINE, what=f"run {name!r} to train")
+        return run
+
+
+def newest_step(logdir) -> Optional[int]:
+    path = tf.train.latest_checkpoint(logdir)
+    return None if path is None else int(tf.train.load_checkpoint(path).get_tensor("global_step"))
+
+
+def build_model(ip, w_shape=(), extra=False):
+    """The model's ops on the current default graph, bound in the shell's namespace."""
+    gs = v1.train.get_or_create_global_step()
+    w = v1.get_variable("w", initializer=tf.fill(w_shape, 5.0))
+    loss = tf.reduce_sum(tf.square(w - 1.0))
+    if extra:
+        loss += v1.get_variable("head/bias", initializer=0.0)
+    v1.summary.scalar("loss", loss)
+    train_op = v1.train.GradientDescentOptimizer(0.001).minimize(loss, global_step=gs)
+    ip.user_ns.update(gs=gs, w=w, loss=loss, train_op=train_op, tf=tf)
+    return train_op
+
+
+def package_env() -> Dict[str, str]:
+    """The environment of a child process that imports this very jupyter_supervisor."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(jupyter_supervisor.__file__)))
+    path = [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(path), TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def truncate(prefix: str) -> None:
+    """Damages the checkpoint ``prefix``: its data file loses its second half."""
+    data = f"{prefix}.data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+
+
+SCENARIOS: Dict[str, Callable[[Ctx], Shown]] = {}
+
+
+def scenario(case: str):
+    def register(fn):
+        assert case not in SCENARIOS, case
+        SCENARIOS[case] = fn
+        return fn
+    return register
+
+
+# ---------------------------------------------------------------------------------- options
+
+@scenario("unknown-option")
+def _(ctx):
+    return ctx.cell("--logdri runs/x")
+
+
+@scenario("missing-value")
+def _(ctx):
+    return ctx.cell("--logdir")
+
+
+@scenario("not-a-number")
+def _(ctx):
+    return ctx.cell("--keep five")
+
+
+@scenario("negative-interval")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --save-model-secs -1")
+
+
+@scenario("negative-summaries-interval")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --save-summaries-secs -0.5")
+
+
+@scenario("infinite-interval")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --save-model-secs inf")
+
+
+@scenario("nan-interval")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --stop-grace-secs nan")
+
+
+@scenario("max-steps-zero")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --max-steps 0")
+
+
+@scenario("max-steps-negative")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --max-steps -100")
+
+
+@scenario("keep-zero")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --keep 0")
+
+
+@scenario("basename-with-directory")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --checkpoint-basename ckpt/model")
+
+
+@scenario("init-fn-undefined")
+def _(ctx):
+    ctx.ip.user_ns.pop("warm_start", None)
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --init-fn warm_start")
+
+
+@scenario("init-fn-not-a-function")
+def _(ctx):
+    ctx.ip.user_ns["learning_rate"] = 0.1
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --init-fn learning_rate")
+
+
+@scenario("empty-body")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'}", body="\n   \n")
+
+
+@scenario("worker-without-cluster")
+def _(ctx):
+    return ctx.cell("--task-index 1 --name worker1")
+
+
+@scenario("unknown-command")
+def _(ctx):
+    return ctx.magic("frobnicate")
+
+
+@scenario("stop-unknown-run")
+def _(ctx):
+    return ctx.magic("stop nonesuch")
+
+
+@scenario("list-with-name")
+def _(ctx):
+    return ctx.magic("list mnist")
+
+
+# ---------------------------------------------------------------------------------- the model
+
+@scenario("eager-mode")
+def _(ctx):
+    logdir = ctx.trained("eager")
+    with context.eager_mode():
+        return ctx.cell(f"--logdir {logdir}")
+
+
+@scenario("empty-graph")
+def _(ctx):
+    logdir = ctx.trained("empty")
+    with tf.Graph().as_default():
+        return ctx.cell(f"--logdir {logdir}")
+
+
+@scenario("max-steps-without-global-step")
+def _(ctx):
+    logdir = ctx.tmp / "nostep"
+    with tf.Graph().as_default():
+        ctx.ip.user_ns["train_op"] = v1.assign_add(v1.get_variable("c", initializer=0.0), 1.0)
+        shown = ctx.cell(f"--logdir {logdir} --max-steps 100")
+    assert not logdir.exists()  # refused before anything was written
+    return shown
+
+
+@scenario("global-step-not-integer")
+def _(ctx):
+    logdir = ctx.tmp / "floatstep"
+    with tf.Graph().as_default():
+        step = tf.Variable(0.0, name="global_step", trainable=False)
+        ctx.ip.user_ns["train_op"] = v1.assign_add(step, 1.0)
+        shown = ctx.cell(f"--logdir {logdir}")
+    assert not logdir.exists()
+    return shown
+
+
+@scenario("no-global-step")
+def _(ctx):
+    logdir = str(ctx.tmp / "counter")
+    body = "for _ in range(50):\n    sess.run(train_op)\n"
+    with tf.Graph().as_default():
+        ctx.ip.user_ns["train_op"] = v1.assign_add(v1.get_variable("c", initializer=0.0), 1.0)
+        shown = ctx.ok(f"--logdir {logdir} --wait", body)
+        assert jupyter_supervisor.get_run("counter").status == "finished"
+        # It checkpoints and resumes: the second run continues from the first one's value.
+        ctx.ok(f"--logdir {logdir} --wait", body)
+    assert tf.train.load_checkpoint(os.path.join(logdir, "model.ckpt")).get_tensor("c") == 100
+    return shown
+
+
+@scenario("no-variables")
+def _(ctx):
+    logdir = ctx.tmp / "stateless"
+    with tf.Graph().as_default():
+        value = tf.constant(1.0)
+        v1.summary.scalar("value", value)
+        ctx.ip.user_ns["value"] = value
+        shown = ctx.ok(f"--logdir {logdir} --wait", "for _ in range(3):\n    sess.run(value)\n")
+    assert jupyter_supervisor.get_run("stateless").status == "finished"
+    assert not [name for name in os.listdir(logdir) if ".ckpt" in name]
+    assert [name for name in os.listdir(logdir) if name.startswith("events.out.tfevents")]
+    return shown
+
+
+# --------------------------------------------------------------------------------- the logdir
+
+@scenario("logdir-is-a-file")
+def _(ctx):
+    notes = ctx.tmp / "notes.txt"
+    notes.write_text("precious")
+    shown = ctx.cell(f"--logdir {notes}")
+    assert notes.read_text() == "precious"
+    return shown
+
+
+@scenario("logdir-under-a-file")
+def _(ctx):
+    notes = ctx.tmp / "notes.txt"
+    notes.write_text("precious")
+    shown = ctx.cell(f"--logdir {notes / 'run1'}")
+    assert notes.read_text() == "precious"
+    return shown
+
+
+@scenario("logdir-read-only")
+def _(ctx):
+    logdir = ctx.tmp / "readonly"
+    logdir.mkdir()
+    as_root = os.geteuid() == 0
+    if as_root:
+        # Root writes through permission bits: a read-only file system stands in.
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs",
+                                  str(logdir)], capture_output=True, text=True, check=False)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.strip()}")
+    try:
+        ctx.trained("readonly")
+        if as_root:
+            subprocess.run(["mount", "-o", "remount,ro", str(logdir)], check=True)
+        else:
+            logdir.chmod(0o555)
+        return ctx.cell(f"--logdir {logdir}")
+    finally:
+        _check_kept(ctx, str(logdir))  # before the file system goes away
+        if as_root:
+            subprocess.run(["umount", "-l", str(logdir)], check=True)
+        else:
+            logdir.chmod(0o755)
+
+
+@scenario("logdir-in-use-here")
+def _(ctx):
+    logdir = ctx.tmp / "busy"
+    ctx.ok(f"--logdir {logdir}")
+    run = ctx.running("busy")
+    shown = ctx.cell(f"--logdir {logdir}")
+    # The live run goes on undisturbed, and stops with a final checkpoint.
+    assert jupyter_supervisor.get_run("busy") is run and run.status == "running"
+    assert run.stop(wait=True, timeout=DEADLINE) and run.status == "stopped"
+    assert newest_step(str(logdir)) == run.global_step
+    return shown
+
+
+@scenario("logdir-in-use-elsewhere")
+def _(ctx):
+    logdir = ctx.trained("shared")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys\n"
+         "from jupyter_supervisor.lockfile import LogdirLock\n"
+         "lock = LogdirLock(sys.argv[1])\n"
+         "lock.acquire()\n"
+         "print('held', flush=True)\n"
+         "sys.stdin.read()\n"
+         "lock.release()\n", logdir],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=package_env())
+    try:
+        ready, _, _ = select.select([holder.stdout], [], [], DEADLINE)
+        assert ready and holder.stdout.readline() == "held\n", "the other process took no lock"
+        shown = ctx.cell(f"--logdir {logdir}")
+        assert f"(pid {holder.pid} on host" in str(shown.error)
+    finally:
+        holder.stdin.close()
+        holder.wait(DEADLINE)
+    assert holder.returncode == 0
+    return shown
+
+
+@scenario("same-graph-two-runs")
+def _(ctx):
+    ctx.ok(f"--logdir {ctx.tmp / 'first'}")
+    run = ctx.running("first")
+    shown = ctx.cell(f"--logdir {ctx.tmp / 'second'}")
+    assert run.status == "running"
+    assert not (ctx.tmp / "second").exists()
+    return shown
+
+
+# ------------------------------------------------------------------------------- checkpoints
+
+@scenario("checkpoint-missing-variable")
+def _(ctx):
+    logdir = ctx.trained("grown")
+    with tf.Graph().as_default():
+        build_model(ctx.ip, extra=True)
+        return ctx.cell(f"--logdir {logdir}")
+
+
+@scenario("checkpoint-shape-changed")
+def _(ctx):
+    logdir = ctx.trained("reshaped")
+    with tf.Graph().as_default():
+        build_model(ctx.ip, w_shape=(3,))
+        return ctx.cell(f"--logdir {logdir}")
+
+
+@scenario("newest-checkpoint-corrupted")
+def _(ctx):
+    logdir = ctx.trained("damaged")
+    truncate(os.path.join(logdir, "model.ckpt-20"))
+    ctx.release(logdir)
+    shown = ctx.ok(f"--logdir {logdir} --max-steps 30 --save-model-secs 0 --wait")
+    run = jupyter_supervisor.get_run("damaged")
+    assert run.status == "finished" and run.restored_from.endswith("model.ckpt-10")
+    assert newest_step(logdir) == 30
+    return shown
+
+
+@scenario("all-checkpoints-corrupted")
+def _(ctx):
+    logdir = ctx.trained("ruined")
+    for step in (10, 20):
+        truncate(os.path.join(logdir, f"model.ckpt-{step}"))
+    ctx.keep(logdir)  # as damaged: left exactly so
+    shown = ctx.cell(f"--logdir {logdir} --wait")
+    assert jupyter_supervisor.get_run("ruined").status == "failed"
+    return shown
+
+
+@scenario("state-file-damaged")
+def _(ctx):
+    logdir = ctx.trained("stateless_state")
+    with open(os.path.join(logdir, "checkpoint"), "w", encoding="utf-8") as f:
+        f.write("model_checkpoint_path: \"model.ckpt-20\n")  # cut off mid-line
+    ctx.keep(logdir, only=lambda name: name.startswith("model.ckpt-"))
+    shown = ctx.ok(f"--logdir {logdir} --max-steps 30 --save-model-secs 0 --wait")
+    run = jupyter_supervisor.get_run("stateless_state")
+    assert run.status == "finished" and run.restored_from.endswith("model.ckpt-20")
+    # The next checkpoint rewrote the state file: all of them are listed again.
+    state = tf.train.get_checkpoint_state(logdir)
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+        "model.ckpt-10", "model.ckpt-20", "model.ckpt-30"]
+    return shown
+
+
+@scenario("checkpoint-files-deleted")
+def _(ctx):
+    logdir = ctx.trained("emptied")
+    for name in os.listdir(logdir):
+        if name.startswith("model.ckpt-"):
+            os.remove(os.path.join(logdir, name))
+    ctx.keep(logdir)
+    shown = ctx.cell(f"--logdir {logdir} --wait")
+    assert jupyter_supervisor.get_run("emptied").status == "failed"
+    return shown
+
+
+# ----------------------------------------------------------------------- the body and init_fn
+
+@scenario("body-syntax-error")
+def _(ctx):
+    logdir = ctx.trained("typo")
+    shown = ctx.cell(f"--logdir {logdir}", "while not sv.should_stop()\n    sess.run(train_op)\n")
+    assert "    while not sv.should_stop()\n" in shown.display and "^" in shown.display
+    assert jupyter_supervisor.get_run("typo").status == "failed"
+    return shown
+
+
+@scenario("body-raises")
+def _(ctx):
+    logdir = ctx.trained("diverged")
+    shown = ctx.cell(f"--logdir {logdir} --wait",
+                     "sess.run(train_op)\nraise ValueError('loss diverged')\n")
+    lines = shown.display.splitlines()
+    assert any(line.startswith("----> 3 raise ValueError('loss diverged')") for line in lines)
+    return shown
+
+
+@scenario("body-creates-ops")
+def _(ctx):
+    logdir = ctx.trained("growing")
+    return ctx.cell(f"--logdir {logdir} --wait", "x = tf.constant(1.0)\n" + LOOP)
+
+
+@scenario("init-fn-raises")
+def _(ctx):
+    logdir = ctx.tmp / "pretrained"
+    defined = ctx.run("def warm_start(sess):\n"
+                      "    raise FileNotFoundError('no pretrained weights at "
+                      "/data/pretrained.ckpt')\n")
+    assert defined.error is None
+    shown = ctx.cell(f"--logdir {logdir} --init-fn warm_start --wait")
+    assert "in warm_start(sess)" in shown.display  # the traceback is the function's
+    assert jupyter_supervisor.get_run("pretrained").status == "failed"
+    assert not [name for name in os.listdir(logdir) if ".ckpt" in name]  # nothing half-made
+    return shown
+
+
+# ---------------------------------------------------------------------------- steering runs
+
+@scenario("resume-running-run")
+def _(ctx):
+    ctx.ok(f"--logdir {ctx.tmp / 'live'}")
+    run = ctx.running("live")
+    shown = ctx.magic("resume live")
+    assert run.status == "running"
+    return shown
+
+
+@scenario("stop-ended-run")
+def _(ctx):
+    ctx.ok(f"--logdir {ctx.tmp / 'done'} --max-steps 5 --wait")
+    return ctx.magic("stop done")
+
+
+@scenario("save-ended-run")
+def _(ctx):
+    logdir = str(ctx.tmp / "done")
+    ctx.ok(f"--logdir {logdir} --max-steps 5 --wait")
+    ctx.keep(logdir)
+    return ctx.magic("save done")
+
+
+@scenario("resume-without-logdir")
+def _(ctx):
+    ctx.ok("--name unsaved --max-steps 5 --wait")
+    return ctx.magic("resume unsaved")
+
+
+# -------------------------------------------------------------------------------- the tests
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jupyter_supervisor")
+    yield shell
+    shell.run_line_magic("unload_ext", "jupyter_supervisor")
+
+
+def _check_kept(ctx: Ctx, logdir: str) -> None:
+    before = ctx.kept.pop(logdir, None)
+    if before is None:
+        return
+    after = snapshot(logdir)
+    lost = sorted(name for name in before if name not in after)
+    changed = sorted(name for name in before if name in after and after[name] != before[name])
+    assert not lost and not changed, f"{logdir}: lost {lost}, changed {changed}"
+
+
+def test_the_table_has_a_scenario_for_every_row_and_a_row_for_every_scenario():
+    cases = [row.case for row in ROWS]
+    assert len(cases) >= 20
+    assert len(set(cases)) == len(cases), "a case name is used twice"
+    assert set(cases) == set(SCENARIOS)
+    for row in ROWS:
+        assert row.kind.isidentifier() and row.message and row.did and row.todo, row
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.case for row in ROWS])
+def test_bad_input(row, ip, tmp_path, capsys, caplog, wait_for):
+    ctx = Ctx(ip, tmp_path, capsys, wait_for)
+    with caplog.at_level(logging.WARNING, logger=LOGGER), context.graph_mode(), \
+            tf.Graph().as_default():
+        build_model(ip)
+        try:
+            shown = SCENARIOS[row.case](ctx)
+        finally:
+            late = run_module.stop_all(timeout=DEADLINE)
+        assert not late, f"runs did not stop: {late}"
+    for logdir in list(ctx.kept):
+        _check_kept(ctx, logdir)
+
+    if row.kind == "note":
+        assert shown.error is None
+        assert re.search(f"(?m)^{row.regex()}$", shown.out), shown.out
+        return
+    if row.kind == "warning":
+        assert shown.error is None
+        warnings = [r.getMessage() for r in caplog.records
+                    if r.name == LOGGER and r.levelno == logging.WARNING]
+        assert any(re.fullmatch(row.regex(), w) for w in warnings), warnings
+        return
+
+    assert shown.error is not None, f"the cell did not fail:\n{shown.out}{shown.err}"
+    display = shown.display
+    if os.environ.get("SHOW_DISPLAY"):
+        print(f"\n----- {row.case}\n{display}", file=sys.__stdout__)
+    assert not OUR_FRAME.search(display), f"a frame of ours is shown:\n{display}"
+    starts = [m.end() for m in re.finditer(f"(?m)^{re.escape(row.kind)}: ", display)]
+    assert starts, f"no '{row.kind}: ' line in what the user sees:\n{display}"
+    message = display[starts[-1]:].strip()
+    assert re.fullmatch(row.regex(), message, re.DOTALL), \
+        f"\nexpected: {row.message}\nshown:    {message}"
+    if isinstance(shown.error, RunFailedError):
+        # A failure of the run: the panel and %supervise show the same error.
+        run = shown.error.run
+        assert run.status == "failed"
+        assert re.fullmatch(row.regex(), run.error_text.strip().splitlines()[-1]
+                            .partition(": ")[2], re.DOTALL)
+    else:
+        # Refused at once: one error, no traceback, and nothing started.
+        assert display.strip().startswith(f"{row.kind}: "), display
+        assert not shown.started
+
+
+def _execute(client, code: str) -> dict:
+    """Executes ``code`` in the kernel; returns the reply's content plus what it printed to
+    stderr, once the kernel is idle again."""
+    msg_id = client.execute(code)
+    stderr = []
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        try:
+            msg = client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            raise AssertionError(f"the kernel did not finish {code!r} in time") from None
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream" and msg["content"]["name"] == "stderr":
+            stderr.append(msg["content"]["text"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    while True:
+        reply = client.get_shell_msg(timeout=DEADLINE)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return dict(reply["content"], stderr="".join(stderr))
+
+
+def test_a_kernel_shows_each_kind_of_error_as_the_table_says(tmp_path):
+    """One row of each kind, in a real kernel: what a notebook receives is the error of the
+    table, and a traceback only where it is the user's own code."""
+    rows = {row.case: row for row in ROWS}
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(tmp_path), env=package_env())
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=DEADLINE)
+        setup = _execute(client, (
+            "%load_ext jupyter_supervisor\n"
+            "import tensorflow as tf\n"
+            "tf.compat.v1.disable_eager_execution()\n"
+            "gs = tf.compat.v1.train.get_or_create_global_step()\n"
+            "train_op = tf.compat.v1.assign_add(gs, 1)\n"
+            "open('notes.txt', 'w').write('precious')\n"
+            "def warm_start(sess):\n"
+            "    raise FileNotFoundError('no pretrained weights at /data/pretrained.ckpt')\n"))
+        assert setup["status"] == "ok", setup
+
+        # A bad option: IPython's one-line UsageError, no traceback.
+        reply = _execute(client, "%%supervise --logdri runs/x\n" + LOOP)
+        row = rows["unknown-option"]
+        assert (reply["status"], reply["ename"]) == ("error", row.kind)
+        assert re.fullmatch(row.regex(), reply["evalue"], re.DOTALL), reply["evalue"]
+        assert reply["traceback"] == [] and reply["stderr"] == f"UsageError: {reply['evalue']}\n"
+
+        # Refused when starting: one line, type and message.
+        reply = _execute(client, "%%supervise --logdir notes.txt\n" + LOOP)
+        row = rows["logdir-is-a-file"]
+        assert (reply["status"], reply["ename"]) == ("error", row.kind)
+        assert re.fullmatch(row.regex(), reply["evalue"], re.DOTALL), reply["evalue"]
+        assert reply["traceback"] == [f"{row.kind}: {reply['evalue']}"]
+
+        # The body does not compile: the cell fails at once, pointing at the line.
+        reply = _execute(client, "%%supervise --logdir runs/typo\nwhile not sv.should_stop()\n"
+                                 "    sess.run(train_op)\n")
+        row = rows["body-syntax-error"]
+        assert reply["status"] == "error"
+        assert reply["traceback"][-1] == f"{row.kind}: {row.message}"
+        assert "    while not sv.should_stop()" in reply["traceback"]
+
+        # A failure in the background, waited for: the user's function's traceback only.
+        reply = _execute(client, "%%supervise --logdir runs/pretrained --init-fn warm_start "
+                                 "--wait\n" + LOOP)
+        row = rows["init-fn-raises"]
+        assert reply["status"] == "error"
+        assert re.fullmatch(f"{row.kind}: {row.regex()}", reply["traceback"][-1])
+        assert any("in warm_start(sess)" in line for line in reply["traceback"])
+        assert not OUR_FRAME.search("\n".join(reply["traceback"]))
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
