@@ -191,10 +191,6 @@ class _Series:
         """
         return self._truncate(bisect.bisect_left(self._last, step))
 
-    def drop_after(self, step: int) -> bool:
-        """Drops every bucket that reaches beyond ``step``; True if any was dropped."""
-        return self._truncate(bisect.bisect_right(self._last, step))
-
     def _truncate(self, keep: int) -> bool:
         if keep >= len(self._last):
             return False
@@ -342,12 +338,13 @@ class RunHistory:
         if event.step is None:
             return
         step = int(event.step)
-        # The session starts (again) at `step`: what was recorded after it belongs to a
-        # timeline that the restore discarded.
+        # The session starts (again) at `step`: what was recorded at or after it belongs to a
+        # timeline that the restore discarded (TensorBoard purges from the START step on, and
+        # the new session records `step` again).
         self._step = step
         dropped = False
         for series in self._series.values():
-            dropped |= series.drop_after(step)
+            dropped |= series.drop_from(step)
         if dropped:
             self._scalars_version += 1
         self._rate_samples.append((self._clock(), step))

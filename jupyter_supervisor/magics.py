@@ -27,8 +27,7 @@ class RunFailedError(RuntimeError):
     """A run waited for with ``--wait`` or ``%supervise wait`` failed; shows its traceback."""
 
     def __init__(self, run):
-        last = (run.error_text or "").strip().splitlines()[-1:] or [repr(run.exception)]
-        super().__init__(f"Run {run.name!r} failed: {last[0]}")
+        super().__init__(f"Run {run.name!r} failed: {run.error_line}")
         self.run = run
 
     def _render_traceback_(self):
@@ -299,8 +298,17 @@ class SuperviseMagics(Magics):
         # tracebacks say "Cell In[N], line L" with L the line in the notebook cell.
         del run_name
         text = "\n" + source
-        filename = self.shell.compile.cache(text, self.shell.execution_count, raw_code=text)
+        filename = self.shell.compile.cache(text, _cell_number(self.shell), raw_code=text)
         return compile(text, filename, "exec", dont_inherit=True)
+
+
+def _cell_number(shell) -> int:
+    """The number of the executing cell, as its prompt shows it (IPython 9 counts
+    ``execution_count`` up before the cell runs, IPython 8 after)."""
+    result = getattr(shell.displayhook, "exec_result", None)
+    if result is not None and result.execution_count is not None:
+        return result.execution_count
+    return shell.execution_count
 
 
 def format_exception(error: BaseException) -> str:
@@ -403,8 +411,7 @@ def _table() -> str:
         rows.append((training.name, training.status or "", "" if step is None else str(step),
                      rate, newest, training.logdir or "(not saved)"))
         if training.status == "failed":
-            last = (training.error_text or "").strip().splitlines()[-1:] or [""]
-            failures.append(f"{training.name} failed: {last[0]} "
+            failures.append(f"{training.name} failed: {training.error_line} "
                             f"(`%supervise show {training.name}` shows the traceback)")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
@@ -448,8 +455,7 @@ def _stopped_line(training, interrupted) -> str:
     why = "Interrupted: run" if interrupted else "Run"
     step = "" if training.global_step is None else f" at step {training.global_step}"
     if training.status == "failed":
-        last = (training.error_text or "").strip().splitlines()[-1:] or [""]
-        return f"{why} {training.name!r} failed while stopping{step}: {last[0]}"
+        return f"{why} {training.name!r} failed while stopping{step}: {training.error_line}"
     if not training.logdir:
         return f"{why} {training.name!r} {training.status}{step} (nothing saved: no --logdir)."
     newest = snap.checkpoints[0].path if snap.checkpoints else "none"

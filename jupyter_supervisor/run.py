@@ -43,7 +43,8 @@ from . import events
 from . import output
 from .history import RunHistory
 from .supervisor import (CheckpointMismatchError, LogdirLockedError, Supervisor,
-                         WaitCancelledError, checkpoint_misfit, checkpoint_paths)
+                         WaitCancelledError, checkpoint_misfit, checkpoint_paths,
+                         describe_error)
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -360,6 +361,14 @@ class TrainingRun:
         return self._error_text
 
     @property
+    def error_line(self) -> Optional[str]:
+        """One line for a failed run: the error's type and what went wrong, or None."""
+        error = self._exception
+        if error is None:
+            return None
+        return f"{type(error).__name__}: {describe_error(error)}"
+
+    @property
     def max_steps(self) -> Optional[int]:
         """The step at which the run finishes, or None."""
         return self.config.max_steps
@@ -569,7 +578,10 @@ class TrainingRun:
         match = re.search(r"-(\d+)$", newest)
         step = int(match.group(1)) if match else None
         try:
-            self.history.load_event_files(self.logdir, upto_step=step)
+            # The new session records the restored step again, and TensorBoard drops the old
+            # session's points from that step on: keep only those before it.
+            self.history.load_event_files(
+                self.logdir, upto_step=None if step is None else step - 1)
         except Exception:  # pylint: disable=broad-except
             logger.warning("Could not read the earlier event files of %s; the plots start "
                            "empty.", self.logdir, exc_info=True)

@@ -637,7 +637,7 @@ class Supervisor:
                 failures.append((path, e))
                 if path != candidates[-1]:
                     logger.warning("Cannot read checkpoint %s (%s); trying the older %s.",
-                                   path, _first_line(e), candidates[candidates.index(path) + 1])
+                                   path, describe_error(e), candidates[candidates.index(path) + 1])
                 continue
             if failures:
                 logger.warning("Restored from %s because the newer %s could not be read.",
@@ -647,7 +647,7 @@ class Supervisor:
             return sess, path
         raise RuntimeError(
             f"None of the checkpoints in {self._logdir!r} can be read: "
-            + "; ".join(f"{p}: {_first_line(e)}" for p, e in failures)
+            + "; ".join(f"{p}: {describe_error(e)}" for p, e in failures)
             + ". Move them away to start from scratch, or restore a backup.") from failures[0][1]
 
     def _check_fits(self, path):
@@ -725,7 +725,7 @@ class Supervisor:
         return path
 
     def _write_failure(self, step, error) -> str:
-        reason = _first_line(error)
+        reason = describe_error(error)
         # TensorFlow names its temporary file first: "<path>.tempstate...; No space left..."
         reason = reason.rsplit("; ", 1)[-1]
         newest = (self._saver.last_checkpoints or [None])[-1] or tf.train.latest_checkpoint(
@@ -911,9 +911,9 @@ def _summary_event(summary, step, wall_time):
     return events.SummaryWritten(step, events.scalars_from_summary(summary), wall_time)
 
 
-def _first_line(error) -> str:
-    """The line of a TensorFlow error that says what went wrong (not "Graph execution error:",
-    node names or stack frames)."""
+def describe_error(error) -> str:
+    """The line of an error's message that says what went wrong: for a TensorFlow error not
+    "Graph execution error:", node names, stack frames or hints."""
     text = (getattr(error, "message", None) or str(error)).strip()
     noise = ("Graph execution error", "Detected at node", "Node:", "Original stack trace",
              "[[", "File ", "Hint:")

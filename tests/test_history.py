@@ -254,15 +254,17 @@ def test_equal_steps_are_kept():
     assert steps_of(history, "loss") == [5, 5]
 
 
-def test_a_restore_drops_what_was_recorded_after_its_step():
+def test_a_restore_drops_what_was_recorded_from_its_step_on():
+    # As TensorBoard purges from a START step on: the new session records that step again.
     history = RunHistory(clock=FakeClock())
     for step in range(0, 200, 10):
         history.on_event(summary(step, loss=float(step)))
     history.on_event(events.SessionReady(step=120, restored_from="/l/model.ckpt-120",
                                          is_chief=True, wall_time=0.0))
-    assert steps_of(history, "loss")[-1] == 120
-    history.on_event(summary(130, loss=0.5))
-    assert steps_of(history, "loss")[-2:] == [120, 130]
+    assert steps_of(history, "loss")[-1] == 110
+    history.on_event(summary(120, loss=0.5))
+    assert steps_of(history, "loss")[-2:] == [110, 120]
+    assert history.snapshot().scalars["loss"].values[-1] == 0.5
 
 
 def test_nan_values_count_but_stay_out_of_the_envelope():

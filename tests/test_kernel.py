@@ -352,15 +352,17 @@ def test_second_live_run_on_a_logdir_or_name_is_refused(kernel, logdir):
 def test_error_in_body_fails_the_run_only(kernel, logdir):
     kernel.model()
     name = logdir.rsplit("/", 1)[-1]
-    kernel.ok(f"%%supervise --logdir {logdir}\n"
-              "sess.run(train_op)\n"
-              "x = {}\n"
-              "x['missing']\n")
+    cell = kernel.ok(f"%%supervise --logdir {logdir}\n"
+                     "sess.run(train_op)\n"
+                     "x = {}\n"
+                     "x['missing']\n")
     kernel.ok(f"get_run({name!r}).wait({DEADLINE})")
     assert kernel.value(run_expr(name, "status")) == "failed"
     error = kernel.value(run_expr(name, "error_text"))
-    # The traceback points at the cell's own line 4 (line 1 is the %%supervise line).
-    assert "Cell In[" in error and "----> 4 x['missing']" in error
+    # The traceback points at the cell's own number and line 4 (line 1 is the %%supervise
+    # line).
+    assert f"Cell In[{cell.content['execution_count']}], line 4" in error
+    assert "----> 4 x['missing']" in error
     assert error.rstrip().endswith("KeyError: 'missing'")
     assert "run.py" not in error
     table = kernel.ok("%supervise").stream()

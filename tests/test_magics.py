@@ -273,6 +273,20 @@ def test_failed_body_in_wait_mode_raises_with_the_cell_traceback(ip, model):
     assert not any("run.py" in line for line in lines)
 
 
+def test_a_tensorflow_error_is_summed_up_by_what_went_wrong(ip, model, capsys):
+    # TensorFlow's messages end with stack frames of where the op was defined: the one-line
+    # summary must be the line that says what failed.
+    ip.run_cell("import tensorflow as tf\n"
+                "needs_feed = tf.compat.v1.placeholder(tf.float32, name='needs_feed')")
+    with pytest.raises(RunFailedError) as info:
+        supervise(ip, "--name tf_error --wait", "sess.run(needs_feed)\n")
+    assert str(info.value).startswith(
+        "Run 'tf_error' failed: InvalidArgumentError: You must feed a value for placeholder "
+        "tensor 'needs_feed'")
+    ip.run_line_magic("supervise", "list")
+    assert "tf_error failed: InvalidArgumentError: You must feed" in capsys.readouterr().out
+
+
 def test_without_logdir_nothing_is_saved_and_the_user_is_told(ip, model, capsys):
     supervise(ip, "--name unsaved --max-steps 10 --wait")
     out = capsys.readouterr().out
