@@ -566,19 +566,36 @@ class Supervisor:
             max_wait_secs = float("inf")
         deadline = time.monotonic() + max_wait_secs
         while True:
-            try:
-                return self._session_manager.wait_for_session(master, config=config,
-                                                              max_wait_secs=0)
-            except tf.errors.DeadlineExceededError:
-                pass  # not ready yet
+            sess, not_ready = self._try_session(master, config)
+            if sess is not None:
+                return sess
             if deadline - time.monotonic() < self._recovery_wait_secs:
                 raise tf.errors.DeadlineExceededError(
                     None, None, f"Session was not ready after waiting {max_wait_secs:g} secs.")
-            _v1.logging.info("Waiting for model to be ready on %r; checking again in %g s.",
-                             master, self._recovery_wait_secs)
+            _v1.logging.info("Waiting for model to be ready.  %s (master %r; checking again "
+                             "in %g s)", not_ready, master, self._recovery_wait_secs)
             if self._coord.wait_for_stop(self._recovery_wait_secs):
                 raise WaitCancelledError(
                     "A stop was requested while waiting for the chief's model.")
+
+    def _try_session(self, master, config):
+        """One try of ``SessionManager.wait_for_session``: (session, None) when the model is
+        ready, else (None, what is not ready)."""
+        manager = self._session_manager
+        if not (hasattr(manager, "_try_run_local_init_op") and hasattr(manager, "_model_ready")):
+            try:  # a session manager of another kind: its own single try, without details
+                return manager.wait_for_session(master, config=config, max_wait_secs=0), None
+            except tf.errors.DeadlineExceededError:
+                return None, "Not ready."
+        sess = _v1.Session(master, graph=self._graph, config=config)
+        local_ready, not_ready = manager._try_run_local_init_op(sess)  # pylint: disable=protected-access
+        if local_ready:
+            ready, not_ready = manager._model_ready(sess)  # pylint: disable=protected-access
+            if ready:
+                return sess, None
+        with contextlib.suppress(Exception):
+            sess.close()
+        return None, f"Ready_for_local_init_op: {not_ready}" if not local_ready else not_ready
 
     def _checkpoint_candidates(self):
         """Checkpoint prefixes of the logdir, newest first, whose files exist; and those the
