@@ -19,6 +19,8 @@ from . import panel
 SAVE_MODEL_SECS = 60
 SAVE_SUMMARIES_SECS = 10
 STOP_GRACE_SECS = 30
+# A worker started before its chief notices the chief within seconds, not half a minute.
+RECOVERY_WAIT_SECS = 5
 
 COMMANDS = ("list", "stop", "resume", "save", "wait", "show")
 
@@ -120,9 +122,9 @@ class SuperviseMagics(Magics):
               help="This task is not the chief: it waits for the chief's model "
                    "(checking every --recovery-wait-secs; the panel says 'waiting for "
                    "chief'), then trains. It saves nothing, even with --logdir.")
-    @argument("--recovery-wait-secs", metavar="SECS", type=float, default=30,
-              help="How often a non-chief checks whether the chief's model is ready. "
-                   "Default: %(default)s.")
+    @argument("--recovery-wait-secs", metavar="SECS", type=float, default=RECOVERY_WAIT_SECS,
+              help="How often a non-chief checks whether the chief's model is ready "
+                   "(TensorFlow's Supervisor: 30). Default: %(default)s.")
     @argument("--stop-grace-secs", metavar="SECS", type=float, default=STOP_GRACE_SECS,
               help="How long a stop waits for the service threads to end. "
                    "Default: %(default)s.")

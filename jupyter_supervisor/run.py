@@ -124,7 +124,7 @@ class RunConfig:
     master: str = ""
     task_index: int = 0
     is_chief: Optional[bool] = None
-    recovery_wait_secs: float = 30
+    recovery_wait_secs: float = 5
     stop_grace_secs: float = 30
     session_config: Optional[_v1.ConfigProto] = None
 
