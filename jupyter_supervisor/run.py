@@ -431,14 +431,14 @@ class TrainingRun:
 
     # ---------------------------------------------------------------------------- starting
 
-    def start(self) -> None:
-        """Starts the run: call from the kernel's main thread.
+    def start(self, graph=None) -> None:
+        """Starts the run on ``graph`` (default: the default graph of the calling thread).
 
         Checks and builds everything that touches the graph here (so errors are raised to the
         caller, early), then restores or initializes and runs the body in a background thread.
-        Also used by ``resume()``.
+        Also used by ``resume()``, with the run's own graph.
         """
-        if tf.executing_eagerly():
+        if graph is None and tf.executing_eagerly():
             raise GraphModeError(
                 "%%supervise drives a TensorFlow graph, but eager execution is on (TensorFlow "
                 "2's default). Call tf.compat.v1.disable_eager_execution() at the top of the "
@@ -447,7 +447,8 @@ class TrainingRun:
             if self._status not in (None, *TERMINAL):
                 raise RunStateError(f"Run {self.name!r} is {self._status}; it cannot start again "
                                    "until it ended.")
-        graph = _v1.get_default_graph()
+        if graph is None:
+            graph = _v1.get_default_graph()
         _REGISTRY.check_free(self, graph)
         if not self.config.is_chief and not self.config.master:
             raise ValueError(
@@ -706,7 +707,9 @@ class TrainingRun:
             raise RunStateError(
                 f"Run {self.name!r} has no --logdir, so nothing was saved to resume from. "
                 "Re-run its cell to start afresh.")
-        self.start()
+        # The run's own graph: TensorFlow's default graph is per thread, and a Resume button's
+        # callback may run on another thread than the cells (whose default graph it would miss).
+        self.start(graph=self._graph)
 
     def save_now(self) -> Optional[str]:
         """Writes a checkpoint now and returns its path (None when there is nothing to save)."""

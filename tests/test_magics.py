@@ -167,10 +167,15 @@ def test_names_bound_and_assignments_reach_the_notebook(ip, model, tmp_path):
     assert ip.user_ns["sess"] is not None
 
 
-def test_each_body_keeps_its_own_sv_when_a_later_run_binds_the_names(ip, model, tmp_path):
+def test_each_body_keeps_its_own_sv_when_a_later_run_binds_the_names(ip, model, tmp_path,
+                                                                     wait_for):
+    ip.user_ns.pop("op_first", None)
     supervise(ip, f"--logdir {tmp_path / 'first'}",
               "op_first = train_op\nwhile not sv.should_stop():\n    sess.run(op_first)\n")
     first = jupyter_supervisor.get_run("first")
+    # The body reads `train_op` when it starts, in the background: rebinding it before that
+    # would hand it the other graph's op (as in a notebook, the help says so).
+    wait_for(lambda: "op_first" in ip.user_ns, timeout=DEADLINE, what="the first body to start")
     with tf.Graph().as_default():
         build_model(ip)
         supervise(ip, f"--logdir {tmp_path / 'second'}",
@@ -285,6 +290,32 @@ def test_a_tensorflow_error_is_summed_up_by_what_went_wrong(ip, model, capsys):
         "tensor 'needs_feed'")
     ip.run_line_magic("supervise", "list")
     assert "tf_error failed: InvalidArgumentError: You must feed" in capsys.readouterr().out
+
+
+def test_resume_from_another_thread_continues_on_the_runs_graph(ip, model, tmp_path):
+    # A Resume button's callback may run on another thread than the cells; TensorFlow's default
+    # graph is per thread, so there it is another (empty) graph.
+    logdir = tmp_path / "elsewhere"
+    supervise(ip, f"--logdir {logdir} --max-steps 30 --wait")
+    run = jupyter_supervisor.get_run("elsewhere")
+    assert run.status == "finished" and newest_step(str(logdir)) == 30
+    outcome = {}
+
+    def click_resume():
+        try:
+            run.resume()
+            outcome["ok"] = True
+        except Exception as e:  # pylint: disable=broad-except
+            outcome["error"] = e
+
+    clicker = threading.Thread(target=click_resume)
+    clicker.start()
+    clicker.join(DEADLINE)
+    assert outcome == {"ok": True}
+    assert run.wait(DEADLINE)
+    # It restored step 30 and, --max-steps reached, finished again without losing it.
+    assert run.status == "finished" and run.exception is None
+    assert newest_step(str(logdir)) == 30
 
 
 def test_without_logdir_nothing_is_saved_and_the_user_is_told(ip, model, capsys):
