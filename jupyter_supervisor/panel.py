@@ -363,7 +363,10 @@ class Panel:
         buttons = []
         for name, label, icon, tooltip, _flag in _BUTTONS:
             button = widgets.Button(description=label, icon=icon, tooltip=tooltip,
-                                    disabled=True, layout=widgets.Layout(width="auto"))
+                                    disabled=True,
+                                    # Never shrink: a long message beside them would squeeze
+                                    # the labels to "...".
+                                    layout=widgets.Layout(width="auto", flex="0 0 auto"))
             button.add_class(f"jsv-{name}")
             button.on_click(functools.partial(self._on_button, name))
             parts[name] = button
