@@ -32,6 +32,7 @@ except ImportError as error:  # TensorFlow comes through an extra: say which
         "jupyter_supervisor needs TensorFlow >= 2.16. Install it with "
         "`pip install 'jupyter-supervisor[cpu]'` (or `[gpu]`, or your own tensorflow).") from error
 from tensorflow.python.framework import meta_graph
+from tensorflow.python.util import deprecation
 
 from . import events
 from . import services
@@ -660,7 +661,8 @@ class Supervisor:
                 logger.warning("Restored from %s because the newer %s could not be read.",
                                path, ", ".join(p for p, _ in failures))
             # Oldest first, existing only, so that retention goes on deleting the old ones.
-            self._saver.recover_last_checkpoints(list(reversed(candidates)))
+            with deprecation.silence():  # it uses a deprecated TF helper internally
+                self._saver.recover_last_checkpoints(list(reversed(candidates)))
             return sess, path
         raise RuntimeError(
             f"None of the checkpoints in {self._logdir!r} can be read: "
