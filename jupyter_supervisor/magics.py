@@ -347,30 +347,6 @@ def _print_notes(training) -> None:
               "minimize(..., global_step=...).")
 
 
-def _parse(magic, line: str, help_hint: str):
-    """The magic's arguments; a line argparse refuses is a UsageError that says where the
-    options are listed."""
-    try:
-        return parse_argstring(magic, line)
-    except UsageError as e:
-        raise UsageError(f"{str(e).rstrip('.')}. `{help_hint}` lists the options.") from None
-
-
-def _print_notes(training) -> None:
-    """What a run that started does differently from what its options suggest."""
-    sv = training.supervisor
-    if sv is None or not training.logdir:
-        return
-    if sv.saver is None:
-        print(f"The graph has no variables: run {training.name!r} has nothing to checkpoint "
-              "(it writes summaries only).")
-    elif sv.global_step is None:
-        print(f"The graph has no global step: run {training.name!r} counts no steps, and each "
-              f"checkpoint replaces the last ({sv.save_path}). To count steps, create one with "
-              "tf.compat.v1.train.get_or_create_global_step() and pass it to "
-              "minimize(..., global_step=...).")
-
-
 def _option_message(message: str) -> str:
     # RunConfig names Python arguments; the user typed options.
     options = {"cluster_spec": "--cluster"}
