@@ -189,7 +189,10 @@ def test_each_body_keeps_its_own_sv_when_a_later_run_binds_the_names(ip, model, 
         assert second.stop(wait=True, timeout=DEADLINE)
 
 
-def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, monkeypatch):
+@pytest.fixture
+def notebook_streams(monkeypatch):
+    """Replaces sys.stdout and sys.stderr by a stand-in for the notebook's streams; returns
+    the list of what reached them."""
     shown = []
 
     class Notebook:
@@ -202,6 +205,11 @@ def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, mo
 
     monkeypatch.setattr(sys, "stdout", Notebook())
     monkeypatch.setattr(sys, "stderr", Notebook())
+    return shown
+
+
+def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, notebook_streams):
+    shown = notebook_streams
     supervise(ip, f"--logdir {tmp_path / 'printing'} --max-steps 20 --wait",
               "import sys\nprint('to-out')\nprint('to-err', file=sys.stderr)\n" + LOOP)
     print("main-thread")
@@ -211,18 +219,9 @@ def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, mo
     assert "main-thread\n" in "".join(shown)
 
 
-def test_output_of_the_runs_service_threads_goes_to_the_run(ip, model, tmp_path, monkeypatch):
-    shown = []
-
-    class Notebook:
-        def write(self, text):
-            shown.append(text)
-            return len(text)
-
-        def flush(self):
-            pass
-
-    monkeypatch.setattr(sys, "stdout", Notebook())
+def test_output_of_the_runs_service_threads_goes_to_the_run(ip, model, tmp_path,
+                                                           notebook_streams):
+    shown = notebook_streams
     body = ("import threading\n"
             "printed = threading.Event()\n"
             "def report():\n"
