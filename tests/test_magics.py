@@ -189,10 +189,10 @@ def test_each_body_keeps_its_own_sv_when_a_later_run_binds_the_names(ip, model, 
         assert second.stop(wait=True, timeout=DEADLINE)
 
 
-@pytest.fixture
 def notebook_streams(monkeypatch):
     """Replaces sys.stdout and sys.stderr by a stand-in for the notebook's streams; returns
-    the list of what reached them."""
+    the list of what reached them. Called in the test itself: pytest sets its own capture
+    streams again between a fixture's setup and the test."""
     shown = []
 
     class Notebook:
@@ -208,8 +208,8 @@ def notebook_streams(monkeypatch):
     return shown
 
 
-def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, notebook_streams):
-    shown = notebook_streams
+def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, monkeypatch):
+    shown = notebook_streams(monkeypatch)
     supervise(ip, f"--logdir {tmp_path / 'printing'} --max-steps 20 --wait",
               "import sys\nprint('to-out')\nprint('to-err', file=sys.stderr)\n" + LOOP)
     print("main-thread")
@@ -219,9 +219,8 @@ def test_body_output_goes_to_the_run_not_to_the_notebook(ip, model, tmp_path, no
     assert "main-thread\n" in "".join(shown)
 
 
-def test_output_of_the_runs_service_threads_goes_to_the_run(ip, model, tmp_path,
-                                                           notebook_streams):
-    shown = notebook_streams
+def test_output_of_the_runs_service_threads_goes_to_the_run(ip, model, tmp_path, monkeypatch):
+    shown = notebook_streams(monkeypatch)
     body = ("import threading\n"
             "printed = threading.Event()\n"
             "def report():\n"
