@@ -17,7 +17,6 @@ import dataclasses
 import logging
 import queue
 import threading
-import time
 import types
 from typing import Callable, Mapping, Optional
 
@@ -141,11 +140,6 @@ class EventHub:
         with self._lock:
             self._listeners = tuple(l for l in self._listeners if l is not listener)
 
-    @property
-    def has_listeners(self) -> bool:
-        """True when at least one listener is registered."""
-        return bool(self._listeners)
-
     def emit(self, factory: Callable[..., object], *args) -> None:
         """Queues ``factory(*args)`` to be built and delivered off the caller's thread."""
         if not self._listeners:
@@ -200,7 +194,3 @@ class EventHub:
                         logger.exception("Listener %r failed on %r; training goes on.",
                                          listener, event)
 
-
-def now() -> float:
-    """The wall time events carry (seconds since the epoch)."""
-    return time.time()
