@@ -3,16 +3,20 @@
 One test, one story: a notebook loads the extension, builds a small TensorFlow graph and starts
 ``%%supervise --repeat`` on it. In the rendered page the step advances and a plot image appears
 and is redrawn; Stop makes the run 'stopped' with its newest checkpoint (read here with
-TensorFlow) at the step the panel shows; Resume makes it 'running' again from that step.
+TensorFlow) at the step the panel shows; Resume makes it 'running' again from that step, with a
+rate and a plot redrawn from the new session's summaries.
 
 The server is our own: a free loopback port, a random token, config/runtime/data/settings/
 workspace folders under the test's tmp_path, and a kernelspec of its own that runs this very
 Python (``sys.executable``, where jupyter_supervisor is installed). Kernels and server are stopped
-by PID at the end, also when the test is killed with SIGTERM. Every wait is on a condition in the
+by PID at the end, also when the test is killed with SIGTERM. JupyterLab's settings keep their
+defaults, comms over kernel subshells included: a button's callback then runs on a subshell's
+thread, not the kernel's main thread, as it does for users. Every wait is on a condition in the
 page, with a timeout. The screenshot is test-artifacts/panel.png (panel-failure.png on failure).
 """
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -27,6 +31,7 @@ import nbformat
 import pytest
 import tensorflow as tf
 from nbformat.v4 import new_code_cell, new_notebook
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
@@ -73,19 +78,26 @@ PLOT_SRC_JS = """() => {
         || getComputedStyle(img).display === 'none') return null;
     return img.src;
 }"""
-# Records every (status, step) the header shows from now on, into window.__jsvShown.
+# From now on, records every (status, step) the header shows into window.__jsvShown, and the
+# step the header shows at each redraw of the plot into window.__jsvRedrawnAt.
 RECORD_JS = """() => {
     const header = document.querySelector('.jsv-panel .jsv-header');
-    window.__jsvShown = [];
-    const record = () => {
+    const plot = document.querySelector('.jsv-panel img.jsv-plot');
+    const shownStep = () => {
         const step = header.querySelector('.jsv-step');
-        const status = header.querySelector('.jsv-status');
-        window.__jsvShown.push([status ? status.textContent : null,
-                                step && step.dataset.step !== '' ? Number(step.dataset.step) : null]);
+        return step && step.dataset.step !== '' ? Number(step.dataset.step) : null;
     };
-    new MutationObserver(record).observe(
-        header, {subtree: true, childList: true, characterData: true, attributes: true});
+    window.__jsvShown = [];
+    window.__jsvRedrawnAt = [];
+    new MutationObserver(() => {
+        const status = header.querySelector('.jsv-status');
+        window.__jsvShown.push([status ? status.textContent : null, shownStep()]);
+    }).observe(header, {subtree: true, childList: true, characterData: true, attributes: true});
+    new MutationObserver(() => window.__jsvRedrawnAt.push(shownStep()))
+        .observe(plot, {attributes: true, attributeFilter: ['src']});
 }"""
+# What .jsv-rate reads while running: a rate, and not a zero one.
+RUNNING_RATE = re.compile(r"^(?!0 )[\d,.]+ steps/s$")
 # JupyterLab's status bar reads "<kernel> | Idle" once the kernel is connected (cells run before
 # that are dropped); a "Select Kernel" dialog means our kernelspec was not found.
 KERNEL_READY_JS = """() => !!document.querySelector('.jp-Dialog') ||
@@ -273,6 +285,7 @@ def test_panel_live_stop_and_resume_in_jupyterlab(lab, tmp_path):
         f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); "
         "never `playwright install`.")
     ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "panel-failure.png").unlink(missing_ok=True)  # an older run's
     logdir = tmp_path / "runs" / "b"
     _write_notebook(lab.root / "panel.ipynb", logdir)
 
@@ -288,14 +301,23 @@ def test_panel_live_stop_and_resume_in_jupyterlab(lab, tmp_path):
         try:
             _drive(page, lab, logdir)
         except BaseException:
-            page.screenshot(path=str(ARTIFACTS / "panel-failure.png"))
-            panel = page.locator(".jsv-panel")
-            print("panel text:", panel.first.inner_text() if panel.count() else "(no panel)")
-            print("browser errors:", *problems[-20:], sep="\n  ")
-            print("server log tail:\n", lab.log_tail())
+            _keep_evidence(page, problems, lab)
             raise
         finally:
             browser.close()
+
+
+def _keep_evidence(page, problems, lab) -> None:
+    """A failure's screenshot and the panel's text, printed with the browser's errors and the
+    server log (best effort: the browser may be what failed)."""
+    print("browser errors:", *problems[-20:], sep="\n  ")
+    print("server log tail:\n", lab.log_tail())
+    try:
+        page.screenshot(path=str(ARTIFACTS / "panel-failure.png"))
+        panel = page.locator(".jsv-panel")
+        print("panel text:", panel.first.inner_text(timeout=5000) if panel.count() else "(none)")
+    except PlaywrightError as error:
+        print(f"no failure screenshot: {error}")
 
 
 def _drive(page, lab, logdir: Path) -> None:
@@ -327,6 +349,7 @@ def _drive(page, lab, logdir: Path) -> None:
     page.wait_for_function(f"() => ({STEP_JS})() > {first}")
     plot = page.wait_for_function(PLOT_SRC_JS).json_value()
     page.wait_for_function(f"() => {{ const s = ({PLOT_SRC_JS})(); return s && s !== {plot!r}; }}")
+    expect(panel.locator(".jsv-rate")).to_have_text(RUNNING_RATE)
     expect(stop).to_be_enabled()
     expect(resume).to_be_disabled()
 
@@ -341,18 +364,24 @@ def _drive(page, lab, logdir: Path) -> None:
     assert _step_in_file_name(newest) == stopped_at, (newest, stopped_at)
     assert int(tf.train.load_checkpoint(newest).get_tensor("global_step")) == stopped_at
     expect(panel.locator(".jsv-checkpoint-step")).to_have_text(f"{stopped_at:,}")
-    expect(step_span).to_have_attribute("data-step", str(stopped_at))  # and it stays there
 
-    # Resume: running again, continuing from the stopped step; no smaller step is ever shown.
+    # Resume: running again, continuing from the stopped step (no smaller step is ever shown),
+    # with a rate, and the plot redrawn with the new session's summaries.
     page.evaluate(RECORD_JS)
     resume.click()
     expect(status).to_have_text("running")
     page.wait_for_function(f"() => ({STEP_JS})() > {stopped_at}")
+    expect(panel.locator(".jsv-rate")).to_have_text(RUNNING_RATE)
+    # The first redraw once the new session stepped may still be of what the restore changed
+    # (earlier points read back, later ones dropped); plots are redrawn only when the points
+    # changed, so the one after it shows the new session's summaries.
+    page.wait_for_function(
+        f"() => window.__jsvRedrawnAt.filter(step => step > {stopped_at}).length >= 2")
+    expect(stop).to_be_enabled()
     shown = page.evaluate("() => window.__jsvShown")
     steps_shown = [step for _status, step in shown if step is not None]
     assert steps_shown and min(steps_shown) >= stopped_at, (stopped_at, shown)
     assert any(status_text == "running" for status_text, _step in shown), shown
-    expect(stop).to_be_enabled()
     assert page.locator(".jsv-error .widget-html-content").inner_text() == ""
 
     panel.scroll_into_view_if_needed()
