@@ -429,7 +429,8 @@ class Panel:
     # -- callbacks (main thread) -----------------------------------------------------------
 
     def _on_button(self, name: str, _button=None) -> None:
-        # Called by ipywidgets on the kernel's main thread. Only the run's method is called
+        # Called by ipywidgets on the thread that handles comm messages (the kernel's main
+        # thread, or a subshell thread in JupyterLab 4.6 with ipykernel 7). Only the run's method is called
         # here; what it changes reaches the widgets through the refresher.
         action = {"stop": lambda: self._run.stop(wait=False), "resume": self._run.resume,
                   "save": self._run.save_now}[name]
