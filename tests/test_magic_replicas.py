@@ -19,6 +19,7 @@ import pytest
 
 import jupyter_supervisor
 from test_kernel import Kernel
+from test_replicas import free_ports
 
 STARTUP = 90.0        # seconds: TensorFlow imports in three processes on two busy cores
 DEADLINE = 60.0       # anything that follows once they run; never reached when passing
@@ -57,18 +58,6 @@ while not sv.should_stop():
     steps_here += 1
     time.sleep(0.01)
 """
-
-
-def free_ports(count):
-    """Ports the OS hands out for port 0, released again for the servers to take."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def port_is_free(port):
