@@ -26,9 +26,9 @@ import comm
 from comm.base_comm import BaseComm
 
 from jupyter_supervisor import events
-from jupyter_supervisor.history import RunHistory
-from jupyter_supervisor.panel import Panel
-from jupyter_supervisor.plots import PlotRenderer
+from jupyter_supervisor.view.history import RunHistory
+from jupyter_supervisor.view.panel import Panel
+from jupyter_supervisor.view.plots import PlotRenderer
 
 TAGS = ("loss", "accuracy", "learning_rate", "grad_norm")
 

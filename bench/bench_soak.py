@@ -44,7 +44,7 @@ import tensorflow as tf  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 import jupyter_supervisor  # noqa: E402
-from jupyter_supervisor.panel import Panel  # noqa: E402
+from jupyter_supervisor.view.panel import Panel  # noqa: E402
 
 v1 = tf.compat.v1
 LOOP = "while not sv.should_stop():\n    sess.run(train_op)\n"

@@ -13,18 +13,19 @@ import sys
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Supervisor": ("supervisor", "Supervisor"),
-    "CheckpointMismatchError": ("supervisor", "CheckpointMismatchError"),
-    "CheckpointWriteError": ("supervisor", "CheckpointWriteError"),
+    "Supervisor": ("graph.supervisor", "Supervisor"),
+    "CheckpointMismatchError": ("graph.supervisor", "CheckpointMismatchError"),
+    "CheckpointWriteError": ("graph.supervisor", "CheckpointWriteError"),
     "LogdirLockedError": ("lockfile", "LogdirLockedError"),
-    "TrainingRun": ("run", "TrainingRun"),
-    "RunConfig": ("run", "RunConfig"),
+    "TrainingRun": ("notebook.run", "TrainingRun"),
+    "RunConfig": ("notebook.run", "RunConfig"),
     "events": ("events", None),
+    "cluster": ("graph.cluster", None),  # jupyter_supervisor.cluster.start_server(...) etc.
 }
 
 __all__ = ["Supervisor", "get_run", "runs", "LogdirLockedError", "CheckpointMismatchError",
            "CheckpointWriteError",
-           "TrainingRun", "RunConfig", "events", "load_ipython_extension",
+           "TrainingRun", "cluster", "RunConfig", "events", "load_ipython_extension",
            "unload_ipython_extension"]
 
 
@@ -42,15 +43,15 @@ def __getattr__(name):
 
 def get_run(name=None):
     """The run started by ``%%supervise`` under ``name``; without a name, the only run."""
-    from .run import get_run as _get_run  # pylint: disable=import-outside-toplevel
+    from .notebook.run import get_run as _get_run  # pylint: disable=import-outside-toplevel
     return _get_run(name)
 
 
 def runs():
     """Every run of this kernel, in the order they were first started."""
-    if f"{__name__}.run" not in sys.modules:
+    if f"{__name__}.notebook.run" not in sys.modules:
         return []  # no run was ever started: no need to import TensorFlow
-    from .run import runs as _runs  # pylint: disable=import-outside-toplevel
+    from .notebook.run import runs as _runs  # pylint: disable=import-outside-toplevel
     return _runs()
 
 
@@ -62,14 +63,14 @@ UNLOAD_TIMEOUT_SECS = 120
 
 def load_ipython_extension(ipython):
     """``%load_ext jupyter_supervisor``: registers ``%%supervise`` and ``%supervise``."""
-    from .magics import SuperviseMagics  # pylint: disable=import-outside-toplevel
+    from .notebook.magics import SuperviseMagics  # pylint: disable=import-outside-toplevel
     ipython.register_magics(SuperviseMagics)
 
 
 def unload_ipython_extension(ipython):
     """``%unload_ext jupyter_supervisor``: stops every live run (each writes a final
     checkpoint), joins their threads and removes the magics."""
-    run = sys.modules.get(f"{__name__}.run")
+    run = sys.modules.get(f"{__name__}.notebook.run")
     if run is not None:
         late = run.stop_all(timeout=UNLOAD_TIMEOUT_SECS)
         for training in late:
@@ -77,7 +78,7 @@ def unload_ipython_extension(ipython):
                   "cell body must return once sv.should_stop() is True.", file=sys.stderr)
         if late:
             return  # leave the magics and the output routing to the runs still stopping
-    from . import output  # pylint: disable=import-outside-toplevel
+    from .notebook import output  # pylint: disable=import-outside-toplevel
     output.uninstall()
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):

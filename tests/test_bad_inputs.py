@@ -28,8 +28,8 @@ from jupyter_client.manager import KernelManager
 from tensorflow.python.eager import context
 
 import jupyter_supervisor
-from jupyter_supervisor import run as run_module
-from jupyter_supervisor.magics import RunFailedError
+from jupyter_supervisor.notebook import run as run_module
+from jupyter_supervisor.notebook.magics import RunFailedError
 
 v1 = tf.compat.v1
 DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing
@@ -37,7 +37,7 @@ DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 LOGGER = "jupyter_supervisor"
 LOOP = "while not sv.should_stop():\n    sess.run(train_op)\n"
 # A frame of our own code in a shown traceback ("File .../jupyter_supervisor/run.py:527").
-OUR_FRAME = re.compile(r"jupyter_supervisor[\\/]\w+\.py")
+OUR_FRAME = re.compile(r"jupyter_supervisor[\\/](?:\w+[\\/])?\w+\.py")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -49,7 +49,7 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorflow.python.eager import context
 
 from jupyter_supervisor import events
-from jupyter_supervisor.supervisor import Supervisor
+from jupyter_supervisor.graph.supervisor import Supervisor
 
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

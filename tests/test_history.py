@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jupyter_supervisor import events
-from jupyter_supervisor.history import RunHistory, STATUSES
+from jupyter_supervisor.view.history import RunHistory, STATUSES
 
 
 class FakeClock:
@@ -414,7 +414,7 @@ sys.modules["jupyter_supervisor"] = package
 def test_history_imports_no_tensorflow():
     result = run_without(["tensorflow"], """
 from jupyter_supervisor import events
-from jupyter_supervisor.history import RunHistory
+from jupyter_supervisor.view.history import RunHistory
 history = RunHistory()
 history.on_event(events.SummaryWritten(1, {"loss": 0.5}, 0.0))
 print(history.snapshot().scalars["loss"].values[0])

@@ -197,7 +197,7 @@ def logdir(kernel):
     runs are stopped afterwards so that the next test starts with none live."""
     name = f"runs/{uuid.uuid4().hex[:8]}"
     yield name
-    kernel.ok("import jupyter_supervisor.run\njupyter_supervisor.run.stop_all(timeout=60)")
+    kernel.ok("import jupyter_supervisor.notebook.run\njupyter_supervisor.notebook.run.stop_all(timeout=60)")
 
 
 def run_expr(name, attribute):

@@ -35,7 +35,8 @@ server.join()
 # Defined in both kernels (after test_kernel's helpers): the cluster, and a model whose
 # variables live on the ps.
 REPLICA_HELPERS = r'''
-from jupyter_supervisor import cluster as jsv_cluster, panel as jsv_panel
+from jupyter_supervisor.graph import cluster as jsv_cluster
+from jupyter_supervisor.view import panel as jsv_panel
 tf.compat.v1.disable_eager_execution()
 CLUSTER = json.loads({cluster!r})
 

@@ -16,8 +16,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from tensorflow.python.eager import context
 
 import jupyter_supervisor
-from jupyter_supervisor import run as run_module
-from jupyter_supervisor.magics import RunFailedError
+from jupyter_supervisor.notebook import run as run_module
+from jupyter_supervisor.notebook.magics import RunFailedError
 
 v1 = tf.compat.v1
 DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing

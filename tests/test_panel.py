@@ -13,9 +13,9 @@ import time
 import pytest
 
 from jupyter_supervisor import events
-from jupyter_supervisor import panel as panel_module
-from jupyter_supervisor.history import RunHistory
-from jupyter_supervisor.panel import Panel, show, text_status, text_summary
+from jupyter_supervisor.view import panel as panel_module
+from jupyter_supervisor.view.history import RunHistory
+from jupyter_supervisor.view.panel import Panel, show, text_status, text_summary
 
 
 class FakeClock:
@@ -566,7 +566,7 @@ def test_the_panel_text_form_is_its_status_line_not_a_widget_repr(make_panel, cl
 def run_isolated(blocked, code):
     """Runs ``code`` in a fresh Python where importing any of ``blocked`` fails; the package's
     own __init__ is bypassed so the modules under test are judged by their own imports."""
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(panel_module.__file__)))
+    package_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(panel_module.__file__))))
     prelude = textwrap.dedent(f"""
         import importlib.abc, sys, types
         class Block(importlib.abc.MetaPathFinder):
@@ -577,7 +577,7 @@ def run_isolated(blocked, code):
         package = types.ModuleType("jupyter_supervisor")
         package.__path__ = [{os.path.join(package_dir, "jupyter_supervisor")!r}]
         sys.modules["jupyter_supervisor"] = package
-        from jupyter_supervisor.history import RunHistory
+        from jupyter_supervisor.view.history import RunHistory
         class Run:
             name, logdir, max_steps, role, master = "r", None, None, "local", ""
             can_stop = can_resume = can_save = False
@@ -589,7 +589,7 @@ def run_isolated(blocked, code):
 
 def test_without_ipywidgets_import_works_and_the_panel_says_what_to_install():
     result = run_isolated(["ipywidgets", "tensorflow"], """
-        from jupyter_supervisor import panel
+        from jupyter_supervisor.view import panel
         print(panel.show(Run()))
         try:
             panel.Panel(Run())
@@ -606,7 +606,7 @@ def test_without_ipywidgets_import_works_and_the_panel_says_what_to_install():
 
 def test_panel_imports_no_tensorflow_and_no_pyplot():
     result = run_isolated(["tensorflow"], """
-        from jupyter_supervisor import panel
+        from jupyter_supervisor.view import panel
         p = panel.Panel(Run())
         p.tick(force=True)
         print(sorted(m for m in ("tensorflow", "matplotlib.pyplot") if m in sys.modules))
@@ -622,8 +622,8 @@ def test_show_in_a_kernel_displays_a_widget_whose_text_form_is_readable():
     from jupyter_client.manager import start_new_kernel
 
     code = textwrap.dedent("""
-        from jupyter_supervisor.history import RunHistory
-        from jupyter_supervisor import panel
+        from jupyter_supervisor.view.history import RunHistory
+        from jupyter_supervisor.view import panel
         class Run:
             name, logdir, max_steps, role, master = "mnist", None, 500, "local", ""
             can_stop, can_resume, can_save = True, False, False

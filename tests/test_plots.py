@@ -10,8 +10,8 @@ import pytest
 from matplotlib.collections import PolyCollection
 from PIL import Image
 
-from jupyter_supervisor import plots
-from jupyter_supervisor.history import RunHistory
+from jupyter_supervisor.view import plots
+from jupyter_supervisor.view.history import RunHistory
 from jupyter_supervisor import events
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -153,14 +153,14 @@ def test_bad_arguments_are_refused(kwargs):
 
 
 def test_plots_never_imports_pyplot_or_tensorflow():
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(plots.__file__)))
+    package_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(plots.__file__))))
     code = f"""
 import sys, types
 package = types.ModuleType("jupyter_supervisor")
 package.__path__ = [{os.path.join(package_dir, "jupyter_supervisor")!r}]
 sys.modules["jupyter_supervisor"] = package
 import numpy as np
-from jupyter_supervisor import plots
+from jupyter_supervisor.view import plots
 plots.PlotRenderer().render({{"loss": (np.arange(3), np.ones(3), np.ones(3), np.ones(3))}})
 print(sorted(m for m in ("matplotlib.pyplot", "tensorflow") if m in sys.modules))
 """

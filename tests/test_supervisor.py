@@ -29,7 +29,7 @@ from tensorflow.python.eager import context
 
 import jupyter_supervisor
 from jupyter_supervisor import events
-from jupyter_supervisor.supervisor import Supervisor
+from jupyter_supervisor.graph.supervisor import Supervisor
 
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1013,7 +1013,7 @@ def test_stop_ends_a_non_chief_waiting_for_the_chief(tmp_path):
     thread.join(DEADLINE)
     assert not thread.is_alive(), "the stop did not end the wait"
     assert "session" not in outcome
-    assert isinstance(outcome["error"], jupyter_supervisor.supervisor.WaitCancelledError)
+    assert isinstance(outcome["error"], jupyter_supervisor.graph.supervisor.WaitCancelledError)
     sv.flush_events(DEADLINE)
     stopped = [e for e in seen if isinstance(e, events.Stopped)]
     assert [(e.reason, e.exception) for e in stopped] == [(events.REQUESTED, None)]

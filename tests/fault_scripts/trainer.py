@@ -244,5 +244,5 @@ def once():
 if __name__ == "__main__":
     # As a TF1-style program does; in `serve` mode before any fork, so every child inherits it.
     v1.disable_eager_execution()
-    import jupyter_supervisor.supervisor  # noqa: F401  (imported before forking, not per child)
+    import jupyter_supervisor.graph.supervisor  # noqa: F401  (imported before forking, not per child)
     {"serve": serve, "once": once}[sys.argv[1]]()

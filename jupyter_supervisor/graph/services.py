@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from . import events
+from .. import events
 
 logger = logging.getLogger("jupyter_supervisor")
 

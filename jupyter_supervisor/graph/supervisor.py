@@ -34,9 +34,10 @@ except ImportError as error:  # TensorFlow comes through an extra: say which
 from tensorflow.python.framework import meta_graph
 from tensorflow.python.util import deprecation
 
-from . import events
+from .. import events
+from ..checkpoints import STATE_FILE, checkpoint_listing
+from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from . import services
-from .lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -47,9 +48,6 @@ _SessionLog = _v1.SessionLog
 # Errors a restore raises when a checkpoint's files cannot be read (truncated, corrupted, missing
 # shards). Whether it fits the graph is checked before, by _check_fits.
 _UNREADABLE = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError)
-
-# TensorFlow's checkpoint state file in a logdir (the Saver's default ``latest_filename``).
-STATE_FILE = "checkpoint"
 
 # Variable op types that must carry a device on a non-chief (TF 1 ref variables and TF 2
 # resource variables alike).
@@ -604,7 +602,7 @@ class Supervisor:
         if not self._saver or not self._logdir:
             return [], []
         basename = os.path.basename(self._save_path)
-        existing, listed, damaged = _checkpoint_listing(self._logdir, basename)
+        existing, listed, damaged = checkpoint_listing(self._logdir, basename)
         if damaged:
             state_file = os.path.join(self._logdir, STATE_FILE)
             if not existing:
@@ -939,52 +937,6 @@ def describe_error(error) -> str:
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line[:1].isspace() and not line.startswith(noise)]
     return lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
-
-
-def checkpoint_paths(logdir: str, checkpoint_basename: str = "model.ckpt") -> List[str]:
-    """The checkpoints of ``logdir`` whose files exist, newest first: those its checkpoint state
-    file lists or, when that file is there but cannot be read, the
-    ``<checkpoint_basename>-<step>`` files found (highest step first), which is what a restore
-    uses then."""
-    return _checkpoint_listing(logdir, checkpoint_basename)[0]
-
-
-def _checkpoint_listing(logdir: str, basename: str) -> Tuple[List[str], List[str], bool]:
-    """(existing checkpoints newest first, those the state file lists, whether the state file
-    is there but cannot be read).
-
-    TensorFlow ignores a state file it cannot parse, and a run would then start afresh and
-    overwrite the checkpoints of the same steps: so those are looked for by their file names.
-    """
-    try:
-        state = tf.train.get_checkpoint_state(logdir)
-    except ValueError:  # parsed, but names no checkpoint (an empty file)
-        state = None
-    if state is None or not state.model_checkpoint_path:
-        if not tf.io.gfile.exists(os.path.join(logdir, STATE_FILE)):
-            return [], [], False
-        return _checkpoint_files(logdir, basename), [], True
-    listed = list(state.all_model_checkpoint_paths)
-    if state.model_checkpoint_path not in listed:
-        listed.append(state.model_checkpoint_path)
-    existing = [p for p in reversed(listed)
-                if tf.io.gfile.exists(p + ".index") or tf.io.gfile.exists(p)]
-    return existing, listed, False
-
-
-def _checkpoint_files(logdir: str, basename: str) -> List[str]:
-    """The ``<basename>-<step>`` (and step-less ``<basename>``) checkpoints in ``logdir``,
-    highest step first."""
-    found = []
-    for name in tf.io.gfile.listdir(logdir):
-        if not (name.startswith(basename) and name.endswith(".index")):
-            continue
-        suffix = name[len(basename):-len(".index")]
-        if suffix == "":
-            found.append((-1, os.path.join(logdir, basename)))
-        elif suffix[:1] == "-" and suffix[1:].isdigit():
-            found.append((int(suffix[1:]), os.path.join(logdir, basename + suffix)))
-    return [path for _, path in sorted(found, reverse=True)]
 
 
 def checkpoint_misfit(path: str, graph, saver=None) -> Optional[str]:

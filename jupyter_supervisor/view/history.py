@@ -35,7 +35,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional
 
 import numpy as np
 
-from jupyter_supervisor import events
+from .. import events
 
 STATUSES = ("starting", "running", "stopping", "stopped", "finished", "failed")
 ACTIVE_STATUSES = frozenset(("starting", "running", "stopping"))

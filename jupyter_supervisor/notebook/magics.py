@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import panel
+from ..view import panel
 
 # Notebook-friendly defaults: a crash loses at most a minute, the plots move every 10 seconds.
 SAVE_MODEL_SECS = 60
@@ -49,7 +49,7 @@ def _run_module():
 
 
 def _cluster_module():
-    from . import cluster  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
+    from ..graph import cluster  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
     return cluster
 
 

@@ -38,13 +38,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 from tensorflow.python.client import session as tf_session
 
-from . import cluster
-from . import events
+from .. import events
+from ..checkpoints import checkpoint_paths
+from ..graph import cluster
+from ..graph.supervisor import (CheckpointMismatchError, LogdirLockedError, Supervisor,
+                                WaitCancelledError, checkpoint_misfit, describe_error)
+from ..view.history import RunHistory
 from . import output
-from .history import RunHistory
-from .supervisor import (CheckpointMismatchError, LogdirLockedError, Supervisor,
-                         WaitCancelledError, checkpoint_misfit, checkpoint_paths,
-                         describe_error)
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -780,7 +780,7 @@ def _check_global_step(graph):
 # shown to the user starts at the first frame outside them (a notebook cell, the user's code).
 _LIBRARY_DIRS = tuple(sorted({
     os.path.join(os.path.abspath(path), "")
-    for path in [os.path.dirname(__file__)] + [
+    for path in [os.path.dirname(os.path.dirname(__file__))] + [
         sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
     if path}))
 

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from jupyter_supervisor import plots
+from . import plots
 
 logger = logging.getLogger("jupyter_supervisor")
 

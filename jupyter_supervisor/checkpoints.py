@@ -1,0 +1,69 @@
+"""The checkpoints of a logdir, shared by both backends: which exist (newest first), with a
+fallback to the checkpoint files when the ``checkpoint`` state file is damaged, and the step a
+checkpoint path names.
+
+TensorFlow 1 (Saver) and TensorFlow 2 (CheckpointManager) write the same state file and the same
+``<prefix>-<step>`` names, so one listing serves both.
+"""
+import os
+import re
+from typing import List, Optional, Tuple
+
+import tensorflow as tf
+
+# TensorFlow's name of the state file that lists a logdir's checkpoints.
+STATE_FILE = "checkpoint"
+
+_STEP_SUFFIX = re.compile(r"-(\d+)$")
+
+
+def step_of(path: str) -> Optional[int]:
+    """The step in a ``<prefix>-<step>`` checkpoint path, or None for a step-less one."""
+    match = _STEP_SUFFIX.search(path)
+    return int(match.group(1)) if match else None
+
+
+def checkpoint_paths(logdir: str, checkpoint_basename: str = "model.ckpt") -> List[str]:
+    """The checkpoints of ``logdir`` whose files exist, newest first: those its checkpoint state
+    file lists or, when that file is there but cannot be read, the
+    ``<checkpoint_basename>-<step>`` files found (highest step first), which is what a restore
+    uses then."""
+    return checkpoint_listing(logdir, checkpoint_basename)[0]
+
+
+def checkpoint_listing(logdir: str, basename: str) -> Tuple[List[str], List[str], bool]:
+    """(existing checkpoints newest first, those the state file lists, whether the state file
+    is there but cannot be read).
+
+    TensorFlow ignores a state file it cannot parse, and a run would then start afresh and
+    overwrite the checkpoints of the same steps: so those are looked for by their file names.
+    """
+    try:
+        state = tf.train.get_checkpoint_state(logdir)
+    except ValueError:  # parsed, but names no checkpoint (an empty file)
+        state = None
+    if state is None or not state.model_checkpoint_path:
+        if not tf.io.gfile.exists(os.path.join(logdir, STATE_FILE)):
+            return [], [], False
+        return _checkpoint_files(logdir, basename), [], True
+    listed = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in listed:
+        listed.append(state.model_checkpoint_path)
+    existing = [p for p in reversed(listed)
+                if tf.io.gfile.exists(p + ".index") or tf.io.gfile.exists(p)]
+    return existing, listed, False
+
+
+def _checkpoint_files(logdir: str, basename: str) -> List[str]:
+    """The ``<basename>-<step>`` (and step-less ``<basename>``) checkpoints in ``logdir``,
+    highest step first."""
+    found = []
+    for name in tf.io.gfile.listdir(logdir):
+        if not (name.startswith(basename) and name.endswith(".index")):
+            continue
+        suffix = name[len(basename):-len(".index")]
+        if suffix == "":
+            found.append((-1, os.path.join(logdir, basename)))
+        elif suffix[:1] == "-" and suffix[1:].isdigit():
+            found.append((int(suffix[1:]), os.path.join(logdir, basename + suffix)))
+    return [path for _, path in sorted(found, reverse=True)]

@@ -1,0 +1,1 @@
+"""The notebook side: the %%supervise magics, the runs and their threads."""
