@@ -19,11 +19,10 @@ import logging
 import math
 import numbers
 import os
-import sys
 import threading
 import time
 import weakref
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Optional
 
 try:
     import tensorflow as tf

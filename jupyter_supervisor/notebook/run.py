@@ -23,10 +23,7 @@ The registry of runs (``get_run``, ``runs``) refuses a second live run on the sa
 or graph.
 """
 import atexit
-import dataclasses
 import logging
-import math
-import numbers
 import os
 import re
 import sysconfig
@@ -39,6 +36,8 @@ import tensorflow as tf
 from tensorflow.python.client import session as tf_session
 
 from .. import events
+from .._validate import invalid
+from ..backend import RunConfig
 from ..checkpoints import checkpoint_paths
 from ..graph import cluster
 from ..graph.supervisor import (CheckpointMismatchError, LogdirLockedError, Supervisor,
@@ -84,97 +83,6 @@ class RunStateError(RuntimeError):
 
 class GraphModeError(RuntimeError):
     """Eager execution is on; a Supervisor needs graph mode."""
-
-
-def _invalid(name: str, value, expected: str) -> str:
-    return f"Invalid value for argument `{name}`. Received: {name}={value!r}. Expected {expected}."
-
-
-def _check_number(name, value, *, integer=False, minimum=0, allow_none=False):
-    if value is None and allow_none:
-        return
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind) or value != value or value < minimum:
-        what = "an integer" if integer else "a number"
-        raise ValueError(_invalid(name, value, f"{what} >= {minimum}"
-                                  + (", or None" if allow_none else "")))
-    if not integer and math.isinf(value):  # a service cannot wait that long: it would fail
-        raise ValueError(_invalid(name, value, f"a finite number >= {minimum}"))
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """What a run was asked to do; ``%%supervise`` builds one from its options.
-
-    ``name`` defaults to the last component of ``logdir`` (or "run" without one); ``is_chief``
-    defaults to ``task_index == 0``. ``init_fn`` is a callable taking the session, called only
-    when there is no checkpoint to restore. ``session_config`` is the ``ConfigProto`` of the
-    managed session; for a task of a cluster, ``cluster.session_config(job, task_index)``, whose
-    device filters let the task start or restart while another task is down.
-    """
-    logdir: Optional[str] = None
-    name: Optional[str] = None
-    save_model_secs: float = 60
-    save_summaries_secs: float = 10
-    checkpoint_basename: str = "model.ckpt"
-    keep: int = 5
-    max_steps: Optional[int] = None
-    init_fn: Optional[Callable] = None
-    repeat: bool = False
-    master: str = ""
-    task_index: int = 0
-    is_chief: Optional[bool] = None
-    recovery_wait_secs: float = 5
-    stop_grace_secs: float = 30
-    session_config: Optional[_v1.ConfigProto] = None
-
-    def __post_init__(self):
-        if self.logdir is not None and (not isinstance(self.logdir, (str, os.PathLike))
-                                        or not os.fspath(self.logdir)):
-            raise ValueError(_invalid("logdir", self.logdir, "a directory path, or None"))
-        if self.logdir is not None:
-            object.__setattr__(self, "logdir", os.path.expanduser(os.fspath(self.logdir)))
-        if self.name is None:
-            object.__setattr__(self, "name", _default_name(self.logdir))
-        if not isinstance(self.name, str) or not self.name.strip() or self.name != self.name.strip():
-            raise ValueError(_invalid("name", self.name,
-                                      "a non-empty name without surrounding spaces"))
-        _check_number("save_model_secs", self.save_model_secs)
-        _check_number("save_summaries_secs", self.save_summaries_secs)
-        _check_number("recovery_wait_secs", self.recovery_wait_secs)
-        _check_number("stop_grace_secs", self.stop_grace_secs)
-        _check_number("keep", self.keep, integer=True, minimum=1)
-        _check_number("max_steps", self.max_steps, integer=True, minimum=1, allow_none=True)
-        _check_number("task_index", self.task_index, integer=True)
-        if not isinstance(self.checkpoint_basename, str) or not self.checkpoint_basename \
-                or "/" in self.checkpoint_basename:
-            raise ValueError(_invalid("checkpoint_basename", self.checkpoint_basename,
-                                      "a file name such as 'model.ckpt'"))
-        if self.init_fn is not None and not callable(self.init_fn):
-            raise ValueError(_invalid("init_fn", self.init_fn,
-                                      "a function taking the session, or None"))
-        if not isinstance(self.master, str):
-            raise ValueError(_invalid("master", self.master,
-                                      "a target such as 'grpc://localhost:2222', or ''"))
-        if self.session_config is not None and not isinstance(self.session_config,
-                                                              _v1.ConfigProto):
-            raise ValueError(_invalid("session_config", self.session_config,
-                                      "a tf.compat.v1.ConfigProto, or None"))
-        if self.is_chief is None:
-            object.__setattr__(self, "is_chief", self.task_index == 0)
-
-    @property
-    def role(self) -> str:
-        """'local' (no master), 'chief' or 'worker'."""
-        if not self.is_chief:
-            return "worker"
-        return "chief" if self.master else "local"
-
-
-def _default_name(logdir: Optional[str]) -> str:
-    if not logdir:
-        return "run"
-    return logdir.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or logdir
 
 
 def _same_dir_key(logdir: str) -> str:
@@ -305,7 +213,7 @@ class TrainingRun:
                  compile_source: Callable[[str, str], object] = _default_compile,
                  format_exception: Callable[[BaseException], str] = _default_format):
         if not isinstance(config, RunConfig):
-            raise TypeError(_invalid("config", config, "a RunConfig"))
+            raise TypeError(invalid("config", config, "a RunConfig"))
         self.config = config
         self.body = body
         self.history = RunHistory()

@@ -1,0 +1,32 @@
+"""The one form of a bad-argument error, and the number checks built on it (no TensorFlow).
+
+Messages follow Keras': "Invalid value for argument `save_freq`. Received: save_freq=-1.
+Expected an integer >= 1." The magic's options pass their flag as ``name`` (``--keep``), so the
+user reads what they typed.
+"""
+import math
+import numbers
+from typing import Optional
+
+
+def invalid(name: str, value, expected: str, *, shown: Optional[str] = None) -> str:
+    """The message for argument ``name`` given ``value`` (``shown``: how to print the value,
+    by default its repr) when ``expected`` was wanted."""
+    shown = repr(value) if shown is None else shown
+    return f"Invalid value for argument `{name}`. Received: {name}={shown}. Expected {expected}."
+
+
+def check_number(name: str, value, *, integer: bool = False, minimum: float = 0,
+                 allow_none: bool = False, unit: str = "") -> None:
+    """Raises ValueError (the form above) unless ``value`` is a finite number (an integer with
+    ``integer``) >= ``minimum``, or None with ``allow_none``. ``unit``: "of seconds", etc."""
+    if value is None and allow_none:
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    what = ("an integer" if integer else "a number") + (f" {unit}" if unit else "")
+    or_none = ", or None" if allow_none else ""
+    if isinstance(value, bool) or not isinstance(value, kind) or value != value \
+            or value < minimum:
+        raise ValueError(invalid(name, value, f"{what} >= {minimum}{or_none}"))
+    if not integer and math.isinf(value):  # a timer cannot wait that long: it would fail
+        raise ValueError(invalid(name, value, f"a finite {what[2:]} >= {minimum}{or_none}"))
