@@ -63,8 +63,14 @@ UNLOAD_TIMEOUT_SECS = 120
 
 def load_ipython_extension(ipython):
     """``%load_ext jupyter_supervisor``: registers ``%%supervise`` and ``%supervise``."""
+    import atexit  # pylint: disable=import-outside-toplevel
     from .notebook.magics import SuperviseMagics  # pylint: disable=import-outside-toplevel
+    from .view import panel  # pylint: disable=import-outside-toplevel
     ipython.register_magics(SuperviseMagics)
+    # A kernel's shutdown closes the panels (their refreshers end) after the runs stopped:
+    # atexit calls in reverse order, and the runs register their stop later, with the first.
+    atexit.unregister(panel.close_all)
+    atexit.register(panel.close_all)
 
 
 def unload_ipython_extension(ipython):
@@ -79,6 +85,8 @@ def unload_ipython_extension(ipython):
         if late:
             return  # leave the magics and the output routing to the runs still stopping
     from .notebook import output  # pylint: disable=import-outside-toplevel
+    from .view import panel  # pylint: disable=import-outside-toplevel
+    panel.close_all()
     output.uninstall()
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):

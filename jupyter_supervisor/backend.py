@@ -21,6 +21,10 @@ from typing import Callable, ContextManager, Dict, List, Optional, Protocol
 from ._validate import check_number, invalid
 
 
+class RunConflictError(RuntimeError):
+    """A live run already uses the name, logdir or graph a new run asks for."""
+
+
 class StopBody(BaseException):
     """Raised into a cell body by its bound ``sess.run`` (or ``sv.step``) when a stop was
     requested that the body did not look at (``sv.should_stop()``): a loop that never checks

@@ -486,3 +486,62 @@ def test_unload_stops_every_live_run_with_a_final_checkpoint(kernel, logdir):
                         "if t.name.startswith('jupyter_supervisor-run')]") == []
     assert kernel.execute("%supervise").status == "error"  # the magics are gone
     kernel.ok("%load_ext jupyter_supervisor")
+
+
+# -- panels: one per run name -----------------------------------------------------------------
+
+PANEL_THREADS = "[t.name for t in threading.enumerate() if t.name.startswith('jupyter_supervisor-panel-')]"
+
+
+def test_rerunning_a_cell_keeps_one_panel_and_unload_closes_it(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    for limit in range(10, 70, 10):  # six re-runs, each continuing the last
+        kernel.ok(f"%%supervise --logdir {logdir} --max-steps {limit} --wait\n{LOOP}")
+    assert kernel.value(PANEL_THREADS) == [f"jupyter_supervisor-panel-{name}"]
+    kernel.ok("%unload_ext jupyter_supervisor")
+    assert kernel.value(PANEL_THREADS) == []
+    kernel.ok("%load_ext jupyter_supervisor")
+
+
+# -- stopping never hangs the kernel ----------------------------------------------------------
+
+# A body that never looks at sv.should_stop().
+DEAF = """
+while True:
+    sess.run(train_op)
+    time.sleep(0.002)
+"""
+
+
+def _timed(kernel, code):
+    """Executes ``code``; returns the reply and the seconds the kernel took to answer."""
+    start = time.monotonic()
+    reply = kernel.ok(code)
+    return reply, time.monotonic() - start
+
+
+@pytest.mark.parametrize("how", ["command", "button"])
+def test_stop_ends_a_body_that_ignores_should_stop(kernel, logdir, how):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 1 --stop-grace-secs 5\n{DEAF}")
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 20", "training")
+    start = time.monotonic()
+    if how == "command":
+        reply, seconds = _timed(kernel, f"%supervise stop {name}")
+        print(f"%supervise stop answered in {seconds:.2f} s")
+        assert "stopped at step" in reply.stream()
+    else:
+        # The message a browser sends when Stop is clicked: a comm message to the button.
+        button = kernel.value(
+            f"jupyter_supervisor.view.panel._shown[{name!r}].widgets['stop'].model_id")
+        kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {
+            "comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
+    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped run", timeout=30)
+    print(f"stopped {time.monotonic() - start:.2f} s after the {how}")
+    final = kernel.value(run_expr(name, "global_step"))
+    assert kernel.value(f"_newest_step({logdir!r})") == final > 20
+    reply, seconds = _timed(kernel, "print('answering')")
+    assert reply.stream() == "answering\n"
+    print(f"a trivial cell answered in {seconds:.2f} s")

@@ -158,6 +158,39 @@ def test_max_steps_stops_exactly_at_the_step(ip, model, tmp_path, repeat):
     assert "ran" not in ip.user_ns
 
 
+# A body that never looks at sv.should_stop(), as notebooks often write it.
+IGNORING = "while True:\n    sess.run(train_op)\n"
+
+
+def test_max_steps_ends_a_body_that_ignores_should_stop_at_the_exact_step(ip, model, tmp_path):
+    logdir = str(tmp_path / "ignoring")
+    supervise(ip, f"--logdir {logdir} --max-steps 300 --wait", IGNORING)
+    run = jupyter_supervisor.get_run("ignoring")
+    assert run.status == "finished"
+    assert run.global_step == 300
+    assert newest_step(logdir) == 300
+    assert run.history.snapshot().checkpoints[0].step == 300
+
+
+def test_stop_ends_a_body_that_ignores_should_stop_at_a_step_boundary(ip, model, tmp_path,
+                                                                     wait_for):
+    logdir = str(tmp_path / "deaf")
+    supervise(ip, f"--logdir {logdir} --save-model-secs 0", IGNORING)
+    run = jupyter_supervisor.get_run("deaf")
+    wait_for(lambda: (run.global_step or 0) > 50, timeout=DEADLINE, what="training")
+    assert run.stop(timeout=DEADLINE)
+    assert run.status == "stopped" and run.exception is None
+    assert newest_step(logdir) == run.global_step > 50
+
+
+def test_a_body_that_saw_the_stop_may_still_run_the_session(ip, model, tmp_path):
+    # The loop ends through should_stop(); a last evaluation after it is the body's to run.
+    body = LOOP + "final_w = sess.run(w)\n"
+    supervise(ip, f"--logdir {tmp_path / 'evaluates'} --max-steps 20 --wait", body)
+    assert jupyter_supervisor.get_run("evaluates").status == "finished"
+    assert ip.user_ns["final_w"] < 5.0
+
+
 def test_names_bound_and_assignments_reach_the_notebook(ip, model, tmp_path):
     supervise(ip, f"--logdir {tmp_path / 'names'} --max-steps 50 --wait",
               "count = 0\n" + LOOP + "    count += 1\n")

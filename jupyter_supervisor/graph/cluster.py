@@ -20,9 +20,12 @@ from task index to address), as its JSON text, or as a ``tf.train.ClusterSpec``:
 """
 import json
 import re
-from typing import Iterable, Optional
+import threading
+from typing import Dict, Iterable, Optional, Tuple
 
 import tensorflow as tf
+
+from .._validate import invalid
 
 PS_JOB = "ps"
 WORKER_JOB = "worker"
@@ -33,10 +36,6 @@ _JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(?P<port>[0-9]+)$")
 
 _EXAMPLE = '{"ps": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]}'
-
-
-def _invalid(name: str, value, expected: str) -> str:
-    return f"Invalid value for argument `{name}`. Received: {name}={value!r}. Expected {expected}."
 
 
 def cluster_spec(cluster) -> tf.train.ClusterSpec:
@@ -53,27 +52,27 @@ def cluster_spec(cluster) -> tf.train.ClusterSpec:
         try:
             jobs = json.loads(cluster)
         except ValueError as e:
-            raise ValueError(_invalid("cluster_spec", cluster,
+            raise ValueError(invalid("cluster_spec", cluster,
                                       f"a JSON object such as {_EXAMPLE} ({e})")) from None
     else:
         jobs = cluster
     if not isinstance(jobs, dict):
-        raise TypeError(_invalid("cluster_spec", cluster,
+        raise TypeError(invalid("cluster_spec", cluster,
                                  f"a dict (or its JSON text) mapping job names to lists of "
                                  f"'host:port' addresses, such as {_EXAMPLE}"))
     if not jobs:
-        raise ValueError(_invalid("cluster_spec", cluster, f"at least one job, such as {_EXAMPLE}"))
+        raise ValueError(invalid("cluster_spec", cluster, f"at least one job, such as {_EXAMPLE}"))
     seen = {}
     normalized = {}
     for job, tasks in jobs.items():
         if not isinstance(job, str) or not _JOB_NAME.match(job):
-            raise ValueError(_invalid("cluster_spec", cluster,
+            raise ValueError(invalid("cluster_spec", cluster,
                                       f"job names made of letters, digits and '_', starting "
                                       f"with a letter; {job!r} is not one"))
         if isinstance(tasks, (list, tuple)):
             tasks = dict(enumerate(tasks))
         if not isinstance(tasks, dict) or not tasks:
-            raise ValueError(_invalid("cluster_spec", cluster,
+            raise ValueError(invalid("cluster_spec", cluster,
                                       f"a non-empty list of 'host:port' addresses for job "
                                       f"{job!r}; it has {tasks!r}"))
         normalized[job] = {}
@@ -81,11 +80,11 @@ def cluster_spec(cluster) -> tf.train.ClusterSpec:
             if isinstance(index, str) and index.isdigit():
                 index = int(index)  # JSON object keys are strings
             if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-                raise ValueError(_invalid("cluster_spec", cluster,
+                raise ValueError(invalid("cluster_spec", cluster,
                                           f"task indices >= 0 for job {job!r}; it has {index!r}"))
             _check_address(cluster, job, index, address)
             if address in seen:
-                raise ValueError(_invalid("cluster_spec", cluster,
+                raise ValueError(invalid("cluster_spec", cluster,
                                           f"one address per task; {address!r} is given to both "
                                           f"{seen[address]} and /job:{job}/task:{index}"))
             seen[address] = f"/job:{job}/task:{index}"
@@ -96,26 +95,26 @@ def cluster_spec(cluster) -> tf.train.ClusterSpec:
 def _check_address(cluster, job, index, address) -> None:
     where = f"/job:{job}/task:{index}"
     if not isinstance(address, str):
-        raise ValueError(_invalid("cluster_spec", cluster,
+        raise ValueError(invalid("cluster_spec", cluster,
                                   f"a 'host:port' string for {where}; it has {address!r}"))
     if "://" in address:
-        raise ValueError(_invalid("cluster_spec", cluster,
+        raise ValueError(invalid("cluster_spec", cluster,
                                   f"'host:port' without a scheme for {where}; remove the "
                                   f"{address.split('://')[0]}:// from {address!r}"))
     match = _ADDRESS.match(address)
     if not match or not 0 < int(match.group("port")) < 65536:
-        raise ValueError(_invalid("cluster_spec", cluster,
+        raise ValueError(invalid("cluster_spec", cluster,
                                   f"'host:port' with a port from 1 to 65535 for {where}; it has "
                                   f"{address!r}"))
 
 
 def _check_task(spec: tf.train.ClusterSpec, job, task_index) -> None:
     if not isinstance(job, str) or job not in spec.jobs:
-        raise ValueError(_invalid("job", job, "one of the cluster's jobs: "
+        raise ValueError(invalid("job", job, "one of the cluster's jobs: "
                                   + ", ".join(repr(j) for j in spec.jobs)))
     indices = spec.task_indices(job)
     if isinstance(task_index, bool) or not isinstance(task_index, int) or task_index not in indices:
-        raise ValueError(_invalid("task_index", task_index,
+        raise ValueError(invalid("task_index", task_index,
                                   f"a task of job {job!r}: "
                                   + _describe_indices(indices)))
 
@@ -128,7 +127,7 @@ def _describe_indices(indices) -> str:
 
 def _check_job_name(name: str, value) -> None:
     if not isinstance(value, str) or not _JOB_NAME.match(value):
-        raise ValueError(_invalid(name, value, "a job name such as 'worker' or 'ps'"))
+        raise ValueError(invalid(name, value, "a job name such as 'worker' or 'ps'"))
 
 
 def session_config(job: str, task_index: int, *, ps_jobs: Iterable[str] = (PS_JOB,),
@@ -142,7 +141,7 @@ def session_config(job: str, task_index: int, *, ps_jobs: Iterable[str] = (PS_JO
     """
     _check_job_name("job", job)
     if isinstance(task_index, bool) or not isinstance(task_index, int) or task_index < 0:
-        raise ValueError(_invalid("task_index", task_index, "an integer >= 0"))
+        raise ValueError(invalid("task_index", task_index, "an integer >= 0"))
     ps_jobs = [ps_jobs] if isinstance(ps_jobs, str) else list(ps_jobs)
     for name in ps_jobs:
         _check_job_name("ps_jobs", name)
@@ -184,7 +183,7 @@ def replica_device_setter(cluster, job: str, task_index: int, **kwargs):
     spec = cluster_spec(cluster)
     _check_task(spec, job, task_index)
     if PS_JOB not in spec.jobs:
-        raise ValueError(_invalid("cluster_spec", cluster,
+        raise ValueError(invalid("cluster_spec", cluster,
                                   f"a {PS_JOB!r} job to hold the variables (jobs: "
                                   + ", ".join(repr(j) for j in spec.jobs) + ")"))
     return tf.compat.v1.train.replica_device_setter(
@@ -210,3 +209,34 @@ def start_server(cluster, job: str, task_index: int) -> tf.distribute.Server:
             f"{address} ({e.message}). Is another process, or an earlier server in this kernel, "
             f"using port {address.rsplit(':', 1)[1]}? A server lives until its process ends: "
             f"restart the kernel or pick another port.") from e
+
+
+# This kernel's servers: a server holds its port until its process ends.
+_servers_lock = threading.Lock()
+# (job, task_index) -> (the cluster as ClusterSpec.as_dict(), its running server)
+_SERVERS: Dict[Tuple[str, int], Tuple[dict, tf.distribute.Server]] = {}
+
+
+def task_server(cluster_def, job: str, task_index: int) -> tf.distribute.Server:
+    """This kernel's ``tf.distribute.Server`` for /job:<job>/task:<task_index> of
+    ``cluster_def``: started by the first call, the same server on every later one.
+
+    A server holds its port until its process ends, so re-running a cell must reuse it. Raises
+    ValueError for a task the cluster lacks, RuntimeError when the port is taken or this kernel
+    already serves the task for a different cluster.
+    """
+    spec = cluster_spec(cluster_def)
+    wanted = spec.as_dict()
+    with _servers_lock:
+        known = _SERVERS.get((job, task_index))
+        if known is not None:
+            served, server = known
+            if served != wanted:
+                raise RuntimeError(
+                    f"This kernel already serves /job:{job}/task:{task_index} of another "
+                    f"cluster ({served}), not of {wanted}. A TensorFlow server lives until its "
+                    "process ends: restart the kernel to serve another cluster.")
+            return server
+        server = start_server(spec, job, task_index)
+        _SERVERS[(job, task_index)] = (wanted, server)
+        return server

@@ -189,6 +189,7 @@ class Supervisor:
 
         self._is_chief = is_chief
         self._coord = _Coordinator()
+        self._stop_seen = False
         self._recovery_wait_secs = recovery_wait_secs
         self._stop_grace_secs = stop_grace_secs
         self._init_fn = init_fn
@@ -826,7 +827,15 @@ class Supervisor:
 
     def should_stop(self):
         """True once a stop was requested."""
-        return self._coord.should_stop()
+        stopping = self._coord.should_stop()
+        if stopping:
+            self._stop_seen = True
+        return stopping
+
+    @property
+    def stop_seen(self) -> bool:
+        """True once ``should_stop()`` returned True: the caller knows the run is stopping."""
+        return self._stop_seen
 
     def stop_on_exception(self):
         """A context manager that requests a stop when its block raises."""

@@ -4,6 +4,7 @@ They parse (IPython's magic_arguments: ``%%supervise?`` lists every option, a ba
 UsageError) and delegate to ``run.py``; the panel shows the run. TensorFlow is imported with
 the first run, not when the extension is loaded.
 """
+import argparse
 import dataclasses
 import re
 import sys
@@ -13,6 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .._validate import check_number, invalid
 from ..view import panel
 
 # Notebook-friendly defaults: a crash loses at most a minute, the plots move every 10 seconds.
@@ -59,6 +61,29 @@ def _user_errors(run):
             run.CheckpointMismatchError, run.GraphModeError, ValueError, TypeError)
 
 
+# -- option types (argparse ``type=``): a refused value names the flag the user typed --------
+
+def _number(flag: str, *, integer: bool = False, minimum: float = 0):
+    """An argparse ``type=`` for a number option: the error names the flag the user typed."""
+    def parse(text: str):
+        value = int(text) if integer else float(text)  # ValueError: argparse's "invalid int"
+        try:
+            check_number(flag, value, integer=integer, minimum=minimum)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+    parse.__name__ = "int" if integer else "float"
+    return parse
+
+
+def _file_name(text: str) -> str:
+    """An argparse ``type=`` for --checkpoint-basename."""
+    if not text or "/" in text:
+        raise argparse.ArgumentTypeError(invalid("--checkpoint-basename", text,
+                                                 "a file name such as 'model.ckpt'"))
+    return text
+
+
 @magics_class
 class SuperviseMagics(Magics):
     """``%%supervise`` runs a cell under a Supervisor; ``%supervise`` lists and steers runs."""
@@ -70,17 +95,22 @@ class SuperviseMagics(Magics):
     @argument("--name", default=None,
               help="Name of the run in %%supervise stop/resume/... "
                    "Default: the logdir's last component ('run' without a logdir).")
-    @argument("--save-model-secs", metavar="SECS", type=float, default=SAVE_MODEL_SECS,
+    @argument("--save-model-secs", metavar="SECS", type=_number("--save-model-secs"),
+              default=SAVE_MODEL_SECS,
               help="Seconds between checkpoints (0: only the final one). "
                    "Default: %(default)s.")
-    @argument("--save-summaries-secs", metavar="SECS", type=float, default=SAVE_SUMMARIES_SECS,
+    @argument("--save-summaries-secs", metavar="SECS", type=_number("--save-summaries-secs"),
+              default=SAVE_SUMMARIES_SECS,
               help="Seconds between summaries and step-rate records (0: none). "
                    "Default: %(default)s.")
-    @argument("--checkpoint-basename", metavar="NAME", default="model.ckpt",
+    @argument("--checkpoint-basename", metavar="NAME", type=_file_name,
+              default="model.ckpt",
               help="File name prefix of the checkpoints. Default: %(default)s.")
-    @argument("--keep", metavar="N", type=int, default=5,
+    @argument("--keep", metavar="N", type=_number("--keep", integer=True, minimum=1),
+              default=5,
               help="How many of the newest checkpoints are kept. Default: %(default)s.")
-    @argument("--max-steps", metavar="N", type=int, default=None,
+    @argument("--max-steps", metavar="N", type=_number("--max-steps", integer=True, minimum=1),
+              default=None,
               help="Stop cleanly (final checkpoint, status 'finished') when the global step "
                    "reaches N; the loop must check sv.should_stop(). Default: no limit.")
     @argument("--init-fn", metavar="NAME", default=None,
@@ -110,7 +140,8 @@ class SuperviseMagics(Magics):
     @argument("--job", metavar="NAME", default=None,
               help="This task's job in --cluster: 'worker', or 'chief' for a cluster with "
                    "a chief job (needed with --cluster). Default: none.")
-    @argument("--task-index", metavar="N", type=int, default=0,
+    @argument("--task-index", metavar="N", type=_number("--task-index", integer=True),
+              default=0,
               help="This task's index in its --job (with --master: among the workers). "
                    "Default: %(default)s.")
     @argument("--chief", dest="chief", action="store_true", default=None,
@@ -122,10 +153,12 @@ class SuperviseMagics(Magics):
               help="This task is not the chief: it waits for the chief's model "
                    "(checking every --recovery-wait-secs; the panel says 'waiting for "
                    "chief'), then trains. It saves nothing, even with --logdir.")
-    @argument("--recovery-wait-secs", metavar="SECS", type=float, default=RECOVERY_WAIT_SECS,
+    @argument("--recovery-wait-secs", metavar="SECS", type=_number("--recovery-wait-secs"),
+              default=RECOVERY_WAIT_SECS,
               help="How often a non-chief checks whether the chief's model is ready "
                    "(TensorFlow's Supervisor: 30). Default: %(default)s.")
-    @argument("--stop-grace-secs", metavar="SECS", type=float, default=STOP_GRACE_SECS,
+    @argument("--stop-grace-secs", metavar="SECS", type=_number("--stop-grace-secs"),
+              default=STOP_GRACE_SECS,
               help="How long a stop waits for the service threads to end. "
                    "Default: %(default)s.")
     @cell_magic("supervise")
@@ -144,6 +177,16 @@ class SuperviseMagics(Magics):
         cells see); only its `sv` and `sess` stay its own when a later run binds those names.
         What it prints goes to the run's panel, not to the cell that executes at that time.
         Later: %supervise (list), %supervise stop|resume|save|wait|show NAME.
+
+        Stopping (the panel's Stop, %supervise stop, --max-steps) ends the body at a step
+        boundary: a loop that checks sv.should_stop() ends there; one that never checks
+        (`while True: sess.run(train_op)`) is ended by its next sess.run of the bound `sess`,
+        then the final checkpoint holds that exact step. A session the body opens itself is
+        not reached that way, nor a body busy outside TensorFlow (a long sleep): %supervise
+        stop then answers after --stop-grace-secs, saying the run is still stopping, and the
+        final checkpoint is written when the body returns. The notebook's own interrupt
+        stops the cell that executes, never a background run (with --wait it stops the run
+        gracefully).
 
         Replicas: one notebook per task, each with the same CLUSTER dict, builds its model
         with variables on the ps (jupyter_supervisor.cluster.replica_device_setter) and runs
@@ -179,7 +222,7 @@ class SuperviseMagics(Magics):
                 stop_grace_secs=args.stop_grace_secs, session_config=session_config)
             if task is not None:
                 # Last, once every option is known to be good: a server cannot be stopped.
-                server = run.task_server(*task)
+                server = _cluster_module().task_server(*task)
                 config = dataclasses.replace(config, master=server.target)
         except (ValueError, TypeError) as e:
             raise UsageError(_option_message(str(e))) from None
@@ -325,39 +368,36 @@ def format_exception(error: BaseException) -> str:
 
 def _parse(magic, line: str, help_hint: str):
     """The magic's arguments; a line argparse refuses is a UsageError that says where the
-    options are listed."""
+    options are listed (or, for a value our ``type=`` refused, what was expected)."""
     try:
         return parse_argstring(magic, line)
     except UsageError as e:
-        raise UsageError(f"{str(e).rstrip('.')}. `{help_hint}` lists the options.") from None
+        message = str(e)
+        refused = re.match(r"argument [^:]+: (Invalid value for argument .*)", message)
+        if refused:
+            raise UsageError(refused.group(1)) from None
+        raise UsageError(f"{message.rstrip('.')}. `{help_hint}` lists the options.") from None
 
 
 def _print_notes(training) -> None:
     """What a run that started does differently from what its options suggest."""
-    sv = training.supervisor
-    if sv is None or not training.logdir:
-        return
-    if sv.saver is None:
-        print(f"The graph has no variables: run {training.name!r} has nothing to checkpoint "
-              "(it writes summaries only).")
-    elif sv.global_step is None:
-        print(f"The graph has no global step: run {training.name!r} counts no steps, and each "
-              f"checkpoint replaces the last ({sv.save_path}). To count steps, create one with "
-              "tf.compat.v1.train.get_or_create_global_step() and pass it to "
-              "minimize(..., global_step=...).")
+    for note in training.notes:
+        print(note)
+
+
+# The one form of a bad-argument message (``_validate.invalid``), naming a Python argument.
+_PYTHON_ARGUMENT = re.compile(r"argument `(\w+)`\. Received: \1=")
+# Python arguments whose option has another name.
+_OPTION_NAMES = {"cluster_spec": "--cluster"}
 
 
 def _option_message(message: str) -> str:
-    # RunConfig names Python arguments; the user typed options.
-    options = {"cluster_spec": "--cluster"}
-    for field in ("save_model_secs", "save_summaries_secs", "checkpoint_basename", "max_steps",
-                  "task_index", "recovery_wait_secs", "stop_grace_secs", "init_fn", "logdir",
-                  "name", "keep", "master", "cluster_spec", "job"):
-        option = options.get(field, "--" + field.replace("_", "-"))
-        # Whole names only: `name` must not rewrite the end of `checkpoint_basename`.
-        message = re.sub(rf"(?<![\w-]){field}=", f"{option}=",
-                         message.replace(f"`{field}`", f"`{option}`"))
-    return message.replace(", or None.", ".")  # leaving an option out is how to pass None
+    """An error of the Python API (RunConfig, the Supervisor, the cluster helpers) as the
+    options the user typed: `save_model_secs` becomes `--save-model-secs`."""
+    def option(match):
+        flag = _OPTION_NAMES.get(match.group(1), "--" + match.group(1).replace("_", "-"))
+        return f"argument `{flag}`. Received: {flag}="
+    return _PYTHON_ARGUMENT.sub(option, message).replace(", or None.", ".")
 
 
 # ------------------------------------------------------------------------------ display
@@ -391,6 +431,9 @@ def _table() -> str:
         if training.status == "failed":
             failures.append(f"{training.name} failed: {training.error_line} "
                             f"(`%supervise show {training.name}` shows the traceback)")
+        elif training.stopping_secs > training.config.stop_grace_secs:
+            failures.append(f"{training.name} is still stopping: its cell body has not "
+                            "returned.")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
              for r in [header] + rows]
@@ -412,20 +455,27 @@ def _wait(training) -> None:
 
 
 def _stop(training, interrupted=False) -> None:
+    """Asks the run to stop and waits for its end, at most ``--stop-grace-secs``: the kernel
+    answers within that bound whatever the body does."""
     if interrupted and not training.is_live:
         return
     training.stop(wait=False)
     try:
         ended = training.wait(timeout=training.config.stop_grace_secs)
-        if not ended:
-            print(f"Run {training.name!r} is still stopping: its cell body must return once "
-                  "sv.should_stop() is True. Waiting (interrupt to stop waiting)...")
-            training.wait()
     except KeyboardInterrupt:
-        print(f"Run {training.name!r} goes on stopping in the background; "
-              f"`%supervise wait {training.name}` waits for it.")
+        ended = False
+    if not ended:
+        print(_still_stopping(training))
         return
     print(_stopped_line(training, interrupted))
+
+
+def _still_stopping(training) -> str:
+    return (f"Run {training.name!r} is still stopping: its cell body has not returned. A body "
+            "ends at its next sess.run once a stop is requested, but this one is busy "
+            "elsewhere (a long sleep, a queue, a loop without sess.run). Its final checkpoint "
+            "is written when it returns; `%supervise wait "
+            f"{training.name}` waits for that, `%supervise` shows how it is going.")
 
 
 def _stopped_line(training, interrupted) -> str:

@@ -1,10 +1,11 @@
 """TrainingRun: one supervised run of one notebook cell, in a background thread.
 
-A run builds a ``Supervisor`` around the default graph in the calling (main) thread, then
-restores or initializes the model and executes the cell body in a thread of its own, inside
-``managed_session()``, with ``sv`` and ``sess`` bound in the notebook's namespace. The cell
-returns at once; the run is watched and steered through this object (``stop``, ``resume``,
-``save_now``, ``wait``) and reported to a ``RunHistory`` that the panel displays.
+A run builds its backend (``backend.Backend``: the graph Supervisor, or the eager one) in the
+calling (main) thread, so that bad input fails the cell at once; then, in a thread of its own,
+the backend restores or initializes the model and the cell body executes with ``sv`` (and, on
+the graph, ``sess``) bound in the notebook's namespace. The cell returns at once; the run is
+steered through this object (``stop``, ``resume``, ``save_now``, ``wait``) and reported to a
+``RunHistory`` (fed by the backend's events) that the panel and ``%supervise`` display.
 
 Its life is a small state machine, kept in ``_TRANSITIONS`` and changed only by ``_transition``
 under one lock:
@@ -25,34 +26,24 @@ or graph.
 import atexit
 import logging
 import os
-import re
-import sysconfig
 import threading
 import time
-import traceback
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.client import session as tf_session
 
-from .. import events
 from .._validate import invalid
-from ..backend import RunConfig
-from ..checkpoints import checkpoint_paths
-from ..graph import cluster
-from ..graph.supervisor import (CheckpointMismatchError, LogdirLockedError, Supervisor,
-                                WaitCancelledError, checkpoint_misfit, describe_error)
-from ..view.history import RunHistory
+from ..backend import Backend, RunConfig, RunConflictError
+from ..checkpoints import checkpoint_paths, step_of
+from ..graph.backend import GraphBackend
+from ..graph.supervisor import CheckpointMismatchError, describe_error
+from ..lockfile import LogdirLockedError
+from ..view.history import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING,
+                            STARTING, STOPPED, STOPPING, RunHistory)
 from . import output
+from .body import Body, default_compile, default_format
 
 logger = logging.getLogger("jupyter_supervisor")
-
-_v1 = tf.compat.v1
-
-STARTING, RUNNING, STOPPING = "starting", "running", "stopping"
-STOPPED, FINISHED, FAILED = "stopped", "finished", "failed"
-TERMINAL = frozenset((STOPPED, FINISHED, FAILED))
-LIVE = frozenset((STARTING, RUNNING, STOPPING))
 
 # Every legal change of state; None is a run that never started.
 _TRANSITIONS = {
@@ -65,16 +56,17 @@ _TRANSITIONS = {
     FAILED: {STARTING},
 }
 
-# How often the step watcher reads the global step (the live step count, and --max-steps).
+# How often the history learns the live step (for the panel; --max-steps does not depend on it).
 WATCH_SECS = 0.25
+
+__all__ = ["TrainingRun", "RunConfig", "RunConflictError", "RunStateError",
+           "IllegalTransitionError", "GraphModeError", "LogdirLockedError",
+           "CheckpointMismatchError", "get_run", "runs",
+           "stop_all"]
 
 
 class IllegalTransitionError(RuntimeError):
     """A run was asked to change state in a way its state machine does not allow."""
-
-
-class RunConflictError(RuntimeError):
-    """A live run already uses the name, logdir or graph a new run asks for."""
 
 
 class RunStateError(RuntimeError):
@@ -87,110 +79,6 @@ class GraphModeError(RuntimeError):
 
 def _same_dir_key(logdir: str) -> str:
     return logdir if "://" in logdir else os.path.realpath(logdir)
-
-
-# ------------------------------------------------------------------------------- the cell body
-
-class _BodyLocals(dict):
-    """The local namespace a cell body executes in.
-
-    It holds only the run's own ``sv`` and ``sess``, so that a body keeps using its own
-    Supervisor even when a later run binds those names in the notebook; every assignment of the
-    body goes to the notebook namespace, as in a normal cell. Names it lacks fall through to the
-    notebook namespace (exec's globals) at C speed.
-    """
-
-    __slots__ = ("_notebook",)
-
-    def __init__(self, notebook: dict, own: dict):
-        super().__init__(own)
-        self._notebook = notebook
-
-    def __setitem__(self, key, value):
-        self._notebook[key] = value
-        if dict.__contains__(self, key):
-            dict.__setitem__(self, key, value)
-
-    def __delitem__(self, key):
-        found = dict.__contains__(self, key)
-        if found:
-            dict.__delitem__(self, key)
-        if key in self._notebook:
-            del self._notebook[key]
-        elif not found:
-            raise KeyError(key)
-
-
-class _StepLimitedSession(tf_session.SessionInterface):
-    """The managed session, as the body sees it under ``max_steps``: requests the stop exactly
-    when a ``run`` brought the global step to the limit.
-
-    Reading the step costs a session call, so it is done after each ``run`` only once the step
-    watcher saw the limit come near (``observe``); far from it, ``run`` adds one attribute test.
-    """
-
-    def __init__(self, sess, read_step: Callable[[], Optional[int]], limit: int,
-                 on_reached: Callable[[int], None]):
-        self._sess = sess
-        self._read_step = read_step
-        self._limit = limit
-        self._on_reached = on_reached
-        self._precise = False
-        self._last = None        # (step, time) of the previous observe()
-
-    @property
-    def graph(self):
-        return self._sess.graph
-
-    @property
-    def sess_str(self):
-        return self._sess.sess_str
-
-    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        result = self._sess.run(fetches, feed_dict=feed_dict, options=options,
-                                run_metadata=run_metadata)
-        if self._precise:
-            step = self._read_step()
-            if step is not None and step >= self._limit:
-                self._on_reached(step)
-        return result
-
-    def partial_run_setup(self, fetches, feeds=None):
-        return self._sess.partial_run_setup(fetches, feeds)
-
-    def partial_run(self, handle, fetches, feed_dict=None):
-        return self._sess.partial_run(handle, fetches, feed_dict)
-
-    def observe(self, step: int, now: float) -> None:
-        """The watcher's periodic reading: stops at the limit, checks exactly near it."""
-        if step >= self._limit:
-            self._on_reached(step)
-            return
-        if self._last is None:
-            self._precise = True  # no rate known yet: exact until there is one
-            self._last = (step, now)
-            return
-        last_step, last_time = self._last
-        if now - last_time < WATCH_SECS / 2:
-            return  # too soon after the last reading for a rate
-        rate = max(step - last_step, 0) / (now - last_time)
-        # Four watcher periods of margin: a burst of speed must not carry it past the limit.
-        self._precise = self._limit - step <= rate * WATCH_SECS * 4 + 1
-        self._last = (step, now)
-
-    def __getattr__(self, name):
-        return getattr(self._sess, name)
-
-    def __repr__(self):
-        return f"<managed session, stops at step {self._limit}: {self._sess!r}>"
-
-
-def _default_compile(source: str, name: str):
-    return compile(source, f"<supervise {name}>", "exec", dont_inherit=True)
-
-
-def _default_format(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 # --------------------------------------------------------------------------------- the run
@@ -210,33 +98,32 @@ class TrainingRun:
     """
 
     def __init__(self, config: RunConfig, body: str, namespace: dict, *,
-                 compile_source: Callable[[str, str], object] = _default_compile,
-                 format_exception: Callable[[BaseException], str] = _default_format):
+                 compile_source: Callable[[str, str], object] = default_compile,
+                 format_exception: Callable[[BaseException], str] = default_format):
         if not isinstance(config, RunConfig):
             raise TypeError(invalid("config", config, "a RunConfig"))
         self.config = config
-        self.body = body
-        self.history = RunHistory()
-        self._namespace = namespace
-        self._compile_source = compile_source
-        self._format_exception = format_exception
+        self._body = Body(body, namespace, config.name, compile_source=compile_source,
+                          format_exception=format_exception)
+        self.history = RunHistory(format_error=self._body.format)
 
         # _lock guards the fields below it; _changed is notified on every transition.
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._status: Optional[str] = None
         self._exception: Optional[BaseException] = None
-        self._error_text: Optional[str] = None
         self._stop_requested = False     # by stop(): the run ends 'stopped'
-        self._sv: Optional[Supervisor] = None
-        self._graph = None
+        self._stop_requested_at: Optional[float] = None   # time.monotonic() of that stop()
+        self._backend: Optional[Backend] = None
+        self._graph = None               # what the graph backend trains (kept for resume)
         self._thread: Optional[threading.Thread] = None
-        self._code = None                # the compiled body (or its SyntaxError)
-        # Last known global step; written by the run's threads, read anywhere (an int is atomic).
-        self._global_step: Optional[int] = None
-        self._restored_from: Optional[str] = None
 
     # ------------------------------------------------------------------------- what it shows
+
+    @property
+    def body(self) -> str:
+        """The cell's source."""
+        return self._body.source
 
     @property
     def name(self) -> str:
@@ -256,7 +143,7 @@ class TrainingRun:
     @property
     def global_step(self) -> Optional[int]:
         """The last known global step (None before the session is ready or without one)."""
-        return self._global_step
+        return self.history.step
 
     @property
     def exception(self) -> Optional[BaseException]:
@@ -266,7 +153,7 @@ class TrainingRun:
     @property
     def error_text(self) -> Optional[str]:
         """The formatted traceback of a failed run (pointing at the cell's lines), or None."""
-        return self._error_text
+        return self.history.error or None
 
     @property
     def error_line(self) -> Optional[str]:
@@ -294,12 +181,27 @@ class TrainingRun:
     @property
     def restored_from(self) -> Optional[str]:
         """The checkpoint the current session was restored from, or None."""
-        return self._restored_from
+        return self.history.restored_from
 
     @property
-    def supervisor(self) -> Optional[Supervisor]:
-        """The Supervisor of the current (or last) session."""
-        return self._sv
+    def supervisor(self):
+        """What the body sees as ``sv`` in the current (or last) session."""
+        backend = self._backend
+        return None if backend is None else backend.supervisor
+
+    @property
+    def notes(self) -> List[str]:
+        """What the run does differently from what its options suggest."""
+        backend = self._backend
+        return [] if backend is None else backend.notes()
+
+    @property
+    def stopping_secs(self) -> float:
+        """Seconds since a stop was requested while the run is still stopping, else 0."""
+        since = self._stop_requested_at
+        if self._status != STOPPING or since is None:
+            return 0.0
+        return time.monotonic() - since
 
     @property
     def can_stop(self) -> bool:
@@ -309,7 +211,8 @@ class TrainingRun:
     @property
     def can_resume(self) -> bool:
         """True when the run ended and has something to resume from."""
-        return self._status in TERMINAL and (self.logdir is not None or self.role == "worker")
+        return self._status in FINAL_STATUSES and (self.logdir is not None
+                                                   or self.role == "worker")
 
     @property
     def can_save(self) -> bool:
@@ -319,10 +222,10 @@ class TrainingRun:
     @property
     def is_live(self) -> bool:
         """True from start until the run's thread has finished its work."""
-        return self._status in LIVE
+        return self._status in ACTIVE_STATUSES
 
     def __repr__(self):
-        step = "" if self._global_step is None else f", step {self._global_step}"
+        step = "" if self.global_step is None else f", step {self.global_step}"
         return f"<TrainingRun {self.name!r}: {self._status}{step}>"
 
     # ------------------------------------------------------------------------ state machine
@@ -342,7 +245,7 @@ class TrainingRun:
     def start(self, graph=None) -> None:
         """Starts the run on ``graph`` (default: the default graph of the calling thread).
 
-        Checks and builds everything that touches the graph here (so errors are raised to the
+        The backend checks and builds everything it needs here (so errors are raised to the
         caller, early), then restores or initializes and runs the body in a background thread.
         Also used by ``resume()``, with the run's own graph.
         """
@@ -352,129 +255,66 @@ class TrainingRun:
                 "2's default). Call tf.compat.v1.disable_eager_execution() at the top of the "
                 "notebook, before building the model, then rebuild the model.")
         with self._lock:
-            if self._status not in (None, *TERMINAL):
+            if self._status not in (None, *FINAL_STATUSES):
                 raise RunStateError(f"Run {self.name!r} is {self._status}; it cannot start again "
                                    "until it ended.")
         if graph is None:
-            graph = _v1.get_default_graph()
+            graph = tf.compat.v1.get_default_graph()
         _REGISTRY.check_free(self, graph)
-        if not self.config.is_chief and not self.config.master:
-            raise ValueError(
-                "This task is not the chief (--task-index above 0, or --no-chief), and it has "
-                "no cluster to join: a worker waits for its chief's model, which an in-process "
-                "session never gets. Give the cluster (--cluster CLUSTER --job worker, or "
-                "--master grpc://HOST:PORT), or leave out --task-index/--no-chief to train "
-                "here.")
-        if not graph.get_operations():
-            raise ValueError(
-                "%%supervise trains the default graph, and it is empty. Run the cells that "
-                "build the model first (again after a kernel restart or "
-                "tf.compat.v1.reset_default_graph()).")
-        if _check_global_step(graph) is None and self.config.max_steps is not None:
-            raise ValueError(
-                "--max-steps needs a global step, and the graph has none. Create it before "
-                "the model: global_step = tf.compat.v1.train.get_or_create_global_step(), and "
-                "pass it to the optimizer (minimize(loss, global_step=global_step)).")
-        if self.logdir:
-            _check_checkpoint_matches(self.logdir, self.config.checkpoint_basename, graph)
-        if self._code is None:
-            # Once, from the cell that started the run: tracebacks name that cell, also after
-            # a resume from a later one.
-            try:
-                self._code = self._compile_source(self.body, self.name)
-            except SyntaxError as e:
-                self._code = e
-        code = self._code
+        backend = GraphBackend(self.config, graph)
+        code = self._body.compiled()
 
         self._transition(STARTING)
         with self._lock:
             self._stop_requested = False
-            self._exception = self._error_text = None
-            self._restored_from = None
+            self._exception = None
+            self._backend = backend
             self._graph = graph
         self.history.set_error("")
         _REGISTRY.add(self)
         if isinstance(code, SyntaxError):
             self._finish(code)
             return
-        try:
-            sv = self._build_supervisor(graph)
-        except BaseException as e:
-            self._finish(e, brief=True)
-            raise
-        self._sv = sv
-        self._namespace["sv"] = sv
-        self._thread = threading.Thread(target=self._train, args=(sv, code),
+        backend.add_listener(self.history.on_event)
+        self._body.bind({"sv": backend.supervisor})
+        self._thread = threading.Thread(target=self._train, args=(backend,),
                                         name=f"jupyter_supervisor-run-{self.name}", daemon=True)
         self._thread.start()
 
-    def _build_supervisor(self, graph) -> Supervisor:
-        """Builds fresh init/ready/saver/summary ops for the graph as it is now, and the
-        Supervisor. Ops kept in the graph's collections by an earlier run would miss the
-        variables added since, so none is taken from there."""
-        cfg = self.config
-        if graph.finalized:
-            graph._unsafe_unfinalize()  # pylint: disable=protected-access  (no live run has it)
-        with graph.as_default():
-            saveables = _v1.global_variables() + _v1.get_collection(
-                _v1.GraphKeys.SAVEABLE_OBJECTS)
-            saver = (_v1.train.Saver(max_to_keep=cfg.keep)
-                     if saveables and self.logdir else None)
-            sv = Supervisor(
-                graph=graph,
-                ready_op=_v1.report_uninitialized_variables(),
-                is_chief=cfg.is_chief,
-                init_op=_v1.global_variables_initializer(),
-                local_init_op=tf.group(_v1.local_variables_initializer(),
-                                       _v1.tables_initializer()),
-                logdir=cfg.logdir,
-                summary_op=_v1.summary.merge_all(),
-                saver=saver,
-                save_summaries_secs=cfg.save_summaries_secs,
-                save_model_secs=cfg.save_model_secs,
-                recovery_wait_secs=cfg.recovery_wait_secs,
-                stop_grace_secs=cfg.stop_grace_secs,
-                checkpoint_basename=cfg.checkpoint_basename,
-                init_fn=cfg.init_fn,
-                save_on_stop=True)
-        sv.add_listener(self.history.on_event)
-        sv.add_listener(self._on_event)
-        return sv
-
-    def _on_event(self, event) -> None:
-        if isinstance(event, events.SessionReady):
-            self._restored_from = event.restored_from
-        if isinstance(event, (events.SessionReady, events.Stopped)) and event.step is not None:
-            self._global_step = event.step
-
     # ---------------------------------------------------------------------- the run thread
 
-    def _train(self, sv: Supervisor, code) -> None:
+    def _train(self, backend: Backend) -> None:
         error = None
         try:
             with output.routed_to(self.history.append_output), \
-                    output.threads_routed_to(sv.owns_thread, self.history.append_output):
+                    output.threads_routed_to(backend.owns_thread, self.history.append_output):
                 try:
                     self._load_earlier_history()
-                    services = bool(self.logdir) or not self.config.is_chief
-                    # Graph mode is per thread, and the notebook may make another graph the
-                    # default meanwhile: the body runs with the run's graph as its default.
-                    with self._graph.as_default(), sv.managed_session(
-                            self.config.master, config=self.config.session_config,
-                            start_standard_services=services) as sess:
-                        if not services:
-                            sv.start_queue_runners(sess)
-                        self._run_session(sv, sess, code)
-                except WaitCancelledError:
-                    pass  # stopped while waiting for the chief: a clean stop
+                    with backend.session() as names:
+                        if self._enter_running(backend) and names:
+                            self._body.bind(names)
+                            with _StepWatcher(backend, self.history):
+                                self._body.execute(
+                                    {"sv": backend.supervisor, **names},
+                                    repeat=self.config.repeat, should_stop=backend.should_stop)
                 except BaseException as e:  # pylint: disable=broad-except
-                    error = _with_hint(e)
+                    error = e
                 finally:
                     # The listeners (history, panel) see the final checkpoint and the Stopped
                     # record before wait() returns.
-                    sv.flush_events(timeout=10)
+                    backend.flush_events(timeout=10)
         finally:
             self._finish(error)
+
+    def _enter_running(self, backend: Backend) -> bool:
+        """The session is ready: True if the body should run (no stop came meanwhile)."""
+        with self._lock:
+            if self._status == STARTING:
+                self._transition(RUNNING)
+            stopping = self._stop_requested
+        if stopping:
+            backend.request_stop()  # asked while the session was being prepared
+        return not backend.should_stop()
 
     def _load_earlier_history(self) -> None:
         """Continues the plots of an earlier session from the logdir's event files, up to the
@@ -484,8 +324,7 @@ class TrainingRun:
         newest = next(iter(checkpoint_paths(self.logdir, self.config.checkpoint_basename)), None)
         if newest is None:
             return
-        match = re.search(r"-(\d+)$", newest)
-        step = int(match.group(1)) if match else None
+        step = step_of(newest)
         try:
             # The new session records the restored step again, and TensorBoard drops the old
             # session's points from that step on: keep only those before it.
@@ -495,62 +334,16 @@ class TrainingRun:
             logger.warning("Could not read the earlier event files of %s; the plots start "
                            "empty.", self.logdir, exc_info=True)
 
-    def _run_session(self, sv: Supervisor, sess, code) -> None:
-        step = sv.read_global_step(sess)
-        if step is not None:
-            self._global_step = step
-        bound = sess
-        limited = None
-        if self.config.max_steps is not None:
-            limited = _StepLimitedSession(sess, lambda: sv.read_global_step(sess),
-                                          self.config.max_steps,
-                                          lambda step: self._reach_max_steps(sv, step))
-            bound = limited
-        self._namespace["sess"] = bound
-        with self._lock:
-            if self._status == STARTING:
-                self._transition(RUNNING)
-            stopping = self._stop_requested
-        if stopping:
-            sv.request_stop()
-            return
-        if sv.global_step is not None:
-            sv.loop(WATCH_SECS, self._watch_step, args=(sv, sess, limited))
-        if limited is not None:
-            limited.observe(step, time.monotonic())
-            if sv.should_stop():
-                return  # restored at or past max_steps: nothing to do
-        local_ns = _BodyLocals(self._namespace, {"sv": sv, "sess": bound})
-        if not self.config.repeat:
-            exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
-            return
-        while not sv.should_stop():
-            exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
-
-    def _watch_step(self, sv: Supervisor, sess, limited: Optional[_StepLimitedSession]) -> None:
-        step = sv.read_global_step(sess)
-        self._global_step = step
-        self.history.note_step(step)
-        if limited is not None:
-            limited.observe(step, time.monotonic())
-
-    def _reach_max_steps(self, sv: Supervisor, step: int) -> None:
-        self._global_step = step
-        sv.request_stop()  # a clean stop: the run ends "finished"
-
-    def _finish(self, error: Optional[BaseException], brief: bool = False) -> None:
-        """The end of every start: records the outcome and makes the graph usable again.
-        ``brief``: the error was raised to the caller already; its message is enough."""
-        graph = self._graph
-        if graph is not None and graph.finalized:
-            graph._unsafe_unfinalize()  # pylint: disable=protected-access
-        text = None
+    def _finish(self, error: Optional[BaseException]) -> None:
+        """The end of every start: records the outcome and leaves the graph usable again."""
+        backend = self._backend
+        if backend is not None:
+            backend.close()
         if error is not None:
-            text = f"{type(error).__name__}: {error}\n" if brief else self._format(error)
-            self.history.set_error(text)
+            logger.debug("Run %r failed.", self.name, exc_info=error)
+            self.history.set_failure(error)
         with self._lock:
             self._exception = error
-            self._error_text = text
             if error is not None:
                 final = FAILED
             elif self._status == STOPPING:
@@ -559,57 +352,37 @@ class TrainingRun:
                 final = FINISHED
             self._transition(final)
 
-    def _format(self, error: BaseException) -> str:
-        """The error as the user sees it: its traceback starts at the cell body's own frame
-        (our machinery above it is noise); a SyntaxError of the body has no frames at all."""
-        if isinstance(error, SyntaxError) and error is self._code:
-            error = error.with_traceback(None)
-        else:
-            start = error.__traceback__
-            while start is not None and start.tb_frame.f_code is not self._code:
-                start = start.tb_next
-            if start is None:  # raised outside the body (an --init-fn): from the user's code
-                start = error.__traceback__
-                while start is not None and not _is_user_code(start.tb_frame.f_code.co_filename):
-                    start = start.tb_next
-            if start is None:  # raised by ours or a library's code (a restore, a service)
-                logger.debug("Run %r failed.", self.name, exc_info=error)
-                return f"{type(error).__name__}: {error}\n"
-            error = error.with_traceback(start)
-        try:
-            return self._format_exception(error)
-        except Exception:  # pylint: disable=broad-except
-            return _default_format(error)
-
     # --------------------------------------------------------------------------- steering
 
     def stop(self, wait: bool = True, timeout: Optional[float] = None) -> bool:
-        """Asks the run to stop after the current step; it writes a final checkpoint.
+        """Asks the run to stop at the next step boundary; it writes a final checkpoint.
 
-        The body must check ``sv.should_stop()`` (``--repeat`` does it for you). With ``wait``,
-        blocks until the run ended (or ``timeout``) and returns True if it did. Raises
-        RunStateError for a run that already ended.
+        A body that checks ``sv.should_stop()`` ends its loop; one that does not is ended by its
+        next ``sess.run`` (``--repeat`` checks for you). Returns at once without ``wait``;
+        with it, blocks until the run ended (or ``timeout``) and returns True if it did.
+        Raises RunStateError for a run that already ended.
         """
         with self._lock:
             if self._status in (STARTING, RUNNING):
                 self._stop_requested = True
+                self._stop_requested_at = time.monotonic()
                 self._transition(STOPPING)
-                sv = self._sv
+                backend = self._backend
             elif self._status == STOPPING:
-                sv = None
+                backend = None
             else:
                 raise RunStateError(f"Run {self.name!r} is {self._status}: nothing to stop.")
-        if sv is not None:
-            sv.request_stop()
+        if backend is not None:
+            backend.request_stop()
         if not wait:
-            return self._status in TERMINAL
+            return self._status in FINAL_STATUSES
         return self.wait(timeout)
 
     def resume(self) -> None:
         """Starts the run again from its newest checkpoint (from the main thread)."""
         with self._lock:
             status = self._status
-        if status in LIVE:
+        if status in ACTIVE_STATUSES:
             raise RunStateError(f"Run {self.name!r} is {status}: nothing to resume.")
         if not self.can_resume:
             raise RunStateError(
@@ -625,89 +398,51 @@ class TrainingRun:
             if self._status != RUNNING:
                 raise RunStateError(f"Run {self.name!r} is {self._status}: a checkpoint is "
                                     "written only while it runs.")
-            sv = self._sv
+            backend = self._backend
         if self.logdir is None:
             raise RunStateError(f"Run {self.name!r} has no --logdir: there is nowhere to save.")
-        path = sv.save_checkpoint()
-        sv.flush_events(timeout=10)
-        return path
+        return backend.save_now()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks until the run ended (or ``timeout`` seconds); True if it ended."""
         with self._changed:
-            ended = self._changed.wait_for(lambda: self._status in TERMINAL, timeout)
+            ended = self._changed.wait_for(lambda: self._status in FINAL_STATUSES, timeout)
             thread = self._thread
         if ended and thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
         return ended
 
 
-# ------------------------------------------------------------------------------- checkpoints
+class _StepWatcher:
+    """While the body runs, tells the history the live step every WATCH_SECS (a thread that
+    waits on an Event, so leaving the block ends it at once)."""
 
-def _check_checkpoint_matches(logdir: str, basename: str, graph) -> None:
-    """Raises CheckpointMismatchError when the newest checkpoint lacks variables of the graph or
-    holds them with another shape (an unreadable one passes: the Supervisor falls back to an
-    older one, or says why it cannot)."""
-    newest = next(iter(checkpoint_paths(logdir, basename)), None)
-    problem = None if newest is None else checkpoint_misfit(newest, graph)
-    if problem is None:
-        return
-    raise CheckpointMismatchError(
-        f"The newest checkpoint in {logdir!r} ({newest}) does not fit the graph: {problem}. "
-        "The model changed since it was saved. Train it in a new --logdir; to warm-start from "
-        "this checkpoint, also pass --init-fn NAME with a function that restores the old "
-        "variables, e.g. "
-        f"`def warm(sess): tf.compat.v1.train.Saver(old_vars).restore(sess, {newest!r})`.")
+    def __init__(self, backend: Backend, history: RunHistory):
+        self._backend = backend
+        self._history = history
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="jupyter_supervisor-step-watcher")
 
+    def __enter__(self):
+        self._thread.start()
+        return self
 
-def _check_global_step(graph):
-    """The graph's global step (by collection or by name), or None; raises ValueError for one
-    that cannot count steps (TensorFlow's Supervisor would ignore it and count none)."""
-    steps = graph.get_collection(_v1.GraphKeys.GLOBAL_STEP) or [
-        v for v in graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
-        if v.op.name == "global_step"]
-    if not steps:
-        try:
-            steps = [graph.get_tensor_by_name("global_step:0")]
-        except KeyError:
-            return None
-    step = steps[0]
-    shape = step.shape
-    if step.dtype.base_dtype not in (tf.int32, tf.int64) or (
-            shape.rank is not None and shape.as_list() not in ([], [1])):
-        raise ValueError(
-            f"The global step {step.name!r} is a {step.dtype.base_dtype.name} of shape "
-            f"{shape.as_list() if shape.rank is not None else 'unknown'}: it must be an int64 "
-            "(or int32) scalar that counts the training steps. Create it with global_step = "
-            "tf.compat.v1.train.get_or_create_global_step() and pass it to the optimizer "
-            "(minimize(loss, global_step=global_step)).")
-    return step
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
 
-
-# Where library code lives (the standard library, site-packages, this package): a traceback
-# shown to the user starts at the first frame outside them (a notebook cell, the user's code).
-_LIBRARY_DIRS = tuple(sorted({
-    os.path.join(os.path.abspath(path), "")
-    for path in [os.path.dirname(os.path.dirname(__file__))] + [
-        sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
-    if path}))
-
-
-def _is_user_code(filename: str) -> bool:
-    return not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
-
-
-def _with_hint(error: BaseException) -> BaseException:
-    """``error``, or for an op created in the body, the same error saying what to do."""
-    finalized = str(error).startswith("Graph is finalized")
-    # Exactly RuntimeError, as TensorFlow raises it: a subclass is someone else's error.
-    if type(error) is RuntimeError and finalized:  # pylint: disable=unidiomatic-typecheck
-        hinted = RuntimeError(
-            f"{error} %%supervise finalizes the graph while the run trains: create every op "
-            "(summaries, assign ops, tf.constant...) in a cell before the %%supervise cell; "
-            "the body only runs them with sess.run(...).")
-        return hinted.with_traceback(error.__traceback__)
-    return error
+    def _loop(self):
+        while True:
+            try:
+                step = self._backend.read_step()
+            except Exception:  # pylint: disable=broad-except  (the session is closing)
+                logger.debug("Reading the step failed.", exc_info=True)
+                step = None
+            if step is not None:
+                self._history.note_step(step)
+            if self._done.wait(WATCH_SECS):
+                return
 
 
 # ---------------------------------------------------------------------------------- registry
@@ -740,7 +475,7 @@ class _Registry:
             if other.name == run.name:
                 raise RunConflictError(
                     f"A run named {run.name!r} is {other.status}. {how} Or pass another --name.")
-            if other._graph is graph:  # pylint: disable=protected-access
+            if graph is not None and other._graph is graph:  # pylint: disable=protected-access
                 raise RunConflictError(
                     f"Run {other.name!r} is {other.status} on this graph (it is finalized while "
                     f"a run trains it). {how} Or build the new model in a fresh graph "
@@ -807,38 +542,6 @@ def stop_all(timeout: Optional[float] = None) -> List[TrainingRun]:
         if not run.wait(left):
             late.append(run)
     return late
-
-
-# ----------------------------------------------------------------------------------- servers
-
-_servers_lock = threading.Lock()
-# (job, task_index) -> (the cluster as ClusterSpec.as_dict(), its running server)
-_SERVERS: Dict[Tuple[str, int], Tuple[dict, tf.distribute.Server]] = {}
-
-
-def task_server(cluster_def, job: str, task_index: int) -> tf.distribute.Server:
-    """This kernel's ``tf.distribute.Server`` for /job:<job>/task:<task_index> of
-    ``cluster_def``: started by the first call, the same server on every later one.
-
-    A server holds its port until its process ends, so re-running a cell must reuse it. Raises
-    ValueError for a task the cluster lacks, RuntimeError when the port is taken or this kernel
-    already serves the task for a different cluster.
-    """
-    spec = cluster.cluster_spec(cluster_def)
-    wanted = spec.as_dict()
-    with _servers_lock:
-        known = _SERVERS.get((job, task_index))
-        if known is not None:
-            served, server = known
-            if served != wanted:
-                raise RuntimeError(
-                    f"This kernel already serves /job:{job}/task:{task_index} of another "
-                    f"cluster ({served}), not of {wanted}. A TensorFlow server lives until its "
-                    "process ends: restart the kernel to serve another cluster.")
-            return server
-        server = cluster.start_server(spec, job, task_index)
-        _SERVERS[(job, task_index)] = (wanted, server)
-        return server
 
 
 def _register_atexit() -> None:

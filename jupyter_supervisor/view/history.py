@@ -37,8 +37,13 @@ import numpy as np
 
 from .. import events
 
-STATUSES = ("starting", "running", "stopping", "stopped", "finished", "failed")
-ACTIVE_STATUSES = frozenset(("starting", "running", "stopping"))
+# A run's statuses: the vocabulary of the run's state machine (notebook/run.py), the history,
+# the panel and %supervise alike.
+STARTING, RUNNING, STOPPING = "starting", "running", "stopping"
+STOPPED, FINISHED, FAILED = "stopped", "finished", "failed"
+STATUSES = (STARTING, RUNNING, STOPPING, STOPPED, FINISHED, FAILED)
+ACTIVE_STATUSES = frozenset((STARTING, RUNNING, STOPPING))
+FINAL_STATUSES = frozenset((STOPPED, FINISHED, FAILED))
 
 # The newest checkpoints kept in the history; the panel shows the newest and what the Saver keeps.
 MAX_CHECKPOINTS = 64
@@ -230,6 +235,10 @@ def _check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def _format_error(error: BaseException) -> str:
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+
 class RunHistory:
     """What one run reported: status, step, rate, scalars, checkpoints, output, error.
 
@@ -240,7 +249,8 @@ class RunHistory:
     """
 
     def __init__(self, max_points: int = 2000, max_output_chars: int = 200_000,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 format_error: Callable[[BaseException], str] = _format_error):
         max_points = _check_int("max_points", max_points, 4)
         if max_points % 2:
             raise ValueError(
@@ -253,6 +263,7 @@ class RunHistory:
                 f"Invalid value for argument `clock`. Received: clock={clock!r}. "
                 "Expected a callable returning seconds, like time.monotonic.")
         self._clock = clock
+        self._format_error = format_error
         # One lock protects every field below; nothing slow (file reading, formatting of
         # snapshots beyond copies) happens while it is held.
         self._lock = threading.Lock()
@@ -274,6 +285,7 @@ class RunHistory:
         self._output_total = 0       # characters ever appended
         self._output_joined: Optional[str] = None
         self._error = ""
+        self._failure: Optional[BaseException] = None   # the exception _error shows
         self._waiting_for_chief = False
         self._restored_from: Optional[str] = None
         self._stop_reason: Optional[str] = None
@@ -311,8 +323,7 @@ class RunHistory:
                 self._note_step(event.step)
                 self._stop_reason = event.reason
                 if event.exception is not None and not self._error:
-                    self._error = "".join(traceback.format_exception(
-                        type(event.exception), event.exception, event.exception.__traceback__))
+                    self._set_failure(event.exception)
             else:
                 return  # a record this history does not show (a newer events.py)
             self._version += 1
@@ -398,6 +409,20 @@ class RunHistory:
             self._status = status
             self._version += 1
 
+    def _set_failure(self, error: BaseException) -> None:
+        if error is not self._failure:  # each failure is formatted once
+            self._failure = error
+            self._error = self._format_error(error)
+
+    def set_failure(self, error: BaseException) -> None:
+        """Records the exception that failed the run; the error shown is its formatted form
+        (the ``format_error`` the history was made with)."""
+        with self._lock:
+            before = self._error
+            self._set_failure(error)
+            if self._error != before:
+                self._version += 1
+
     def set_error(self, text: str) -> None:
         """Records the error to show (a formatted traceback); '' clears it."""
         if not isinstance(text, str):
@@ -405,6 +430,7 @@ class RunHistory:
                 f"Invalid value for argument `text`. Received: text={text!r}. "
                 "Expected a str (a formatted traceback).")
         with self._lock:
+            self._failure = None
             if text != self._error:
                 self._error = text
                 self._version += 1
@@ -439,6 +465,21 @@ class RunHistory:
                 self._output_len -= excess
 
     # -- readers ---------------------------------------------------------------------------
+
+    @property
+    def step(self) -> Optional[int]:
+        """The last known global step (cheap: no snapshot is built)."""
+        return self._step
+
+    @property
+    def error(self) -> str:
+        """The error shown for the run ('' when there is none)."""
+        return self._error
+
+    @property
+    def restored_from(self) -> Optional[str]:
+        """The checkpoint the current session was restored from, or None."""
+        return self._restored_from
 
     def snapshot(self) -> HistorySnapshot:
         """An immutable view of everything recorded so far."""

@@ -31,6 +31,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import plots
+from .history import FINAL_STATUSES
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -51,7 +52,6 @@ _STATUS_COLOURS = {
     "starting": "#757575", "running": "#2e7d32", "stopping": "#ef6c00",
     "stopped": "#1565c0", "finished": "#2e7d32", "failed": "#c62828",
 }
-_FINAL = frozenset(("stopped", "finished", "failed"))
 
 _BUTTONS = (  # part name, label, icon, tooltip, the run's flag that enables it
     ("stop", "Stop", "stop", "Stop gracefully: write a final checkpoint, then stop", "can_stop"),
@@ -411,6 +411,11 @@ class Panel:
         self._start_refresher()
 
     @property
+    def run(self):
+        """The run this panel shows."""
+        return self._run
+
+    @property
     def closed(self) -> bool:
         """True once ``close`` was called."""
         return self._closed.is_set()
@@ -420,8 +425,8 @@ class Panel:
         self._closed.set()
         self._wake.set()
         with _shown_lock:
-            if _shown.get(id(self._run)) is self:
-                del _shown[id(self._run)]
+            if _shown.get(self._run.name) is self:
+                del _shown[self._run.name]
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
@@ -478,7 +483,7 @@ class Panel:
                 return
             self._refresh()
             snap = self._snap
-            idle = snap is not None and snap.status in _FINAL
+            idle = snap is not None and snap.status in FINAL_STATUSES
             self._wake.wait(self._idle_interval if idle else self._interval)
 
     def _show_refresh_failure(self, error: Exception) -> None:
@@ -687,9 +692,10 @@ class Panel:
         return True
 
 
-# The panel `show` made for each run, by id(run) (a panel holds its run, so the id stays that
-# run's): showing a run again displays its panel again instead of adding one more refresher.
-_shown: Dict[int, Panel] = {}
+# The panel `show` made for each run name: showing a run again displays its panel again instead
+# of adding one more refresher, and a new run of that name (a re-run cell) closes the panel of
+# the run it replaces, so a notebook keeps one refresher per run name however often it re-runs.
+_shown: Dict[str, Panel] = {}
 _shown_lock = threading.Lock()
 
 
@@ -699,9 +705,13 @@ def show(run, clock: Callable[[], float] = time.monotonic) -> Optional[Panel]:
     (returns None; print ``text_summary(run)`` at the end of the run)."""
     if widget_frontend_available():
         with _shown_lock:
-            panel = _shown.get(id(run))
+            panel = _shown.get(run.name)
+        if panel is not None and panel.run is not run:
+            panel.close()  # the run this one replaces (its cell was re-run)
+        with _shown_lock:
+            panel = _shown.get(run.name)
             if panel is None or panel.closed:
-                panel = _shown[id(run)] = Panel(run, clock=clock)
+                panel = _shown[run.name] = Panel(run, clock=clock)
         panel.display()
         return panel
     line = text_status(run)
@@ -712,7 +722,8 @@ def show(run, clock: Callable[[], float] = time.monotonic) -> Optional[Panel]:
 
 
 def close_all() -> None:
-    """Closes every panel ``show`` made (their refreshers stop; for ``%unload_ext``)."""
+    """Closes every panel ``show`` made (their refreshers stop; for ``%unload_ext`` and the
+    kernel's shutdown)."""
     with _shown_lock:
         panels = list(_shown.values())
     for panel in panels:

@@ -1,0 +1,124 @@
+"""A run's cell body: compiled once from the cell that started it, executed in the notebook's
+namespace with the run's own ``sv`` and ``sess``, its errors shown from the user's frames."""
+import os
+import sysconfig
+import traceback
+from typing import Callable, Dict
+
+# Where library code lives (the standard library, site-packages, this package): a traceback
+# shown to the user starts at the first frame outside them (a notebook cell, the user's code).
+_LIBRARY_DIRS = tuple(sorted({
+    os.path.join(os.path.abspath(path), "")
+    for path in [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + [
+        sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    if path}))
+
+
+def default_compile(source: str, name: str):
+    """Compiles a body without IPython (tracebacks then name ``<supervise NAME>``)."""
+    return compile(source, f"<supervise {name}>", "exec", dont_inherit=True)
+
+
+def default_format(exc: BaseException) -> str:
+    """The traceback module's form of an error."""
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def is_user_code(filename: str) -> bool:
+    """True for a frame of the user's code (not the standard library, a package, or ours)."""
+    return not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
+
+
+class _BodyLocals(dict):
+    """The local namespace a cell body executes in.
+
+    It holds only the run's own names (``sv``, ``sess``), so that a body keeps using its own
+    Supervisor even when a later run binds those names in the notebook; every assignment of the
+    body goes to the notebook namespace, as in a normal cell. Names it lacks fall through to the
+    notebook namespace (exec's globals) at C speed.
+    """
+
+    __slots__ = ("_notebook",)
+
+    def __init__(self, notebook: dict, own: dict):
+        super().__init__(own)
+        self._notebook = notebook
+
+    def __setitem__(self, key, value):
+        self._notebook[key] = value
+        if dict.__contains__(self, key):
+            dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key):
+        found = dict.__contains__(self, key)
+        if found:
+            dict.__delitem__(self, key)
+        if key in self._notebook:
+            del self._notebook[key]
+        elif not found:
+            raise KeyError(key)
+
+
+class Body:
+    """The source of a ``%%supervise`` cell, run by a TrainingRun.
+
+    ``compile_source(source, run_name) -> code``: IPython's compiler makes tracebacks show the
+    cell's own lines. ``format_exception(exc) -> str``: the error shown to the user, given the
+    exception with its traceback trimmed to start at the body (or at the user's own code).
+    """
+
+    def __init__(self, source: str, namespace: dict, run_name: str, *,
+                 compile_source: Callable[[str, str], object] = default_compile,
+                 format_exception: Callable[[BaseException], str] = default_format):
+        self.source = source
+        self._namespace = namespace
+        self._run_name = run_name
+        self._compile_source = compile_source
+        self._format_exception = format_exception
+        self._code = None  # the compiled body, or its SyntaxError
+
+    def compiled(self):
+        """The code object, or the SyntaxError the source raised. Compiled once, from the cell
+        that started the run: tracebacks name that cell, also after a resume from a later one."""
+        if self._code is None:
+            try:
+                self._code = self._compile_source(self.source, self._run_name)
+            except SyntaxError as e:
+                self._code = e
+        return self._code
+
+    def bind(self, names: Dict[str, object]) -> None:
+        """Binds ``names`` in the notebook, for the cells that run meanwhile."""
+        self._namespace.update(names)
+
+    def execute(self, names: Dict[str, object], *, repeat: bool,
+                should_stop: Callable[[], bool]) -> None:
+        """Runs the body once, or with ``repeat`` again and again until ``should_stop()``."""
+        code = self.compiled()
+        local_ns = _BodyLocals(self._namespace, names)
+        if not repeat:
+            exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
+            return
+        while not should_stop():
+            exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
+
+    def format(self, error: BaseException) -> str:
+        """The error as the user sees it: its traceback starts at the cell body's own frame
+        (our machinery above it is noise); a SyntaxError of the body has no frames at all."""
+        if isinstance(error, SyntaxError) and error is self._code:
+            error = error.with_traceback(None)
+        else:
+            start = error.__traceback__
+            while start is not None and start.tb_frame.f_code is not self._code:
+                start = start.tb_next
+            if start is None:  # raised outside the body (an --init-fn): from the user's code
+                start = error.__traceback__
+                while start is not None and not is_user_code(start.tb_frame.f_code.co_filename):
+                    start = start.tb_next
+            if start is None:  # raised by ours or a library's code (a restore, a service)
+                return f"{type(error).__name__}: {error}\n"
+            error = error.with_traceback(start)
+        try:
+            return self._format_exception(error)
+        except Exception:  # pylint: disable=broad-except
+            return default_format(error)
