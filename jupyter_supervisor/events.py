@@ -8,17 +8,23 @@ loop never waits for a listener, and a failing listener is logged, never raised 
 Records:
   SessionReady     the session is usable: restored from a checkpoint, or initialized
   WaitingForChief  a non-chief waits for the chief to initialize or restore the model
-  CheckpointSaved  a checkpoint was written (step, path, wall time, seconds taken)
+  CheckpointSaved  a checkpoint was written (step, path, wall time, seconds taken, and the
+                   checkpoints retention keeps, newest first)
   SummaryWritten   a summary went to the event file (step, scalar values by tag)
   StepRate         the step counter measured steps per second
   Stopped          the Supervisor stopped (reason, exception or None)
+
+Which tags of the event file reach listeners, and how: every scalar of the summaries the run
+writes (its summary op, ``summary_computed``) comes as a SummaryWritten, by tag; the step
+counter's ``<global step>/sec`` (TensorFlow's ``global_step/sec``) comes only as a StepRate,
+whose ``tag`` names it. Both are what TensorBoard reads back from the file.
 """
 import dataclasses
 import logging
 import queue
 import threading
 import types
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -48,11 +54,13 @@ class WaitingForChief:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointSaved:
-    """A checkpoint was written at ``path`` for ``step``, taking ``seconds``."""
+    """A checkpoint was written at ``path`` for ``step``, taking ``seconds``; ``kept`` is what
+    retention keeps after it, newest first (empty when the saver does not say)."""
     step: Optional[int]
     path: str
     wall_time: float
     seconds: float
+    kept: Tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +73,11 @@ class SummaryWritten:
 
 @dataclasses.dataclass(frozen=True)
 class StepRate:
-    """The step counter measured ``steps_per_sec`` at ``step``."""
+    """The step counter measured ``steps_per_sec`` at ``step``, written as ``tag``."""
     step: int
     steps_per_sec: float
     wall_time: float
+    tag: str = "global_step/sec"
 
 
 @dataclasses.dataclass(frozen=True)

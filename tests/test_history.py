@@ -45,13 +45,16 @@ def test_events_fill_the_snapshot():
     history.on_event(events.CheckpointSaved(step=40, path="/logs/model.ckpt-40",
                                             wall_time=1040.0, seconds=0.5))
     history.on_event(events.CheckpointSaved(step=45, path="/logs/model.ckpt-45",
-                                            wall_time=1045.0, seconds=0.25))
+                                            wall_time=1045.0, seconds=0.25,
+                                            kept=("/logs/model.ckpt-45", "/logs/model.ckpt-40")))
     history.on_event(events.StepRate(step=45, steps_per_sec=12.5, wall_time=1045.0))
 
     snap = history.snapshot()
     assert snap.status == "running"
     assert snap.step == 45
-    assert snap.steps_per_sec == 12.5
+    assert snap.steps_per_sec == pytest.approx(10.0)  # the history's estimate: 40 steps in 4 s
+    assert snap.kept == ("/logs/model.ckpt-45", "/logs/model.ckpt-40")
+    # The step counter's first record after a start measures no interval: not plotted.
     assert sorted(snap.scalars) == ["accuracy", "loss"]
     loss = snap.scalars["loss"]
     assert loss.steps.tolist() == [0, 10, 20, 30, 40]
@@ -127,22 +130,28 @@ def test_elapsed_counts_only_active_time():
     assert snap.elapsed_at(160.0) == 20.0
 
 
-def test_steps_per_sec_is_estimated_from_steps_between_step_rate_events():
+def test_steps_per_sec_has_one_estimate_and_step_rates_are_plotted_live():
     clock = FakeClock()
     history = RunHistory(clock=clock)
+    history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
+                                         wall_time=0.0))
     history.set_status("running")
-    assert history.snapshot().steps_per_sec is None
+    assert history.snapshot().steps_per_sec is None   # nothing measured yet: no made-up zero
+    history.on_event(events.StepRate(step=0, steps_per_sec=0.0, wall_time=0.0))
     for second in range(1, 6):
         clock.now = float(second)
         history.note_step(200 * second)
     assert history.snapshot().steps_per_sec == pytest.approx(200.0)
     history.on_event(events.StepRate(step=1000, steps_per_sec=180.0, wall_time=0.0))
-    assert history.snapshot().steps_per_sec == 180.0
+    snap = history.snapshot()
+    assert snap.steps_per_sec == pytest.approx(200.0)  # the record is plotted, not shown
+    assert snap.scalars["global_step/sec"].steps.tolist() == [1000]
+    assert snap.scalars["global_step/sec"].values.tolist() == [180.0]
     history.set_status("stopped")
     history.set_status("running")
     clock.now = 10.0
     history.note_step(1001)      # a new running period starts a new estimate
-    assert history.snapshot().steps_per_sec == 180.0
+    assert history.snapshot().steps_per_sec is None
 
 
 def test_step_moves_forward_except_on_restore():

@@ -309,6 +309,14 @@ def test_failed_body_in_wait_mode_raises_with_the_cell_traceback(ip, model):
     assert not any("run.py" in line for line in lines)
 
 
+def test_failed_body_in_wait_mode_shows_its_error_once(ip, model, capsys):
+    # No widget frontend here: the text summary is printed, then the failure is raised.
+    with pytest.raises(RunFailedError) as info:
+        supervise(ip, "--name boom-once --wait", "raise ValueError('boom once')\n")
+    shown = capsys.readouterr().out + "\n".join(info.value._render_traceback_())
+    assert shown.count("ValueError: boom once") == 1
+
+
 def test_a_tensorflow_error_is_summed_up_by_what_went_wrong(ip, model, capsys):
     # TensorFlow's messages end with stack frames of where the op was defined: the one-line
     # summary must be the line that says what failed.

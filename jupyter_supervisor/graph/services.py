@@ -97,4 +97,4 @@ class StepCounterService(tf.compat.v1.train.LooperThread):
         self._last_step, self._last_time = step, now
         self._writer.add_summary(
             _Summary(value=[_Summary.Value(tag=self._tag, simple_value=rate)]), step)
-        self._hub.emit(events.StepRate, step, rate, now)
+        self._hub.emit(events.StepRate, step, rate, now, self._tag)

@@ -16,8 +16,6 @@ import contextlib
 import glob
 import itertools
 import logging
-import math
-import numbers
 import os
 import threading
 import time
@@ -34,6 +32,7 @@ from tensorflow.python.framework import meta_graph
 from tensorflow.python.util import deprecation
 
 from .. import events
+from .._validate import check_number, invalid
 from ..checkpoints import STATE_FILE, checkpoint_listing
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from . import services
@@ -60,18 +59,10 @@ class CheckpointMismatchError(tf.errors.NotFoundError):
         super().__init__(None, None, message)
 
 
-def _invalid(name: str, value, expected: str) -> str:
-    return f"Invalid value for argument `{name}`. Received: {name}={value!r}. Expected {expected}."
-
-
 def _check_secs(name: str, value, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value
-            or value < 0):
-        raise ValueError(_invalid(name, value, "a number of seconds >= 0"))
-    if math.isinf(value):  # a LooperThread cannot wait that long (OverflowError in its thread)
-        raise ValueError(_invalid(name, value, "a finite number of seconds >= 0"))
+    # None is TensorFlow's "off", like 0; the message leaves it out as TF's docs do.
+    if value is not None or not allow_none:
+        check_number(name, value, unit="of seconds")
 
 
 class CheckpointWriteError(RuntimeError):
@@ -158,12 +149,12 @@ class Supervisor:
         _check_secs("recovery_wait_secs", recovery_wait_secs)
         _check_secs("stop_grace_secs", stop_grace_secs)
         if init_fn is not None and not callable(init_fn):
-            raise TypeError(_invalid("init_fn", init_fn,
+            raise TypeError(invalid("init_fn", init_fn,
                                      "a callable taking the session, or None"))
         if saver not in (None, Supervisor.USE_DEFAULT) and not isinstance(saver, _v1.train.Saver):
-            raise TypeError(_invalid("saver", saver, "a tf.compat.v1.train.Saver, or None"))
+            raise TypeError(invalid("saver", saver, "a tf.compat.v1.train.Saver, or None"))
         if not isinstance(checkpoint_basename, str) or not checkpoint_basename:
-            raise ValueError(_invalid("checkpoint_basename", checkpoint_basename,
+            raise ValueError(invalid("checkpoint_basename", checkpoint_basename,
                                       "a non-empty file name such as 'model.ckpt'"))
         if graph is None:
             graph = _v1.get_default_graph()
@@ -292,7 +283,7 @@ class Supervisor:
         shape = getattr(global_step, "shape", None)
         if (dtype is None or dtype.base_dtype not in (tf.int32, tf.int64) or shape is None
                 or (shape.rank is not None and shape.as_list() not in ([], [1]))):
-            raise ValueError(_invalid(
+            raise ValueError(invalid(
                 "global_step", global_step,
                 "an int32 or int64 tensor or variable of shape [] or [1] "
                 "(tf.compat.v1.train.get_or_create_global_step() makes one), or None"))
@@ -321,15 +312,15 @@ class Supervisor:
         if "://" in logdir:
             return  # a remote file system: TensorFlow's file layer reports its own errors
         if os.path.exists(logdir) and not os.path.isdir(logdir):
-            raise ValueError(_invalid("logdir", logdir,
+            raise ValueError(invalid("logdir", logdir,
                                       "a directory, but it is a file: choose another path"))
         try:
             os.makedirs(logdir, exist_ok=True)
         except OSError as e:
-            raise ValueError(_invalid("logdir", logdir, f"a directory that can be created "
+            raise ValueError(invalid("logdir", logdir, f"a directory that can be created "
                                       f"({e.strerror}): choose another path")) from None
         if not os.access(logdir, os.W_OK | os.X_OK):
-            raise ValueError(_invalid("logdir", logdir,
+            raise ValueError(invalid("logdir", logdir,
                                       "a writable directory: fix its permissions or choose "
                                       "another logdir"))
 
@@ -704,7 +695,7 @@ class Supervisor:
         """
         _check_secs("timer_interval_secs", timer_interval_secs, allow_none=True)
         if not callable(target):
-            raise TypeError(_invalid("target", target, "a callable"))
+            raise TypeError(invalid("target", target, "a callable"))
         looper = _v1.train.LooperThread(self._coord, timer_interval_secs, target=target,
                                         args=args, kwargs=kwargs)
         self._threads.add(looper)
@@ -734,11 +725,13 @@ class Supervisor:
                 raise CheckpointWriteError(self._write_failure(step, e)) from e
             seconds = time.time() - start
             self._last_saved_step = step
+            # What retention keeps now, newest first (the Saver knows; no file is re-read).
+            kept = tuple(reversed(self._saver.last_checkpoints))
         if self._summary_writer and step is not None:
             self._summary_writer.add_session_log(
                 _SessionLog(status=_SessionLog.CHECKPOINT, checkpoint_path=self._save_path),
                 step)
-        self._hub.emit(events.CheckpointSaved, step, path, start + seconds, seconds)
+        self._hub.emit(events.CheckpointSaved, step, path, start + seconds, seconds, kept)
         return path
 
     def _write_failure(self, step, error) -> str:

@@ -496,6 +496,6 @@ def _end_summary(training) -> None:
     # can show (a terminal), the whole summary.
     if panel.widget_frontend_available():
         print(panel.text_status(training))
-    else:
-        print(panel.text_summary(training))
+    else:  # a failure's traceback follows, raised: not printed here too
+        print(panel.text_summary(training, with_error=training.status != "failed"))
 

@@ -36,6 +36,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional
 import numpy as np
 
 from .. import events
+from .._validate import check_number, invalid
 
 # A run's statuses: the vocabulary of the run's state machine (notebook/run.py), the history,
 # the panel and %supervise alike.
@@ -101,6 +102,7 @@ class HistorySnapshot:
     waiting_for_chief: bool
     restored_from: Optional[str]
     stop_reason: Optional[str]
+    kept: Tuple[str, ...] = ()
 
     @property
     def elapsed(self) -> float:
@@ -228,10 +230,7 @@ class _Series:
 
 
 def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(
-            f"Invalid value for argument `{name}`. Received: {name}={value!r}. "
-            f"Expected an integer >= {minimum}.")
+    check_number(name, value, integer=True, minimum=minimum)
     return int(value)
 
 
@@ -253,15 +252,13 @@ class RunHistory:
                  format_error: Callable[[BaseException], str] = _format_error):
         max_points = _check_int("max_points", max_points, 4)
         if max_points % 2:
-            raise ValueError(
-                f"Invalid value for argument `max_points`. Received: max_points={max_points}. "
-                "Expected an even integer >= 4 (old points are merged in pairs).")
+            raise ValueError(invalid("max_points", max_points,
+                                     "an even integer >= 4 (old points are merged in pairs)"))
         self._max_points = max_points
         self._max_output_chars = _check_int("max_output_chars", max_output_chars, 0)
         if not callable(clock):
-            raise TypeError(
-                f"Invalid value for argument `clock`. Received: clock={clock!r}. "
-                "Expected a callable returning seconds, like time.monotonic.")
+            raise TypeError(invalid("clock", clock,
+                                    "a callable returning seconds, like time.monotonic"))
         self._clock = clock
         self._format_error = format_error
         # One lock protects every field below; nothing slow (file reading, formatting of
@@ -288,6 +285,8 @@ class RunHistory:
         self._failure: Optional[BaseException] = None   # the exception _error shows
         self._waiting_for_chief = False
         self._restored_from: Optional[str] = None
+        self._kept: Tuple[str, ...] = ()     # what retention keeps, newest first
+        self._rate_records = 0               # StepRate records since the session started
         self._stop_reason: Optional[str] = None
 
     @property
@@ -308,13 +307,14 @@ class RunHistory:
             if isinstance(event, events.SummaryWritten):
                 self._on_summary(event)
             elif isinstance(event, events.StepRate):
-                self._note_step(event.step)
-                self._steps_per_sec = float(event.steps_per_sec)
+                self._on_step_rate(event)
             elif isinstance(event, events.CheckpointSaved):
                 self._note_step(event.step)
                 self._checkpoints.appendleft(CheckpointInfo(
                     None if event.step is None else int(event.step), str(event.path),
                     float(event.wall_time), float(event.seconds)))
+                if event.kept:
+                    self._kept = tuple(str(path) for path in event.kept)
             elif isinstance(event, events.SessionReady):
                 self._on_session_ready(event)
             elif isinstance(event, events.WaitingForChief):
@@ -340,8 +340,23 @@ class RunHistory:
             self._scalars_version += 1
         self._note_step(event.step)
 
+    def _on_step_rate(self, event) -> None:
+        # A plotted series, like the event file's; the header's steps/s is the history's own
+        # estimate (one estimator, also without summaries). The step counter's first record
+        # after a start measures no interval (TensorFlow writes it too): not plotted.
+        self._note_step(event.step)
+        if not self._rate_records:
+            self._rate_records = 1
+            return
+        series = self._series.get(event.tag)
+        if series is None:
+            series = self._series[event.tag] = _Series(self._max_points)
+        series.add(int(event.step), float(event.steps_per_sec))
+        self._scalars_version += 1
+
     def _on_session_ready(self, event) -> None:
         self._waiting_for_chief = False
+        self._rate_records = 0
         self._restored_from = event.restored_from
         self._stop_reason = None
         self._rate_samples.clear()
@@ -390,9 +405,7 @@ class RunHistory:
     def set_status(self, status: str) -> None:
         """Sets the run's status: one of STATUSES."""
         if status not in STATUSES:
-            raise ValueError(
-                f"Invalid value for argument `status`. Received: status={status!r}. "
-                f"Expected one of {', '.join(STATUSES)}.")
+            raise ValueError(invalid("status", status, f"one of {', '.join(STATUSES)}"))
         with self._lock:
             if status == self._status:
                 return
@@ -404,8 +417,9 @@ class RunHistory:
                 self._active_since = None
             elif is_active and not was_active:
                 self._active_since = now
-            if status != "running":
-                self._rate_samples.clear()
+            if status != RUNNING or self._status != RUNNING:
+                self._rate_samples.clear()  # a new running period starts a new estimate
+                self._steps_per_sec = None
             self._status = status
             self._version += 1
 
@@ -426,9 +440,7 @@ class RunHistory:
     def set_error(self, text: str) -> None:
         """Records the error to show (a formatted traceback); '' clears it."""
         if not isinstance(text, str):
-            raise TypeError(
-                f"Invalid value for argument `text`. Received: text={text!r}. "
-                "Expected a str (a formatted traceback).")
+            raise TypeError(invalid("text", text, "a str (a formatted traceback)"))
         with self._lock:
             self._failure = None
             if text != self._error:
@@ -438,8 +450,7 @@ class RunHistory:
     def append_output(self, text: str) -> None:
         """Appends what the cell body printed; only the last ``max_output_chars`` are kept."""
         if not isinstance(text, str):
-            raise TypeError(
-                f"Invalid value for argument `text`. Received: text={text!r}. Expected a str.")
+            raise TypeError(invalid("text", text, "a str"))
         if not text:
             return
         limit = self._max_output_chars
@@ -506,6 +517,7 @@ class RunHistory:
                 waiting_for_chief=self._waiting_for_chief,
                 restored_from=self._restored_from,
                 stop_reason=self._stop_reason,
+                kept=self._kept,
             )
 
     # -- earlier runs from disk --------------------------------------------------------------
@@ -522,9 +534,8 @@ class RunHistory:
         nothing. Reading happens without holding the lock.
         """
         if not isinstance(logdir, (str, os.PathLike)) or not os.fspath(logdir):
-            raise ValueError(
-                f"Invalid value for argument `logdir`. Received: logdir={logdir!r}. "
-                "Expected the path of a directory with event files.")
+            raise ValueError(invalid("logdir", logdir,
+                                     "the path of a directory with event files"))
         if upto_step is not None:
             upto_step = _check_int("upto_step", upto_step, 0)
         logdir = os.fspath(logdir)

@@ -169,9 +169,10 @@ def text_status(run) -> str:
     return f"{run.name}: {_status_label(snap)} at step {step} ({', '.join(parts)})"
 
 
-def text_summary(run) -> str:
+def text_summary(run, *, with_error: bool = True) -> str:
     """The run as text (for the end of a run where no widget shows it): status line, newest
-    checkpoint, the last value of every scalar, and the error with its traceback if any."""
+    checkpoint, the last value of every scalar, and (``with_error``) the error with its
+    traceback if any."""
     snap = run.history.snapshot()
     lines = [text_status(run)]
     if run.logdir is None:
@@ -191,7 +192,7 @@ def text_summary(run) -> str:
             f"{tag} {plots.format_value(float(series.values[-1]))} "
             f"(step {int(series.steps[-1]):,})" for tag, series in snap.scalars.items())
         lines.append(f"  last values: {values}")
-    if snap.error:
+    if snap.error and with_error:
         lines.append("  error:")
         lines.extend("    " + line for line in snap.error.rstrip("\n").splitlines())
     return "\n".join(lines)
