@@ -10,7 +10,6 @@ import ast
 import json
 import os
 import queue
-import sys
 import time
 import uuid
 
@@ -545,3 +544,22 @@ def test_stop_ends_a_body_that_ignores_should_stop(kernel, logdir, how):
     reply, seconds = _timed(kernel, "print('answering')")
     assert reply.stream() == "answering\n"
     print(f"a trivial cell answered in {seconds:.2f} s")
+
+
+def test_rebuilding_the_model_while_a_run_trains_leaves_its_body_its_own_ops(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok("done = False")
+    kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0\n"
+              "while not sv.should_stop() and not done:\n"
+              "    sess.run(train_op)\n"
+              "    time.sleep(0.002)\n")
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 5", "training")
+    kernel.model()  # the next cell rebinds train_op to an op of a new graph
+    step = kernel.value(run_expr(name, "global_step"))
+    kernel.wait_until(f"get_run({name!r}).status != 'running' "
+                      f"or get_run({name!r}).global_step > {step} + 20", "steps after the rebuild")
+    assert kernel.value(run_expr(name, "error_text")) is None
+    kernel.ok("done = True")  # other names are read live, as in any cell
+    kernel.ok(f"%supervise wait {name}")
+    assert kernel.value(run_expr(name, "status")) == "finished"

@@ -29,13 +29,22 @@ def is_user_code(filename: str) -> bool:
     return not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
 
 
+def _names_used(code) -> set:
+    """Every name ``code`` and the functions and comprehensions in it refer to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names_used(const)
+    return names
+
+
 class _BodyLocals(dict):
     """The local namespace a cell body executes in.
 
-    It holds only the run's own names (``sv``, ``sess``), so that a body keeps using its own
-    Supervisor even when a later run binds those names in the notebook; every assignment of the
-    body goes to the notebook namespace, as in a normal cell. Names it lacks fall through to the
-    notebook namespace (exec's globals) at C speed.
+    It holds only the run's own names (``sv``, ``sess``, the pinned graph elements), so that a
+    body keeps using its own Supervisor and ops even when later cells bind those names in the
+    notebook; every assignment of the body goes to the notebook namespace, as in a normal cell.
+    Names it lacks fall through to the notebook namespace (exec's globals) at C speed.
     """
 
     __slots__ = ("_notebook",)
@@ -76,6 +85,7 @@ class Body:
         self._compile_source = compile_source
         self._format_exception = format_exception
         self._code = None  # the compiled body, or its SyntaxError
+        self._pinned: Dict[str, object] = {}
 
     def compiled(self):
         """The code object, or the SyntaxError the source raised. Compiled once, from the cell
@@ -87,6 +97,27 @@ class Body:
                 self._code = e
         return self._code
 
+    def pin(self, graph) -> None:
+        """Fixes the names the body uses that hold elements of ``graph`` (its ops, tensors,
+        variables) to what they hold now, when the cell executes.
+
+        A notebook re-runs its model-building cells while a run trains; the body keeps the ops
+        of its own graph then, instead of finding another graph's ``train_op`` when it next
+        reads the name. Every other name (a flag, a list, a function) is read live, as in any
+        cell.
+        """
+        code = self.compiled()
+        if isinstance(code, SyntaxError) or graph is None:
+            return
+        for name in _names_used(code):
+            value = self._namespace.get(name)
+            try:
+                in_graph = getattr(value, "graph", None) is graph
+            except Exception:  # pylint: disable=broad-except  (an odd object's property)
+                in_graph = False
+            if in_graph:
+                self._pinned[name] = value
+
     def bind(self, names: Dict[str, object]) -> None:
         """Binds ``names`` in the notebook, for the cells that run meanwhile."""
         self._namespace.update(names)
@@ -95,7 +126,7 @@ class Body:
                 should_stop: Callable[[], bool]) -> None:
         """Runs the body once, or with ``repeat`` again and again until ``should_stop()``."""
         code = self.compiled()
-        local_ns = _BodyLocals(self._namespace, names)
+        local_ns = _BodyLocals(self._namespace, {**self._pinned, **names})
         if not repeat:
             exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
             return

@@ -263,6 +263,8 @@ class TrainingRun:
         _REGISTRY.check_free(self, graph)
         backend = GraphBackend(self.config, graph)
         code = self._body.compiled()
+        if self._status is None:
+            self._body.pin(graph)  # as the names are when the cell executes, also on resume
 
         self._transition(STARTING)
         with self._lock:
