@@ -174,7 +174,9 @@ class SuperviseMagics(Magics):
                 sess.run(train_op)
 
         The body executes in the notebook's namespace like any cell (what it assigns, later
-        cells see); only its `sv` and `sess` stay its own when a later run binds those names.
+        cells see, and it reads a flag that a later cell sets). Its `sv` and `sess`, and the
+        ops, tensors and variables of its graph that its names held when the cell executed,
+        stay its own: re-running the model-building cells meanwhile does not change them.
         What it prints goes to the run's panel, not to the cell that executes at that time.
         Later: %supervise (list), %supervise stop|resume|save|wait|show NAME.
 
