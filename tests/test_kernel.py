@@ -563,3 +563,18 @@ def test_rebuilding_the_model_while_a_run_trains_leaves_its_body_its_own_ops(ker
     kernel.ok("done = True")  # other names are read live, as in any cell
     kernel.ok(f"%supervise wait {name}")
     assert kernel.value(run_expr(name, "status")) == "finished"
+
+
+def test_tensorflow_info_lines_stay_out_of_the_runs_output(kernel, logdir):
+    # TF1 code often turns TensorFlow's INFO logging on; its session manager's lines
+    # ("Running local_init_op.") are noise in the run's output area.
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok("tf.get_logger().setLevel('INFO')")
+    try:
+        kernel.ok(f"%%supervise --logdir {logdir} --max-steps 5 --wait\n"
+                  "print('from the body')\n" + LOOP)
+        output = kernel.value(f"get_run({name!r}).history.snapshot().output")
+    finally:
+        kernel.ok("tf.get_logger().setLevel('WARNING')")
+    assert output == "from the body\n"

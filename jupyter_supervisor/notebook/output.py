@@ -13,6 +13,9 @@ It works by putting a thin proxy in front of ``sys.stdout`` and ``sys.stderr`` (
 call and attribute to the stream it wraps, so ipykernel's own use of its streams is unchanged.
 Logging handlers that hold the original stream object (TensorFlow's logger, in a notebook,
 writes its INFO lines to the ``sys.stdout`` it found at import) are pointed at the proxy too.
+TensorFlow's own INFO lines from a routed thread ("Running local_init_op.", when TF1 code turns
+its INFO logging on) go to the package logger instead: the run's output area is for what the
+body prints, and the panel already shows what those lines tell.
 """
 import contextlib
 import logging
@@ -32,6 +35,23 @@ _lock = threading.Lock()
 _families: Tuple[Tuple[Callable[[threading.Thread], bool], Callable[[str], None]], ...] = ()
 # Logging handlers re-pointed at a proxy, with the stream they had (guarded by _lock).
 _repointed: List[Tuple[logging.StreamHandler, object]] = []
+
+_logger = logging.getLogger("jupyter_supervisor")
+
+
+class _TensorFlowInfoFilter(logging.Filter):
+    """On TensorFlow's logger: its records below WARNING from a routed thread go to the
+    package logger (at DEBUG), not to the run's output."""
+
+    def filter(self, record):
+        if record.levelno >= logging.WARNING or (
+                threading.get_ident() not in _routes and _family_sink() is None):
+            return True
+        _logger.debug("TensorFlow: %s", record.getMessage())
+        return False
+
+
+_TF_FILTER = _TensorFlowInfoFilter()
 
 
 class RoutedStream:
@@ -71,6 +91,7 @@ def install() -> None:
                 proxy = RoutedStream(current)
                 setattr(sys, name, proxy)
                 proxies[id(current)] = proxy
+        logging.getLogger("tensorflow").addFilter(_TF_FILTER)  # once: addFilter skips a known one
         if proxies:
             for handler in _stream_handlers():
                 proxy = proxies.get(id(handler.stream))
@@ -90,6 +111,7 @@ def uninstall() -> None:
             if isinstance(handler.stream, RoutedStream):
                 handler.setStream(stream)
         _repointed.clear()
+        logging.getLogger("tensorflow").removeFilter(_TF_FILTER)
 
 
 def _stream_handlers() -> List[logging.StreamHandler]:
