@@ -51,7 +51,7 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what=None):
 def build_model(namespace=None, *, new_graph=False, w_shape=(), extra_variable=None,
                 summaries=("loss",), learning_rate=0.001, step_shape=(), step_dtype=None):
     """The suite's model: a global step, a weight ``w`` (5.0 everywhere) that gradient descent
-    moves toward 1, and ``train_op``, one descent step followed by global step + 1.
+    at ``learning_rate`` moves toward 1, and ``train_op``: one descent step, then global step + 1.
 
     Built on the current default graph, or with ``new_graph`` on a new one (returned as
     ``.graph``). ``namespace`` (a shell's user_ns, a kernel's globals()) gets ``gs``, ``w``,
