@@ -13,29 +13,26 @@ import hashlib
 import logging
 import os
 import pathlib
-import queue
 import re
 import select
 import subprocess
 import sys
-import time
 from typing import Callable, Dict, List, Optional
 
 import pytest
 import tensorflow as tf
-from IPython.core.interactiveshell import InteractiveShell
-from jupyter_client.manager import KernelManager
 from tensorflow.python.eager import context
 
 import jupyter_supervisor
 from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
 
+from helpers import LOOP, Kernel, build_model, child_env, corrupt_checkpoint, newest_step
+
 v1 = tf.compat.v1
 DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 LOGGER = "jupyter_supervisor"
-LOOP = "while not sv.should_stop():\n    sess.run(train_op)\n"
 # A frame of our own code in a shown traceback ("File .../jupyter_supervisor/run.py:527").
 OUR_FRAME = re.compile(r"jupyter_supervisor[\\/](?:\w+[\\/])?\w+\.py")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -161,38 +158,6 @@ class Ctx:
         self.wait_for(lambda: run.status == "running" and (run.global_step or 0) > 0,
                       timeout=DEADLINE, what=f"run {name!r} to train")
         return run
-
-
-def newest_step(logdir) -> Optional[int]:
-    path = tf.train.latest_checkpoint(logdir)
-    return None if path is None else int(tf.train.load_checkpoint(path).get_tensor("global_step"))
-
-
-def build_model(ip, w_shape=(), extra=False):
-    """The model's ops on the current default graph, bound in the shell's namespace."""
-    gs = v1.train.get_or_create_global_step()
-    w = v1.get_variable("w", initializer=tf.fill(w_shape, 5.0))
-    loss = tf.reduce_sum(tf.square(w - 1.0))
-    if extra:
-        loss += v1.get_variable("head/bias", initializer=0.0)
-    v1.summary.scalar("loss", loss)
-    train_op = v1.train.GradientDescentOptimizer(0.001).minimize(loss, global_step=gs)
-    ip.user_ns.update(gs=gs, w=w, loss=loss, train_op=train_op, tf=tf)
-    return train_op
-
-
-def package_env() -> Dict[str, str]:
-    """The environment of a child process that imports this very jupyter_supervisor."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(jupyter_supervisor.__file__)))
-    path = [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(path), TF_CPP_MIN_LOG_LEVEL="2")
-
-
-def truncate(prefix: str) -> None:
-    """Damages the checkpoint ``prefix``: its data file loses its second half."""
-    data = f"{prefix}.data-00000-of-00001"
-    with open(data, "r+b") as f:
-        f.truncate(os.path.getsize(data) // 2)
 
 
 SCENARIOS: Dict[str, Callable[[Ctx], Shown]] = {}
@@ -438,7 +403,7 @@ def _(ctx):
          "print('held', flush=True)\n"
          "sys.stdin.read()\n"
          "lock.release()\n", logdir],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=package_env())
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
     try:
         ready, _, _ = select.select([holder.stdout], [], [], DEADLINE)
         assert ready and holder.stdout.readline() == "held\n", "the other process took no lock"
@@ -467,7 +432,7 @@ def _(ctx):
 def _(ctx):
     logdir = ctx.trained("grown")
     with tf.Graph().as_default():
-        build_model(ctx.ip, extra=True)
+        build_model(ctx.ip.user_ns, extra_variable="head/bias")
         return ctx.cell(f"--logdir {logdir}")
 
 
@@ -475,14 +440,14 @@ def _(ctx):
 def _(ctx):
     logdir = ctx.trained("reshaped")
     with tf.Graph().as_default():
-        build_model(ctx.ip, w_shape=(3,))
+        build_model(ctx.ip.user_ns, w_shape=(3,))
         return ctx.cell(f"--logdir {logdir}")
 
 
 @scenario("newest-checkpoint-corrupted")
 def _(ctx):
     logdir = ctx.trained("damaged")
-    truncate(os.path.join(logdir, "model.ckpt-20"))
+    corrupt_checkpoint(os.path.join(logdir, "model.ckpt-20"))
     ctx.release(logdir)
     shown = ctx.ok(f"--logdir {logdir} --max-steps 30 --save-model-secs 0 --wait")
     run = jupyter_supervisor.get_run("damaged")
@@ -495,7 +460,7 @@ def _(ctx):
 def _(ctx):
     logdir = ctx.trained("ruined")
     for step in (10, 20):
-        truncate(os.path.join(logdir, f"model.ckpt-{step}"))
+        corrupt_checkpoint(os.path.join(logdir, f"model.ckpt-{step}"))
     ctx.keep(logdir)  # as damaged: left exactly so
     shown = ctx.cell(f"--logdir {logdir} --wait")
     assert jupyter_supervisor.get_run("ruined").status == "failed"
@@ -604,14 +569,6 @@ def _(ctx):
 
 # -------------------------------------------------------------------------------- the tests
 
-@pytest.fixture(scope="module")
-def ip():
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jupyter_supervisor")
-    yield shell
-    shell.run_line_magic("unload_ext", "jupyter_supervisor")
-
-
 def _check_kept(ctx: Ctx, logdir: str) -> None:
     before = ctx.kept.pop(logdir, None)
     if before is None:
@@ -636,7 +593,7 @@ def test_bad_input(row, ip, tmp_path, capsys, caplog, wait_for):
     ctx = Ctx(ip, tmp_path, capsys, wait_for)
     with caplog.at_level(logging.WARNING, logger=LOGGER), context.graph_mode(), \
             tf.Graph().as_default():
-        build_model(ip)
+        build_model(ip.user_ns)
         try:
             shown = SCENARIOS[row.case](ctx)
         finally:
@@ -676,42 +633,20 @@ def test_bad_input(row, ip, tmp_path, capsys, caplog, wait_for):
         assert not shown.started
 
 
-def _execute(client, code: str) -> dict:
+def _execute(kernel: Kernel, code: str) -> dict:
     """Executes ``code`` in the kernel; returns the reply's content plus what it printed to
     stderr, once the kernel is idle again."""
-    msg_id = client.execute(code)
-    stderr = []
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        try:
-            msg = client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.01))
-        except queue.Empty:
-            raise AssertionError(f"the kernel did not finish {code!r} in time") from None
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream" and msg["content"]["name"] == "stderr":
-            stderr.append(msg["content"]["text"])
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-    while True:
-        reply = client.get_shell_msg(timeout=DEADLINE)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            return dict(reply["content"], stderr="".join(stderr))
+    reply = kernel.execute(code, timeout=DEADLINE)
+    return dict(reply.content, stderr=reply.stream("stderr"))
 
 
 def test_a_kernel_shows_each_kind_of_error_as_the_table_says(tmp_path):
     """One row of each kind, in a real kernel: what a notebook receives is the error of the
     table, and a traceback only where it is the user's own code."""
     rows = {row.case: row for row in ROWS}
-    manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(tmp_path), env=package_env())
-    client = manager.client()
-    client.start_channels()
+    kernel = Kernel(tmp_path)  # helpers.KERNEL_SETUP ran: the extension loaded, tf imported
     try:
-        client.wait_for_ready(timeout=DEADLINE)
-        setup = _execute(client, (
-            "%load_ext jupyter_supervisor\n"
-            "import tensorflow as tf\n"
+        setup = _execute(kernel, (
             "tf.compat.v1.disable_eager_execution()\n"
             "gs = tf.compat.v1.train.get_or_create_global_step()\n"
             "train_op = tf.compat.v1.assign_add(gs, 1)\n"
@@ -721,21 +656,21 @@ def test_a_kernel_shows_each_kind_of_error_as_the_table_says(tmp_path):
         assert setup["status"] == "ok", setup
 
         # A bad option: IPython's one-line UsageError, no traceback.
-        reply = _execute(client, "%%supervise --logdri runs/x\n" + LOOP)
+        reply = _execute(kernel, "%%supervise --logdri runs/x\n" + LOOP)
         row = rows["unknown-option"]
         assert (reply["status"], reply["ename"]) == ("error", row.kind)
         assert re.fullmatch(row.regex(), reply["evalue"], re.DOTALL), reply["evalue"]
         assert reply["traceback"] == [] and reply["stderr"] == f"UsageError: {reply['evalue']}\n"
 
         # Refused when starting: one line, type and message.
-        reply = _execute(client, "%%supervise --logdir notes.txt\n" + LOOP)
+        reply = _execute(kernel, "%%supervise --logdir notes.txt\n" + LOOP)
         row = rows["logdir-is-a-file"]
         assert (reply["status"], reply["ename"]) == ("error", row.kind)
         assert re.fullmatch(row.regex(), reply["evalue"], re.DOTALL), reply["evalue"]
         assert reply["traceback"] == [f"{row.kind}: {reply['evalue']}"]
 
         # The body does not compile: the cell fails at once, pointing at the line.
-        reply = _execute(client, "%%supervise --logdir runs/typo\nwhile not sv.should_stop()\n"
+        reply = _execute(kernel, "%%supervise --logdir runs/typo\nwhile not sv.should_stop()\n"
                                  "    sess.run(train_op)\n")
         row = rows["body-syntax-error"]
         assert reply["status"] == "error"
@@ -743,7 +678,7 @@ def test_a_kernel_shows_each_kind_of_error_as_the_table_says(tmp_path):
         assert "    while not sv.should_stop()" in reply["traceback"]
 
         # A failure in the background, waited for: the user's function's traceback only.
-        reply = _execute(client, "%%supervise --logdir runs/pretrained --init-fn warm_start "
+        reply = _execute(kernel, "%%supervise --logdir runs/pretrained --init-fn warm_start "
                                  "--wait\n" + LOOP)
         row = rows["init-fn-raises"]
         assert reply["status"] == "error"
@@ -751,5 +686,4 @@ def test_a_kernel_shows_each_kind_of_error_as_the_table_says(tmp_path):
         assert any("in warm_start(sess)" in line for line in reply["traceback"])
         assert not OUR_FRAME.search("\n".join(reply["traceback"]))
     finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
+        kernel.shutdown()

@@ -19,7 +19,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
 
+from helpers import checkpoint_step, child_env, free_ports
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -44,16 +45,14 @@ SENTINEL = "ALL-CELLS-DONE"
 SERVER_STARTUP = 60.0
 WAIT_MS = 45_000
 
+# The suite's model (tests/helpers.py, on the kernel's PYTHONPATH), bound as gs, w, loss, train_op.
 MODEL_CELL = """\
 import time
 import tensorflow as tf
+from helpers import build_model
 
 tf.compat.v1.disable_eager_execution()
-global_step = tf.compat.v1.train.get_or_create_global_step()
-w = tf.compat.v1.get_variable("w", initializer=5.0)
-loss = tf.square(w - 1.0)
-tf.compat.v1.summary.scalar("loss", loss)
-train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=global_step)
+build_model(globals(), learning_rate=0.01)
 """
 
 # One training step; the sleep is part of the training code, keeping the rate modest (2 cores).
@@ -103,12 +102,6 @@ RUNNING_RATE = re.compile(r"^(?!0 )[\d,.]+ steps/s$")
 KERNEL_READY_JS = """() => !!document.querySelector('.jp-Dialog') ||
     Array.from(document.querySelectorAll('.jp-StatusBar-TextItem'))
         .some(e => /^(?!No Kernel).+ \\| Idle$/.test(e.textContent.trim()))"""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _api(base, token, path, method="GET"):
@@ -163,7 +156,7 @@ class Lab:
     def __init__(self, root: Path, home: Path):
         self.root = root
         self.home = home
-        self.port = _free_port()
+        (self.port,) = free_ports(1)
         self.token = secrets.token_hex(16)
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = home / "server.log"
@@ -174,14 +167,13 @@ class Lab:
             (self.home / name).mkdir(parents=True, exist_ok=True)
         _write_lab_settings(self.home / "settings")
         _write_kernelspec(self.home / "path")
-        env = dict(os.environ,
-                   JUPYTER_CONFIG_DIR=str(self.home / "config"),
-                   JUPYTER_RUNTIME_DIR=str(self.home / "runtime"),
-                   JUPYTER_DATA_DIR=str(self.home / "data"),
-                   JUPYTER_PATH=str(self.home / "path"),
-                   IPYTHONDIR=str(self.home / "ipython"),
-                   TF_CPP_MIN_LOG_LEVEL="2",
-                   PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        env = child_env(JUPYTER_CONFIG_DIR=str(self.home / "config"),
+                        JUPYTER_RUNTIME_DIR=str(self.home / "runtime"),
+                        JUPYTER_DATA_DIR=str(self.home / "data"),
+                        JUPYTER_PATH=str(self.home / "path"),
+                        IPYTHONDIR=str(self.home / "ipython"),
+                        PATH=os.path.dirname(sys.executable) + os.pathsep
+                        + os.environ.get("PATH", ""))
         cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
                "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
                f"--ServerApp.root_dir={self.root}",
@@ -362,7 +354,7 @@ def _drive(page, lab, logdir: Path) -> None:
     newest = tf.train.latest_checkpoint(str(logdir))
     assert newest is not None, f"no checkpoint in {logdir}: {sorted(os.listdir(logdir))}"
     assert _step_in_file_name(newest) == stopped_at, (newest, stopped_at)
-    assert int(tf.train.load_checkpoint(newest).get_tensor("global_step")) == stopped_at
+    assert checkpoint_step(newest) == stopped_at
     expect(panel.locator(".jsv-checkpoint-step")).to_have_text(f"{stopped_at:,}")
 
     # Resume: running again, continuing from the stopped step (no smaller step is ever shown),

@@ -51,13 +51,14 @@ from tensorflow.python.eager import context
 from jupyter_supervisor import events
 from jupyter_supervisor.graph.supervisor import Supervisor
 
+from helpers import Recorder, child_env, corrupt_checkpoint
+
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINER = os.path.join(ROOT, "tests", "fault_scripts", "trainer.py")
 DEADLINE = 60.0          # seconds; generous for a loaded 2-core machine, never reached when passing
 IMPORT_DEADLINE = 180.0  # a TensorFlow import while other processes import it too
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-           PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+ENV = child_env()
 
 
 def _load_trainer():
@@ -117,19 +118,6 @@ def _readable_listed(logdir):
     state = tf.train.get_checkpoint_state(logdir)
     paths = list(state.all_model_checkpoint_paths) if state else []
     return [p for p in paths if _reads_completely(p) is not None]
-
-
-def _corrupt(prefix, how):
-    """A torn write: half of the data file, or an index whose bytes are garbage."""
-    if how == "truncated_data":
-        (data,) = glob.glob(f"{prefix}.data-*")
-        with open(data, "r+b") as f:
-            f.truncate(os.path.getsize(data) // 2)
-    else:
-        with open(f"{prefix}.index", "rb") as f:
-            garbled = bytes(b ^ 0x5A for b in f.read())
-        with open(f"{prefix}.index", "wb") as f:
-            f.write(garbled)
 
 
 def _leftovers(logdir, listed):
@@ -401,7 +389,7 @@ def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval
             corruptions_due += i in corrupt_before
             if corruptions_due and len(_readable_listed(logdir)) >= 2:
                 how = rng.choice(["truncated_data", "garbled_index"])
-                _corrupt(newest.path, how)
+                corrupt_checkpoint(newest.path, how)
                 older = newest_readable(logdir)
                 assert older.path not in (None, newest.path) and older.step <= newest.step
                 corrupted.append((i, how, newest.path, older.path))
@@ -595,22 +583,6 @@ class _GatedSaver(v1.train.Saver):
     def save(self, *args, **kwargs):  # pylint: disable=arguments-differ
         with self.gate:
             return super().save(*args, **kwargs)
-
-
-class Recorder:
-    """A Supervisor listener keeping every event."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.events = []
-
-    def __call__(self, event):
-        with self._lock:
-            self.events.append(event)
-
-    def of(self, kind):
-        with self._lock:
-            return [e for e in self.events if isinstance(e, kind)]
 
 
 def _supervised(logdir, make_saver=None):

@@ -1,7 +1,4 @@
 """RunHistory: events in, snapshots out; bounded series; event files read as TensorBoard does."""
-import os
-import subprocess
-import sys
 import threading
 import tracemalloc
 
@@ -11,15 +8,7 @@ import pytest
 from jupyter_supervisor import events
 from jupyter_supervisor.view.history import RunHistory, STATUSES
 
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now=0.0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
+from helpers import FakeClock, run_isolated
 
 
 def summary(step, **scalars):
@@ -401,27 +390,8 @@ def test_concurrent_writers_and_a_reader_see_consistent_snapshots():
 # -- no TensorFlow at import -------------------------------------------------------------------
 
 
-def run_without(blocked, code):
-    """Runs ``code`` in a fresh Python where importing any of ``blocked`` fails; the package's
-    own __init__ is bypassed so the module under test is judged by its own imports."""
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(events.__file__)))
-    prelude = f"""
-import importlib.abc, sys, types
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {tuple(blocked)!r}:
-            raise ImportError("blocked in this test: " + name)
-sys.meta_path.insert(0, Block())
-package = types.ModuleType("jupyter_supervisor")
-package.__path__ = [{os.path.join(package_dir, "jupyter_supervisor")!r}]
-sys.modules["jupyter_supervisor"] = package
-"""
-    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True,
-                          text=True, timeout=120)
-
-
 def test_history_imports_no_tensorflow():
-    result = run_without(["tensorflow"], """
+    result = run_isolated(["tensorflow"], """
 from jupyter_supervisor import events
 from jupyter_supervisor.view.history import RunHistory
 history = RunHistory()

@@ -6,49 +6,14 @@ restarts the shared one if an earlier test switched it to graph mode. Waiting is
 messages, on kernel-side conditions or on files, each with a deadline; nothing sleeps for a
 fixed time.
 """
-import ast
-import json
-import os
-import queue
 import time
 import uuid
 
 import pytest
-from jupyter_client.manager import KernelManager
+
+from helpers import Kernel
 
 DEADLINE = 90.0        # seconds; generous for a loaded 2-core machine, never reached when passing
-STARTUP = 60.0
-
-# Defined in the kernel once: a model builder and a condition wait (polls, with a deadline).
-HELPERS = r'''
-import json, os, pathlib, threading, time
-import tensorflow as tf
-import jupyter_supervisor
-from jupyter_supervisor import get_run
-
-def _wait_until(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    tick = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        tick.wait(0.02)
-
-def _newest_step(logdir):
-    path = tf.train.latest_checkpoint(logdir)
-    return None if path is None else int(tf.train.load_checkpoint(path).get_tensor("global_step"))
-
-def build_model():
-    """A fresh default graph: global step, one weight, a loss summary, a training op."""
-    global gs, w, loss, train_op
-    tf.compat.v1.reset_default_graph()
-    gs = tf.compat.v1.train.get_or_create_global_step()
-    w = tf.compat.v1.get_variable("w", initializer=5.0)
-    loss = tf.square(w - 1.0)
-    tf.compat.v1.summary.scalar("loss", loss)
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(loss, global_step=gs)
-'''
-GRAPH_MODE = "tf.compat.v1.disable_eager_execution()"
 
 # A body that trains until stopped, a little slower than flat out (keeps the 2 cores usable).
 LOOP = """
@@ -56,131 +21,6 @@ while not sv.should_stop():
     sess.run(train_op)
     time.sleep(0.002)
 """
-
-
-def _kernel_env():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("PYTEST_CURRENT_TEST", None)  # the kernel is a notebook's, not pytest's
-    return env
-
-
-class Reply:
-    """What one execute request produced."""
-
-    def __init__(self, msg_id, content, messages):
-        self.msg_id = msg_id
-        self.status = content["status"]
-        self.content = content
-        self.messages = messages       # iopub messages whose parent is this request
-
-    def stream(self, name=None) -> str:
-        return "".join(m["content"]["text"] for m in self.messages
-                       if m["msg_type"] == "stream" and name in (None, m["content"]["name"]))
-
-    def of_type(self, msg_type):
-        return [m["content"] for m in self.messages if m["msg_type"] == msg_type]
-
-    @property
-    def error(self):
-        errors = self.of_type("error")
-        return errors[0] if errors else None
-
-
-class Kernel:
-    """A python3 kernel of this environment (jupyter_client swaps 'python' in the kernelspec
-    for sys.executable) started in ``workdir``; records every iopub message it sends."""
-
-    def __init__(self, workdir):
-        self.workdir = workdir
-        self.iopub = []                # every iopub message, in order
-        self.graph_mode = False
-        self._start()
-
-    def _start(self):
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(self.workdir), env=_kernel_env())
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=STARTUP)
-        self.graph_mode = False
-        self.ok("%load_ext jupyter_supervisor\n" + HELPERS)
-
-    def restart(self):
-        """A kernel restart as the notebook's restart button does it (a shutdown request, then
-        a new process); the helpers are defined again."""
-        self.km.restart_kernel(now=False)
-        self.kc.wait_for_ready(timeout=STARTUP)
-        self._drain()
-        self.graph_mode = False
-        self.ok("%load_ext jupyter_supervisor\n" + HELPERS)
-
-    def shutdown(self):
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
-
-    def _drain(self):
-        while True:
-            try:
-                self.iopub.append(self.kc.get_iopub_msg(timeout=0.1))
-            except queue.Empty:
-                return
-
-    def execute(self, code, timeout=DEADLINE, user_expressions=None, silent=False,
-                while_waiting=None) -> Reply:
-        """Executes ``code``; returns when the kernel is idle again. ``while_waiting()`` is
-        called every 50 ms meanwhile (to interrupt, for instance)."""
-        msg_id = self.kc.execute(code, silent=silent, store_history=not silent,
-                                 user_expressions=user_expressions or {})
-        deadline = time.monotonic() + timeout
-        mine = []
-        while True:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:.0f}s executing {code!r}")
-            try:
-                msg = self.kc.get_iopub_msg(timeout=0.05)
-            except queue.Empty:
-                if while_waiting is not None:
-                    while_waiting()
-                continue
-            self.iopub.append(msg)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            mine.append(msg)
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                break
-        while True:
-            reply = self.kc.get_shell_msg(timeout=max(deadline - time.monotonic(), 1))
-            if reply["parent_header"].get("msg_id") == msg_id:
-                return Reply(msg_id, reply["content"], mine)
-
-    def ok(self, code, **kwargs) -> Reply:
-        """Executes ``code`` and fails the test (with the kernel's traceback) unless it ran."""
-        reply = self.execute(code, **kwargs)
-        if reply.status != "ok":
-            raise AssertionError(f"{code!r} failed in the kernel:\n"
-                                 + "\n".join(reply.content.get("traceback", []))
-                                 + reply.stream())
-        return reply
-
-    def value(self, expression):
-        """The value of a JSON-serializable Python expression in the kernel."""
-        reply = self.execute("", silent=True, user_expressions={
-            "v": f"__import__('json').dumps({expression})"})
-        result = reply.content["user_expressions"]["v"]
-        if result["status"] != "ok":
-            raise AssertionError(f"{expression!r}: {result['ename']}: {result['evalue']}")
-        return json.loads(ast.literal_eval(result["data"]["text/plain"]))
-
-    def wait_until(self, condition, what, timeout=DEADLINE):
-        """Waits in the kernel until the expression ``condition`` holds."""
-        self.ok(f"_wait_until(lambda: {condition}, {timeout}, {what!r})", timeout=timeout + 30)
-
-    def model(self):
-        """A fresh default graph with the test model, in graph mode."""
-        if not self.graph_mode:
-            self.ok(GRAPH_MODE)
-            self.graph_mode = True
-        self.ok("build_model()")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ deadlines (in the kernel, or on the ps's stdout); every process is killed at the
 """
 import concurrent.futures
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -17,9 +16,7 @@ import threading
 
 import pytest
 
-import jupyter_supervisor
-from test_kernel import Kernel
-from test_replicas import free_ports
+from helpers import Kernel, child_env, free_ports
 
 STARTUP = 90.0        # seconds: TensorFlow imports in three processes on two busy cores
 DEADLINE = 60.0       # anything that follows once they run; never reached when passing
@@ -32,8 +29,8 @@ print("READY", flush=True)
 server.join()
 '''
 
-# Defined in both kernels (after test_kernel's helpers): the cluster, and a model whose
-# variables live on the ps.
+# Defined in both kernels (after helpers.KERNEL_SETUP): the cluster, and the test model with its
+# variables on the ps.
 REPLICA_HELPERS = r'''
 from jupyter_supervisor.graph import cluster as jsv_cluster
 from jupyter_supervisor.view import panel as jsv_panel
@@ -41,13 +38,9 @@ tf.compat.v1.disable_eager_execution()
 CLUSTER = json.loads({cluster!r})
 
 def build_replica_model(job, task):
-    global gs, train_op
     tf.compat.v1.reset_default_graph()
     with tf.compat.v1.device(jsv_cluster.replica_device_setter(CLUSTER, job, task)):
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        w = tf.compat.v1.get_variable("w", initializer=5.0)
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(
-            tf.square(w - 1.0), global_step=gs)
+        build_model(globals(), summaries=())
 
 steps_here = 0
 '''
@@ -76,13 +69,10 @@ class ParameterServer:
     def __init__(self, spec, workdir):
         script = workdir / "ps.py"
         script.write_text(PS_SCRIPT)
-        package_root = os.path.dirname(os.path.dirname(jupyter_supervisor.__file__))
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
-            p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
         self.stderr_path = workdir / "ps.stderr"
         with open(self.stderr_path, "wb") as stderr:
             self.proc = subprocess.Popen([sys.executable, str(script), json.dumps(spec)],
-                                         stdout=subprocess.PIPE, stderr=stderr, env=env,
+                                         stdout=subprocess.PIPE, stderr=stderr, env=child_env(),
                                          text=True)
         self.ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)

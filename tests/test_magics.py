@@ -7,55 +7,29 @@ rest of the suite may want eager mode); its runs are stopped before the graph is
 import os
 import sys
 import threading
-import time
 
 import pytest
 import tensorflow as tf
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 from tensorflow.python.eager import context
 
 import jupyter_supervisor
 from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
 
+from helpers import LOOP, build_model, newest_step
+
 v1 = tf.compat.v1
 DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing
-
-LOOP = "while not sv.should_stop():\n    sess.run(train_op)\n"
-
-
-@pytest.fixture(scope="module")
-def ip():
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jupyter_supervisor")
-    yield shell
-    shell.run_line_magic("unload_ext", "jupyter_supervisor")
-
-
-def build_model(ip):
-    """The model's ops on the current default graph, bound in the shell's namespace."""
-    gs = v1.train.get_or_create_global_step()
-    w = v1.get_variable("w", initializer=5.0)
-    loss = tf.square(w - 1.0)
-    v1.summary.scalar("loss", loss)
-    train_op = v1.train.GradientDescentOptimizer(0.001).minimize(loss, global_step=gs)
-    ip.user_ns.update(gs=gs, w=w, loss=loss, train_op=train_op, time=time)
-    return train_op
 
 
 @pytest.fixture
 def model(ip):
     with context.graph_mode(), tf.Graph().as_default() as graph:
-        build_model(ip)
+        build_model(ip.user_ns)
         yield graph
         late = run_module.stop_all(timeout=DEADLINE)
         assert not late, f"runs did not stop: {late}"
-
-
-def newest_step(logdir):
-    path = tf.train.latest_checkpoint(logdir)
-    return None if path is None else int(tf.train.load_checkpoint(path).get_tensor("global_step"))
 
 
 def supervise(ip, line, body=LOOP):
@@ -210,7 +184,7 @@ def test_each_body_keeps_its_own_sv_when_a_later_run_binds_the_names(ip, model, 
     # would hand it the other graph's op (as in a notebook, the help says so).
     wait_for(lambda: "op_first" in ip.user_ns, timeout=DEADLINE, what="the first body to start")
     with tf.Graph().as_default():
-        build_model(ip)
+        build_model(ip.user_ns)
         supervise(ip, f"--logdir {tmp_path / 'second'}",
                   "op_second = train_op\nwhile not sv.should_stop():\n    sess.run(op_second)\n")
         second = jupyter_supervisor.get_run("second")

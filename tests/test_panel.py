@@ -4,8 +4,6 @@ import collections
 import html.parser
 import os
 import queue
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -17,15 +15,7 @@ from jupyter_supervisor.view import panel as panel_module
 from jupyter_supervisor.view.history import RunHistory
 from jupyter_supervisor.view.panel import Panel, show, text_status, text_summary
 
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now=0.0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
+from helpers import FakeClock, run_isolated
 
 
 class FakeRun:
@@ -563,32 +553,18 @@ def test_the_panel_text_form_is_its_status_line_not_a_widget_repr(make_panel, cl
 # -- imports -----------------------------------------------------------------------------------
 
 
-def run_isolated(blocked, code):
-    """Runs ``code`` in a fresh Python where importing any of ``blocked`` fails; the package's
-    own __init__ is bypassed so the modules under test are judged by their own imports."""
-    package_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(panel_module.__file__))))
-    prelude = textwrap.dedent(f"""
-        import importlib.abc, sys, types
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {tuple(blocked)!r}:
-                    raise ImportError("blocked in this test: " + name)
-        sys.meta_path.insert(0, Block())
-        package = types.ModuleType("jupyter_supervisor")
-        package.__path__ = [{os.path.join(package_dir, "jupyter_supervisor")!r}]
-        sys.modules["jupyter_supervisor"] = package
-        from jupyter_supervisor.view.history import RunHistory
-        class Run:
-            name, logdir, max_steps, role, master = "r", None, None, "local", ""
-            can_stop = can_resume = can_save = False
-            history = RunHistory()
-    """)
-    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=120)
+# Run first in the isolated Python (helpers.run_isolated): a run with what the panel reads.
+ISOLATED_RUN = """
+from jupyter_supervisor.view.history import RunHistory
+class Run:
+    name, logdir, max_steps, role, master = "r", None, None, "local", ""
+    can_stop = can_resume = can_save = False
+    history = RunHistory()
+"""
 
 
 def test_without_ipywidgets_import_works_and_the_panel_says_what_to_install():
-    result = run_isolated(["ipywidgets", "tensorflow"], """
+    result = run_isolated(["ipywidgets", "tensorflow"], ISOLATED_RUN, """
         from jupyter_supervisor.view import panel
         print(panel.show(Run()))
         try:
@@ -605,7 +581,7 @@ def test_without_ipywidgets_import_works_and_the_panel_says_what_to_install():
 
 
 def test_panel_imports_no_tensorflow_and_no_pyplot():
-    result = run_isolated(["tensorflow"], """
+    result = run_isolated(["tensorflow"], ISOLATED_RUN, """
         from jupyter_supervisor.view import panel
         p = panel.Panel(Run())
         p.tick(force=True)

@@ -1,8 +1,5 @@
 """PlotRenderer: series to PNG with one reused Figure, never pyplot."""
 import io
-import os
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -13,6 +10,8 @@ from PIL import Image
 from jupyter_supervisor.view import plots
 from jupyter_supervisor.view.history import RunHistory
 from jupyter_supervisor import events
+
+from helpers import run_isolated
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -153,18 +152,11 @@ def test_bad_arguments_are_refused(kwargs):
 
 
 def test_plots_never_imports_pyplot_or_tensorflow():
-    package_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(plots.__file__))))
-    code = f"""
-import sys, types
-package = types.ModuleType("jupyter_supervisor")
-package.__path__ = [{os.path.join(package_dir, "jupyter_supervisor")!r}]
-sys.modules["jupyter_supervisor"] = package
+    result = run_isolated([], """
 import numpy as np
 from jupyter_supervisor.view import plots
-plots.PlotRenderer().render({{"loss": (np.arange(3), np.ones(3), np.ones(3), np.ones(3))}})
+plots.PlotRenderer().render({"loss": (np.arange(3), np.ones(3), np.ones(3), np.ones(3))})
 print(sorted(m for m in ("matplotlib.pyplot", "tensorflow") if m in sys.modules))
-"""
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+""")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -10,16 +10,14 @@ killed with SIGKILL to inject faults.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
-import tensorflow as tf
 
-import jupyter_supervisor
+from helpers import child_env, free_ports, newest_checkpoint
 
 TASK_SCRIPT = r'''
 import json
@@ -32,6 +30,7 @@ cfg = json.loads(sys.argv[1])
 
 import tensorflow as tf
 from jupyter_supervisor import Supervisor, cluster, events
+from helpers import build_model
 
 _print_lock = threading.Lock()
 
@@ -68,11 +67,9 @@ tf_logger.setLevel(logging.INFO)
 tf_logger.addHandler(SessionManagerLines())
 
 with tf.compat.v1.device(cluster.replica_device_setter(cfg["cluster"], job, task)):
-    global_step = tf.compat.v1.train.get_or_create_global_step()
-    w = tf.compat.v1.get_variable("w", initializer=5.0)
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(
-        tf.square(w - 1.0), global_step=global_step)
-    with tf.control_dependencies([train_op]):
+    model = build_model(summaries=())  # tests/helpers.py, on the PYTHONPATH of child_env()
+    global_step, w = model.global_step, model.w
+    with tf.control_dependencies([model.train_op]):
         step_after = tf.identity(global_step.read_value())
 with tf.compat.v1.device(f"/job:{job}/task:{task}"):
     # A local variable of this task, initialized from the ps: its local_init_op can only run
@@ -149,18 +146,6 @@ PROGRESS = 30     # seconds: anything that follows once a process runs
 RECOVERABLE = ("AbortedError", "UnavailableError")
 INITIAL_W = 5.0
 ROLES = {"ps": ("ps", 0), "chief": ("worker", 0), "worker": ("worker", 1)}
-
-
-def free_ports(count):
-    """Ports the kernel hands out for port 0, released again for the servers to take."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class Task:
@@ -273,10 +258,7 @@ class Cluster:
         self.spec = {"ps": [ps], "worker": [chief, worker]}
         self.logdir = tmp_path / "logdir"
         self.worker_logdir = tmp_path / "worker_logdir"
-        package_root = os.path.dirname(os.path.dirname(jupyter_supervisor.__file__))
-        self.env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
-                        PYTHONPATH=os.pathsep.join(
-                            p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+        self.env = child_env(PYTHONUNBUFFERED="1")
         self.tasks = {}
         self._started = []
 
@@ -306,13 +288,6 @@ def cluster(tmp_path):
     c = Cluster(tmp_path)
     yield c
     c.close()
-
-
-def newest_checkpoint(logdir):
-    """The newest checkpoint the state file names, and the global step stored in it."""
-    path = tf.train.latest_checkpoint(os.fspath(logdir))
-    assert path, f"no checkpoint in {logdir}"
-    return path, int(tf.train.load_checkpoint(path).get_tensor("global_step"))
 
 
 def start_training_cluster(cluster):

@@ -6,6 +6,7 @@ waits a fixed time: every wait polls a condition against a deadline.
 
 Drop-in compatibility with tf.compat.v1.train.Supervisor lives in test_supervisor_compat.py.
 """
+import functools
 import gc
 import glob
 import json
@@ -31,8 +32,10 @@ import jupyter_supervisor
 from jupyter_supervisor import events
 from jupyter_supervisor.graph.supervisor import Supervisor
 
+from helpers import (Recorder, build_model, checkpoint_step, child_env, corrupt_checkpoint,
+                     wait_for)
+
 v1 = tf.compat.v1
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing
 LOGGER = "jupyter_supervisor"
 
@@ -47,18 +50,6 @@ def graph_mode():
         yield
 
 
-def poll_until(condition, what, timeout=DEADLINE):
-    """Polls ``condition()`` until it is truthy and returns its value; fails at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.01)
-
-
 def train_until(sess, train_op, condition, what, timeout=DEADLINE):
     """Runs ``train_op`` until ``condition()`` holds; fails at the deadline."""
     deadline = time.monotonic() + timeout
@@ -68,60 +59,16 @@ def train_until(sess, train_op, condition, what, timeout=DEADLINE):
         sess.run(train_op)
 
 
-class Recorder:
-    """A listener keeping every event and the threads it was called on."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.events = []
-        self.threads = set()
-
-    def __call__(self, event):
-        with self._lock:
-            self.events.append(event)
-            self.threads.add(threading.get_ident())
-
-    def of(self, kind):
-        with self._lock:
-            return [e for e in self.events if isinstance(e, kind)]
-
-
-def build_model(step_shape=(), step_dtype=tf.int64, extra_variable=None, summaries=True):
-    """A small model in a new graph: a global step, a variable ``w`` that a matmul updates.
-
-    ``train_op`` advances the global step by one after updating ``w``; with ``summaries`` the
-    graph has a scalar summary ``step_value`` (the global step as a float).
-    """
-    graph = tf.Graph()
-    with graph.as_default():
-        if step_shape == () and step_dtype == tf.int64:
-            step = v1.train.get_or_create_global_step()
-        else:
-            step = v1.get_variable(
-                "global_step", shape=step_shape, dtype=step_dtype,
-                initializer=v1.zeros_initializer(), trainable=False,
-                collections=[v1.GraphKeys.GLOBAL_VARIABLES, v1.GraphKeys.GLOBAL_STEP])
-        w = v1.get_variable("w", initializer=tf.fill([8, 8], 0.5))
-        if extra_variable:
-            v1.get_variable(extra_variable, initializer=tf.zeros([3]))
-        update = v1.assign(w, tf.matmul(w, tf.eye(8) * 0.99))
-        with tf.control_dependencies([update]):
-            train_op = v1.assign_add(step, tf.ones_like(step))
-        if summaries:
-            v1.summary.scalar("step_value", tf.cast(tf.reshape(step, []), tf.float32))
-    return types.SimpleNamespace(graph=graph, global_step=step, train_op=train_op, w=w)
+# The suite's model (helpers.build_model), each in a graph of its own, with an 8x8 ``w`` and a
+# scalar summary ``step_value`` (the global step as a float).
+new_model = functools.partial(build_model, new_graph=True, w_shape=(8, 8),
+                              summaries=("step_value",))
 
 
 def make_supervisor(model, **kwargs):
     """A Supervisor on ``model``'s graph, built in graph mode whatever the test's eager state."""
     with model.graph.as_default():
         return Supervisor(graph=model.graph, **kwargs)
-
-
-def ckpt_step(path):
-    """The global step stored in checkpoint ``path`` (shape [] or [1])."""
-    value = tf.train.load_checkpoint(path).get_tensor("global_step")
-    return int(np.asarray(value).reshape(()))
 
 
 def checkpoint_steps(logdir):
@@ -217,8 +164,7 @@ def test_sigkilled_training_resumes_at_newest_checkpoint(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TRAIN_SCRIPT)
     logdir, progress = tmp_path / "logs", tmp_path / "progress.txt"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    env = child_env()
 
     def run(target, name):
         out = open(tmp_path / f"{name}.out", "wb")
@@ -229,10 +175,10 @@ def test_sigkilled_training_resumes_at_newest_checkpoint(tmp_path):
     first = run(0, "first")  # trains until killed
     try:
         # Mid-run: two checkpoints exist and training went on past the newest one.
-        seen = poll_until(lambda: first.poll() is None and len(listed_steps(logdir)) >= 2
-                          and _last_progress(progress) > listed_steps(logdir)[-1]
-                          and listed_steps(logdir),
-                          "two checkpoints and training beyond them")
+        seen = wait_for(lambda: first.poll() is None and len(listed_steps(logdir)) >= 2
+                        and _last_progress(progress) > listed_steps(logdir)[-1]
+                        and listed_steps(logdir),
+                        DEADLINE, what="two checkpoints and training beyond them")
         assert first.poll() is None, (tmp_path / "first.err").read_text()
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=DEADLINE)
@@ -243,7 +189,7 @@ def test_sigkilled_training_resumes_at_newest_checkpoint(tmp_path):
     assert first.returncode == -signal.SIGKILL
     killed_at = _last_progress(progress)
     newest = tf.train.latest_checkpoint(str(logdir))
-    saved_step = ckpt_step(newest)
+    saved_step = checkpoint_step(newest)
     # The checkpoint thread names the file by the step it read just before saving; training goes
     # on meanwhile, so the saved step may be a little past the name (as with TF's Supervisor).
     assert seen[-1] <= int(newest.rsplit("-", 1)[1]) <= saved_step
@@ -273,7 +219,7 @@ def test_sigkilled_training_resumes_at_newest_checkpoint(tmp_path):
     # The dead chief's lock was taken over, and said so.
     assert re.search(rf"Took over the stale lock.*pid {first.pid}\b", err), err
     # The restarted run ended cleanly at its target: a final checkpoint at the final step.
-    assert ckpt_step(tf.train.latest_checkpoint(str(logdir))) == target
+    assert checkpoint_step(tf.train.latest_checkpoint(str(logdir))) == target
     assert not os.path.exists(logdir / "supervisor.lock")
 
 
@@ -292,7 +238,7 @@ def _exhausting_model():
 
 @pytest.mark.parametrize("how", ["request_stop", "out_of_range", "end_of_block"])
 def test_clean_stop_writes_checkpoint_at_final_step(tmp_path, how):
-    model = _exhausting_model() if how == "out_of_range" else build_model()
+    model = _exhausting_model() if how == "out_of_range" else new_model()
     recorder = Recorder()
     sv = make_supervisor(model, logdir=str(tmp_path), save_model_secs=0, save_summaries_secs=0)
     sv.add_listener(recorder)
@@ -308,7 +254,7 @@ def test_clean_stop_writes_checkpoint_at_final_step(tmp_path, how):
     final = 5 if how == "out_of_range" else 7
     newest = tf.train.latest_checkpoint(str(tmp_path))
     assert newest == os.path.join(str(tmp_path), f"model.ckpt-{final}")
-    assert ckpt_step(newest) == final
+    assert checkpoint_step(newest) == final
     assert sv.flush_events(DEADLINE)
     assert [e.step for e in recorder.of(events.CheckpointSaved)] == [final]
     expected = events.OUT_OF_RANGE if how == "out_of_range" else events.REQUESTED
@@ -316,7 +262,7 @@ def test_clean_stop_writes_checkpoint_at_final_step(tmp_path, how):
 
 
 def test_save_on_stop_false_writes_no_final_checkpoint(tmp_path):
-    model = build_model()
+    model = new_model()
     sv = make_supervisor(model, logdir=str(tmp_path), save_model_secs=0, save_summaries_secs=0,
                          save_on_stop=False)
     with sv.managed_session() as sess:
@@ -327,11 +273,11 @@ def test_save_on_stop_false_writes_no_final_checkpoint(tmp_path):
             sess.run(model.train_op)
         sv.request_stop()
     assert checkpoint_steps(str(tmp_path)) == [3]
-    assert ckpt_step(tf.train.latest_checkpoint(str(tmp_path))) == 3
+    assert checkpoint_step(tf.train.latest_checkpoint(str(tmp_path))) == 3
 
 
 def test_stop_writes_no_duplicate_of_newest_checkpoint(tmp_path):
-    model = build_model()
+    model = new_model()
     recorder = Recorder()
     sv = make_supervisor(model, logdir=str(tmp_path), save_model_secs=0, save_summaries_secs=0)
     sv.add_listener(recorder)
@@ -349,13 +295,13 @@ def test_stop_writes_no_duplicate_of_newest_checkpoint(tmp_path):
 
 
 def test_restored_run_stopped_without_steps_writes_no_checkpoint(tmp_path):
-    first = build_model()
+    first = new_model()
     sv = make_supervisor(first, logdir=str(tmp_path), save_model_secs=0, save_summaries_secs=0)
     with sv.managed_session() as sess:
         for _ in range(2):
             sess.run(first.train_op)
     stamp = os.stat(tmp_path / "model.ckpt-2.index").st_mtime_ns
-    again = build_model()
+    again = new_model()
     sv = make_supervisor(again, logdir=str(tmp_path), save_model_secs=0, save_summaries_secs=0)
     recorder = Recorder()
     sv.add_listener(recorder)
@@ -371,7 +317,7 @@ def test_restored_run_stopped_without_steps_writes_no_checkpoint(tmp_path):
 def _session(logdir, recorder, burst, final_burst):
     """One Supervisor session: ``burst`` steps, wait for a summary, a step rate and a checkpoint
     at that step with training paused, then ``final_burst`` steps and a clean end."""
-    model = build_model()
+    model = new_model()
     sv = make_supervisor(model, logdir=logdir, save_model_secs=0.15, save_summaries_secs=0.1)
     sv.add_listener(recorder)
     with sv.managed_session() as sess:
@@ -379,11 +325,11 @@ def _session(logdir, recorder, burst, final_burst):
         for _ in range(burst):
             sess.run(model.train_op)
         paused_at = start + burst
-        poll_until(lambda: any(e.step == paused_at for e in recorder.of(events.SummaryWritten))
-                   and any(e.step == paused_at for e in recorder.of(events.CheckpointSaved))
-                   and any(e.steps_per_sec > 0 and e.step >= start
-                           for e in recorder.of(events.StepRate)),
-                   f"a summary, a checkpoint and a step rate at step {paused_at}")
+        wait_for(lambda: any(e.step == paused_at for e in recorder.of(events.SummaryWritten))
+                 and any(e.step == paused_at for e in recorder.of(events.CheckpointSaved))
+                 and any(e.steps_per_sec > 0 and e.step >= start
+                         for e in recorder.of(events.StepRate)),
+                 DEADLINE, what=f"a summary, a checkpoint and a step rate at step {paused_at}")
         for _ in range(final_burst):
             sess.run(model.train_op)
     assert sv.flush_events(DEADLINE)
@@ -434,10 +380,10 @@ def test_quick_restart_keeps_earlier_event_file(tmp_path, reuse):
     """
     logdir = str(tmp_path)
     # Start just after a second boundary so both sessions fall in the same second.
-    poll_until(lambda: time.time() % 1.0 < 0.2, "the start of a second", timeout=5)
+    wait_for(lambda: time.time() % 1.0 < 0.2, 5, what="the start of a second")
     for session in range(2):
         if session == 0 or not reuse:
-            model = build_model()
+            model = new_model()
             sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
         with sv.managed_session() as sess:
             for _ in range(3):
@@ -458,7 +404,7 @@ def test_pretrained_init_fn_runs_only_without_checkpoint(tmp_path):
 
     calls = []
     for run in range(2):
-        model = build_model(extra_variable="head")
+        model = new_model(extra_variable="head")
         with model.graph.as_default():
             restorer = v1.train.Saver([model.w])  # only the pre-trained variable
 
@@ -480,7 +426,7 @@ def test_pretrained_init_fn_runs_only_without_checkpoint(tmp_path):
 
 def test_summary_op_none_with_summary_computed_every_n_steps(tmp_path):
     logdir = str(tmp_path)
-    model = build_model(summaries=False)
+    model = new_model(summaries=())
     with model.graph.as_default():
         value = v1.placeholder(tf.float32, [])
         metric = v1.summary.scalar("metric", value)
@@ -504,7 +450,7 @@ class LoopFailed(Exception):
 
 
 def test_custom_loop_service_runs_and_its_failure_stops_the_run(tmp_path):
-    model = build_model()
+    model = new_model()
     recorder = Recorder()
     sv = make_supervisor(model, logdir=str(tmp_path), save_model_secs=0, save_summaries_secs=0)
     sv.add_listener(recorder)
@@ -539,7 +485,7 @@ def test_custom_loop_service_runs_and_its_failure_stops_the_run(tmp_path):
 
 
 def test_failing_standard_service_stops_the_run_and_is_reraised(tmp_path):
-    model = build_model(summaries=False)
+    model = new_model(summaries=())
     with model.graph.as_default():
         step = tf.reshape(model.global_step, [])
         # The summary op fails once the step reaches 3, as a diverging metric check would.
@@ -561,7 +507,7 @@ def test_failing_standard_service_stops_the_run_and_is_reraised(tmp_path):
 # --------------------------------------------------------------------- unreadable checkpoints
 
 def _two_checkpoints(logdir):
-    model = build_model()
+    model = new_model()
     sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
     with sv.managed_session() as sess:
         for _ in range(3):
@@ -573,25 +519,12 @@ def _two_checkpoints(logdir):
     return older, newer
 
 
-def _corrupt(prefix, how):
-    if how == "truncated_data":
-        data = f"{prefix}.data-00000-of-00001"
-        with open(data, "r+b") as f:
-            f.truncate(os.path.getsize(data) // 2)
-    else:
-        index = f"{prefix}.index"
-        with open(index, "rb") as f:
-            garbled = bytes(b ^ 0x5A for b in f.read())
-        with open(index, "wb") as f:
-            f.write(garbled)
-
-
 @pytest.mark.parametrize("how", ["truncated_data", "garbled_index"])
 def test_unreadable_newest_checkpoint_falls_back_to_older(tmp_path, caplog, how):
     logdir = str(tmp_path)
     older, newer = _two_checkpoints(logdir)
-    _corrupt(newer, how)
-    model = build_model()
+    corrupt_checkpoint(newer, how)
+    model = new_model()
     recorder = Recorder()
     sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
     sv.add_listener(recorder)
@@ -608,9 +541,9 @@ def test_unreadable_newest_checkpoint_falls_back_to_older(tmp_path, caplog, how)
 def test_no_readable_checkpoint_is_a_clear_error(tmp_path):
     logdir = str(tmp_path)
     older, newer = _two_checkpoints(logdir)
-    _corrupt(newer, "truncated_data")
-    _corrupt(older, "garbled_index")
-    model = build_model()
+    corrupt_checkpoint(newer, "truncated_data")
+    corrupt_checkpoint(older, "garbled_index")
+    model = new_model()
     sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
     with pytest.raises(RuntimeError) as raised:
         with sv.managed_session():
@@ -626,7 +559,7 @@ def test_checkpoint_lacking_a_variable_is_a_mismatch_not_a_fallback(tmp_path, ca
     _two_checkpoints(logdir)
     with open(os.path.join(logdir, "checkpoint"), "rb") as f:
         state = f.read()
-    model = build_model(extra_variable="new_head")
+    model = new_model(extra_variable="new_head")
     sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         with pytest.raises(jupyter_supervisor.CheckpointMismatchError, match="'new_head'"):
@@ -642,29 +575,29 @@ def test_checkpoint_lacking_a_variable_is_a_mismatch_not_a_fallback(tmp_path, ca
 
 def test_second_chief_is_refused_until_the_first_stops(tmp_path):
     logdir = str(tmp_path)
-    first_model = build_model()
+    first_model = new_model()
     first = make_supervisor(first_model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
     with first.managed_session() as sess:
         sess.run(first_model.train_op)
         with pytest.raises(jupyter_supervisor.LogdirLockedError) as raised:
-            make_supervisor(build_model(), logdir=logdir)
+            make_supervisor(new_model(), logdir=logdir)
     assert isinstance(raised.value, RuntimeError)
     message = str(raised.value)
     assert f"pid {os.getpid()}" in message
     assert socket.gethostname() in message
     assert logdir in message
     # The first one stopped: the logdir is free again.
-    model = build_model()
+    model = new_model()
     sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
     with sv.managed_session() as sess:
         assert sv.read_global_step(sess) == 1
         sess.run(model.train_op)
-    assert ckpt_step(tf.train.latest_checkpoint(logdir)) == 2
+    assert checkpoint_step(tf.train.latest_checkpoint(logdir)) == 2
 
 
 def test_non_chief_takes_no_lock(tmp_path):
     logdir = str(tmp_path)
-    model = build_model()
+    model = new_model()
     holder = make_supervisor(model, logdir=logdir)
     with tf.Graph().as_default(), tf.device("/job:localhost/replica:0/task:0/device:CPU:0"):
         v1.train.get_or_create_global_step()
@@ -672,6 +605,19 @@ def test_non_chief_takes_no_lock(tmp_path):
     assert worker.logdir is None
     holder.stop()
     assert not os.path.exists(os.path.join(logdir, "supervisor.lock"))
+
+
+def _takes_over_the_stale_lock(logdir, pid, caplog):
+    """A new Supervisor on ``logdir`` warns that it takes over the stale lock of ``pid``, then
+    trains and saves."""
+    model = new_model()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
+    assert any("stale lock" in r.getMessage() and f"pid {pid}" in r.getMessage()
+               for r in caplog.records if r.name == LOGGER), caplog.text
+    with sv.managed_session() as sess:
+        sess.run(model.train_op)
+    assert checkpoint_step(tf.train.latest_checkpoint(logdir)) == 1
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, caplog):
@@ -682,40 +628,26 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, caplog):
     with open(os.path.join(logdir, "supervisor.lock"), "w") as f:
         json.dump({"pid": dead_pid, "host": socket.gethostname(), "token": "gone",
                    "start": "1"}, f)
-    model = build_model()
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
-    assert any("stale lock" in r.getMessage() and f"pid {dead_pid}" in r.getMessage()
-               for r in caplog.records if r.name == LOGGER), caplog.text
-    with sv.managed_session() as sess:
-        sess.run(model.train_op)
-    assert ckpt_step(tf.train.latest_checkpoint(logdir)) == 1
+    _takes_over_the_stale_lock(logdir, dead_pid, caplog)
     assert not os.path.exists(os.path.join(logdir, "supervisor.lock"))
 
 
 def test_lock_of_a_garbage_collected_supervisor_is_taken_over(tmp_path, caplog):
     logdir = str(tmp_path)
-    abandoned = make_supervisor(build_model(), logdir=logdir)
+    abandoned = make_supervisor(new_model(), logdir=logdir)
     gone = weakref.ref(abandoned)
     del abandoned
     gc.collect()
     assert gone() is None, "the abandoned Supervisor is still referenced"
     assert os.path.exists(os.path.join(logdir, "supervisor.lock"))
-    model = build_model()
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
-    assert any("stale lock" in r.getMessage() and f"pid {os.getpid()}" in r.getMessage()
-               for r in caplog.records if r.name == LOGGER), caplog.text
-    with sv.managed_session() as sess:
-        sess.run(model.train_op)
-    assert ckpt_step(tf.train.latest_checkpoint(logdir)) == 1
+    _takes_over_the_stale_lock(logdir, os.getpid(), caplog)
 
 
 # -------------------------------------------------------------------------------------- events
 
 def test_listeners_receive_every_kind_of_event_off_the_training_thread(tmp_path):
     logdir = str(tmp_path)
-    model = build_model()
+    model = new_model()
     with model.graph.as_default():
         # A TF2-style scalar: a tensor value in the Summary proto instead of simple_value.
         v1.summary.tensor_summary("tensor_scalar", tf.constant(2.5))
@@ -738,9 +670,9 @@ def test_listeners_receive_every_kind_of_event_off_the_training_thread(tmp_path)
     for event in saved:
         assert event.path == os.path.join(logdir, f"model.ckpt-{event.step}")
         # Saved while training went on: the stored step may be past the one read for the name.
-        assert event.step <= ckpt_step(event.path) <= final
+        assert event.step <= checkpoint_step(event.path) <= final
         assert 0 <= event.seconds < DEADLINE and event.wall_time > 0
-    assert saved[-1].step == final == ckpt_step(saved[-1].path)  # the clean stop's checkpoint
+    assert saved[-1].step == final == checkpoint_step(saved[-1].path)  # the clean stop's checkpoint
     summaries = recorder.of(events.SummaryWritten)
     for event in summaries:
         assert set(event.scalars) == {"step_value", "tensor_scalar"}
@@ -755,7 +687,7 @@ def test_listeners_receive_every_kind_of_event_off_the_training_thread(tmp_path)
     assert threading.get_ident() not in recorder.threads
 
     # Resumed: SessionReady names the checkpoint it restored.
-    again = build_model()
+    again = new_model()
     sv = make_supervisor(again, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
     resumed = Recorder()
     sv.add_listener(resumed)
@@ -773,7 +705,7 @@ class BlockFailed(Exception):
 
 @pytest.mark.parametrize("how", ["requested", "out_of_range", "error"])
 def test_stopped_event_carries_the_reason(tmp_path, how):
-    model = _exhausting_model() if how == "out_of_range" else build_model()
+    model = _exhausting_model() if how == "out_of_range" else new_model()
     recorder = Recorder()
     sv = make_supervisor(model, logdir=str(tmp_path), save_model_secs=0, save_summaries_secs=0)
     sv.add_listener(recorder)
@@ -798,7 +730,7 @@ def test_stopped_event_carries_the_reason(tmp_path, how):
 
 
 def test_failing_listener_neither_stops_training_nor_other_listeners(tmp_path, caplog):
-    model = build_model()
+    model = new_model()
     calls = []
 
     def broken(event):
@@ -820,7 +752,7 @@ def test_failing_listener_neither_stops_training_nor_other_listeners(tmp_path, c
         assert sv.flush_events(DEADLINE)
     assert len(calls) == len(recorder.events) > 4
     assert [e.reason for e in recorder.of(events.Stopped)] == [events.REQUESTED]
-    assert ckpt_step(tf.train.latest_checkpoint(str(tmp_path))) == final
+    assert checkpoint_step(tf.train.latest_checkpoint(str(tmp_path))) == final
     assert "listener bug" in caplog.text
 
 
@@ -829,7 +761,7 @@ def test_failing_listener_neither_stops_training_nor_other_listeners(tmp_path, c
 @pytest.mark.parametrize("dtype", [tf.int32, tf.int64], ids=["int32", "int64"])
 def test_global_step_of_shape_one(tmp_path, dtype):
     logdir = str(tmp_path)
-    model = build_model(step_shape=[1], step_dtype=dtype)
+    model = new_model(step_shape=[1], step_dtype=dtype)
     recorder = Recorder()
     sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0.05)
     sv.add_listener(recorder)
@@ -850,7 +782,7 @@ def test_global_step_of_shape_one(tmp_path, dtype):
     assert all(isinstance(e.step, int) for e in recorder.of(events.SummaryWritten))
     assert tb_scalars(logdir, "global_step/sec")
 
-    again = build_model(step_shape=[1], step_dtype=dtype)
+    again = new_model(step_shape=[1], step_dtype=dtype)
     sv = make_supervisor(again, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
     with sv.managed_session() as sess:
         assert sv.read_global_step(sess) == final
@@ -866,14 +798,14 @@ def test_session_managed_outside_the_graph_block(tmp_path):
     runners, services, final checkpoint."""
     logdir = str(tmp_path)
     for expected_start in (0, 3):
-        model = build_model()
+        model = new_model()
         sv = make_supervisor(model, logdir=logdir, save_model_secs=0.05, save_summaries_secs=0.05)
         with context.eager_mode():
             with sv.managed_session() as sess:
                 assert sv.read_global_step(sess) == expected_start
                 for _ in range(3):
                     sess.run(model.train_op)
-        assert ckpt_step(tf.train.latest_checkpoint(logdir)) == expected_start + 3
+        assert checkpoint_step(tf.train.latest_checkpoint(logdir)) == expected_start + 3
 
 
 # ---------------------------------------------------------------------------------- bad input
@@ -890,7 +822,7 @@ def _assert_names(error, name, value):
 def test_invalid_intervals_are_refused_at_construction(tmp_path, name, value):
     logdir = str(tmp_path / "logs")
     with pytest.raises(ValueError) as raised:
-        make_supervisor(build_model(), logdir=logdir, **{name: value})
+        make_supervisor(new_model(), logdir=logdir, **{name: value})
     _assert_names(raised.value, name, value)
     assert not os.path.exists(os.path.join(logdir, "supervisor.lock"))
 
@@ -899,7 +831,7 @@ def test_logdir_that_is_a_file(tmp_path):
     path = tmp_path / "not_a_dir"
     path.write_text("precious")
     with pytest.raises(ValueError) as raised:
-        make_supervisor(build_model(), logdir=str(path))
+        make_supervisor(new_model(), logdir=str(path))
     _assert_names(raised.value, "logdir", str(path))
     assert path.read_text() == "precious"
 
@@ -916,7 +848,7 @@ def test_logdir_not_writable(tmp_path):
         logdir = tmp_path / "file" / "logs"
     try:
         with pytest.raises(ValueError) as raised:
-            make_supervisor(build_model(), logdir=str(logdir))
+            make_supervisor(new_model(), logdir=str(logdir))
     finally:
         if os.geteuid() != 0:
             logdir.chmod(0o700)
@@ -940,19 +872,19 @@ def test_global_step_not_an_integer_scalar(tmp_path, kind):
 
 def test_init_fn_not_callable(tmp_path):
     with pytest.raises(TypeError) as raised:
-        make_supervisor(build_model(), logdir=str(tmp_path), init_fn="restore_pretrained")
+        make_supervisor(new_model(), logdir=str(tmp_path), init_fn="restore_pretrained")
     _assert_names(raised.value, "init_fn", "restore_pretrained")
 
 
 def test_saver_not_a_saver(tmp_path):
     with pytest.raises(TypeError) as raised:
-        make_supervisor(build_model(), logdir=str(tmp_path), saver="model.ckpt")
+        make_supervisor(new_model(), logdir=str(tmp_path), saver="model.ckpt")
     _assert_names(raised.value, "saver", "model.ckpt")
 
 
 @pytest.mark.parametrize("how", ["no_logdir", "summary_writer_none"])
 def test_summary_computed_without_writer(tmp_path, how):
-    model = build_model()
+    model = new_model()
     with model.graph.as_default():
         summary = v1.summary.scalar("x", tf.constant(1.0))
     kwargs = {} if how == "no_logdir" else {"logdir": str(tmp_path), "summary_writer": None}
@@ -1006,8 +938,8 @@ def test_stop_ends_a_non_chief_waiting_for_the_chief(tmp_path):
 
     thread = threading.Thread(target=worker)
     thread.start()
-    poll_until(lambda: any(isinstance(e, events.WaitingForChief) for e in seen),
-               "the non-chief to wait for the chief")
+    wait_for(lambda: any(isinstance(e, events.WaitingForChief) for e in seen), DEADLINE,
+             what="the non-chief to wait for the chief")
     assert thread.is_alive()  # the model is not initialized: it goes on waiting
     sv.request_stop()
     thread.join(DEADLINE)
