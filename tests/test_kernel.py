@@ -99,8 +99,11 @@ def test_body_output_goes_to_the_run_not_to_later_cells(kernel, logdir):
     assert leaked == []
     output = kernel.value(f"get_run({name!r}).history.snapshot().output")
     assert "body-start\nbody-tick\nbody-err\n" in output
-    # TensorFlow's own log lines from the training thread are the run's too.
-    assert "Running local_init_op" in output
+    # TensorFlow's own INFO lines from the training thread go to the package logger: they
+    # are neither the run's output nor any cell's.
+    assert "local_init_op" not in output
+    assert not [m for m in kernel.iopub[start:] if m["msg_type"] == "stream"
+                and "local_init_op" in m["content"]["text"]]
 
 
 def test_list_save_stop_resume_wait_show(kernel, logdir):
