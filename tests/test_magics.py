@@ -16,6 +16,7 @@ from tensorflow.python.eager import context
 import jupyter_supervisor
 from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
+from jupyter_supervisor.view import panel
 
 from helpers import LOOP, build_model, newest_step
 
@@ -134,6 +135,20 @@ def test_max_steps_stops_exactly_at_the_step(ip, model, tmp_path, repeat):
 
 # A body that never looks at sv.should_stop(), as notebooks often write it.
 IGNORING = "while True:\n    sess.run(train_op)\n"
+
+
+def test_the_same_final_step_everywhere_at_the_end_of_a_run(ip, model, tmp_path, capsys):
+    logdir = str(tmp_path / "everywhere")
+    supervise(ip, f"--logdir {logdir} --max-steps 777 --wait")
+    run = jupyter_supervisor.get_run("everywhere")
+    assert "at step 777 of 777" in capsys.readouterr().out      # the end line of --wait
+    assert run.global_step == run.history.snapshot().step == 777
+    assert newest_step(logdir) == run.history.snapshot().checkpoints[0].step == 777
+    ip.run_line_magic("supervise", "")
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("everywhere "))
+    assert row.split()[:3] == ["everywhere", "finished", "777"]
+    assert "at step 777 of 777" in panel.text_status(run)
 
 
 def test_max_steps_ends_a_body_that_ignores_should_stop_at_the_exact_step(ip, model, tmp_path):
