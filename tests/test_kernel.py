@@ -421,3 +421,49 @@ def test_tensorflow_info_lines_stay_out_of_the_runs_output(kernel, logdir):
     finally:
         kernel.ok("tf.get_logger().setLevel('WARNING')")
     assert output == "from the body\n"
+
+
+def test_a_body_busy_outside_tensorflow_is_reported_as_still_stopping(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok("hold, release = False, threading.Event()")
+    kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0 --stop-grace-secs 2\n"
+              "while True:\n"
+              "    sess.run(train_op)\n"
+              "    if hold:\n"
+              "        release.wait()   # busy outside TensorFlow, e.g. a queue\n")
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 10", "training")
+    kernel.ok("hold = True")
+    reply, seconds = _timed(kernel, f"%supervise stop {name}")
+    print(f"%supervise stop answered in {seconds:.2f} s (--stop-grace-secs 2)")
+    assert "is still stopping: its cell body has not returned" in reply.stream()
+    assert kernel.value(run_expr(name, "status")) == "stopping"
+    assert f"{name} is still stopping" in kernel.ok("%supervise").stream()
+    reply, seconds = _timed(kernel, "print('answering')")
+    assert reply.stream() == "answering\n"
+    # The body goes on; its next sess.run ends it, and the final checkpoint is exact.
+    kernel.ok("release.set()")
+    kernel.ok(f"%supervise wait {name}")
+    assert kernel.value(run_expr(name, "status")) == "stopped"
+    assert kernel.value(f"_newest_step({logdir!r})") == kernel.value(
+        run_expr(name, "global_step"))
+
+
+def test_the_notebooks_interrupt_stops_the_cell_not_a_background_run(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0\n{LOOP}")
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 10", "training")
+    interrupted = []
+
+    def interrupt_once():
+        if not interrupted:
+            interrupted.append(True)
+            kernel.km.interrupt_kernel()
+
+    reply = kernel.execute("threading.Event().wait(60)", while_waiting=interrupt_once)
+    assert reply.status == "error" and reply.error["ename"] == "KeyboardInterrupt"
+    step = kernel.value(run_expr(name, "global_step"))
+    kernel.wait_until(f"get_run({name!r}).global_step > {step}", "steps after the interrupt")
+    assert kernel.value(run_expr(name, "status")) == "running"
+    assert "stopped at step" in kernel.ok(f"%supervise stop {name}").stream()
