@@ -5,6 +5,7 @@ Each test builds its model in a graph of its own, in graph mode for the test's t
 rest of the suite may want eager mode); its runs are stopped before the graph is left.
 """
 import os
+import re
 import sys
 import threading
 
@@ -304,6 +305,26 @@ def test_failed_body_in_wait_mode_shows_its_error_once(ip, model, capsys):
         supervise(ip, "--name boom-once --wait", "raise ValueError('boom once')\n")
     shown = capsys.readouterr().out + "\n".join(info.value._render_traceback_())
     assert shown.count("ValueError: boom once") == 1
+
+
+def test_a_failing_loop_function_shows_the_users_frames_only(ip, model):
+    ip.run_cell("def broken():\n    raise ValueError('loop target broke')\n")
+    with pytest.raises(RunFailedError):
+        supervise(ip, "--name loopfail --wait", "sv.loop(0.01, broken)\n" + LOOP)
+    text = jupyter_supervisor.get_run("loopfail").error_text
+    assert "in broken()" in text and "raise ValueError('loop target broke')" in text
+    assert not re.search(r"jupyter_supervisor|coordinator\.py|site-packages", text), text
+
+
+def test_a_failing_summary_op_is_named_with_what_to_do(ip, model, tmp_path):
+    fed = v1.placeholder(tf.float32, name="fed_value")
+    v1.summary.scalar("needs_a_feed", fed)
+    with pytest.raises(RunFailedError):
+        supervise(ip, f"--logdir {tmp_path / 'sumfail'} --save-summaries-secs 0.05 --wait")
+    run = jupyter_supervisor.get_run("sumfail")
+    assert isinstance(run.exception, tf.errors.InvalidArgumentError)  # still TF's type
+    assert "the summary 'needs_a_feed'" in run.error_line
+    assert "--save-summaries-secs 0" in run.error_line and "summary_computed" in run.error_line
 
 
 def test_a_tensorflow_error_is_summed_up_by_what_went_wrong(ip, model, capsys):

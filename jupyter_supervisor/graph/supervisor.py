@@ -489,9 +489,13 @@ class Supervisor:
         return threads
 
     def _compute_summary(self, sess):
-        if self._global_step is None:
-            return sess.run(self._summary_op), None
-        summary, step = sess.run([self._summary_op, self._global_step])
+        try:
+            if self._global_step is None:
+                return sess.run(self._summary_op), None
+            summary, step = sess.run([self._summary_op, self._global_step])
+        except tf.errors.OpError as e:
+            # The same error type (code catching it still does), saying what to do.
+            raise type(e)(e.node_def, None, _summary_failure(self._summary_op, e)) from e
         return summary, services.step_value(step)
 
     def _write_summary(self, summary, step):
@@ -927,6 +931,35 @@ def _new_file_writer(logdir):
 
 def _summary_event(summary, step, wall_time):
     return events.SummaryWritten(step, events.scalars_from_summary(summary), wall_time)
+
+
+def _summary_failure(summary_op, error) -> str:
+    """Which summaries of ``summary_op`` depend on the op that failed, and what to do."""
+    failed = getattr(error, "op", None)
+    summaries = list(summary_op.op.inputs) if summary_op.op.type == "MergeSummary" \
+        else [summary_op]
+    culprits = [s.op.name for s in summaries if failed is not None and _depends_on(s.op, failed)]
+    named = ", ".join(repr(name) for name in (culprits or [s.op.name for s in summaries]))
+    return (f"The summary op failed in the summary service ({describe_error(error)}): "
+            f"{'the summary' if len(culprits) == 1 else 'summaries'} {named}. A summary that "
+            "needs a feed (a placeholder) or a value only the training loop has cannot run on "
+            "its own: run with --save-summaries-secs 0 (Supervisor(summary_op=None)) and write "
+            "it from the loop with sv.summary_computed(sess, sess.run(summary, feed_dict=...)).")
+
+
+def _depends_on(op, target, limit: int = 100_000) -> bool:
+    """True when ``target`` is ``op`` or among its inputs, transitively."""
+    seen, stack = set(), [op]
+    while stack and len(seen) < limit:
+        current = stack.pop()
+        if current is target:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        stack.extend(t.op for t in current.inputs)
+        stack.extend(current.control_inputs)
+    return False
 
 
 def describe_error(error) -> str:
