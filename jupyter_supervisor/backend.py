@@ -122,13 +122,17 @@ class Backend(Protocol):
     that says what to do, for what cannot work (an empty graph, a checkpoint that does not fit).
     """
 
+    @property
+    def supervisor(self):
+        """What the body sees as ``sv`` (bound in the notebook when the run starts)."""
+
     def add_listener(self, listener: Callable[[object], None]) -> None:
         """``listener(record)`` for every record of ``events`` (on a dispatcher thread)."""
 
     def session(self) -> ContextManager[Dict[str, object]]:
         """In the run's thread: restores the newest checkpoint (falling back to an older one) or
         initializes (and ``init_fn``), starts the services, and yields the names the body sees
-        (``sv`` and, on the graph, ``sess``). Leaving it stops the services and writes a final
+        besides ``sv`` (on the graph, ``sess``). Leaving it stops the services and writes a final
         checkpoint unless an error ends the block; the Stopped record is emitted last. A stop
         requested while a non-chief waits for its chief ends the block cleanly, without
         running the body (``should_stop()`` is True inside)."""

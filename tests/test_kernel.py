@@ -106,14 +106,19 @@ def test_body_output_goes_to_the_run_not_to_later_cells(kernel, logdir):
                 and "local_init_op" in m["content"]["text"]]
 
 
-def test_list_save_stop_resume_wait_show(kernel, logdir):
-    kernel.model()
-    name = logdir.rsplit("/", 1)[-1]
+def start_until_done(kernel, logdir):
+    """Starts a run whose body also ends when the notebook sets ``done = True``."""
     kernel.ok("done = False")
     kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0\n"
               "while not sv.should_stop() and not done:\n"
               "    sess.run(train_op)\n"
               "    time.sleep(0.002)\n")
+
+
+def test_list_save_stop_resume_wait_show(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    start_until_done(kernel, logdir)
     kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 10", "training")
 
     table = kernel.ok("%supervise").stream()
@@ -392,11 +397,7 @@ def test_stop_ends_a_body_that_ignores_should_stop(kernel, logdir, how):
 def test_rebuilding_the_model_while_a_run_trains_leaves_its_body_its_own_ops(kernel, logdir):
     kernel.model()
     name = logdir.rsplit("/", 1)[-1]
-    kernel.ok("done = False")
-    kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0\n"
-              "while not sv.should_stop() and not done:\n"
-              "    sess.run(train_op)\n"
-              "    time.sleep(0.002)\n")
+    start_until_done(kernel, logdir)
     kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 5", "training")
     kernel.model()  # the next cell rebinds train_op to an op of a new graph
     step = kernel.value(run_expr(name, "global_step"))
