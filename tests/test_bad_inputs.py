@@ -522,6 +522,13 @@ def _(ctx):
     return ctx.cell(f"--logdir {logdir} --wait", "x = tf.constant(1.0)\n" + LOOP)
 
 
+@scenario("summary-needs-a-feed")
+def _(ctx):
+    ctx.run("fed = tf.compat.v1.placeholder(tf.float32)\n"
+            "tf.compat.v1.summary.scalar('needs_a_feed', fed)")
+    return ctx.cell(f"--logdir {ctx.tmp / 'fed'} --save-summaries-secs 0.05 --wait")
+
+
 @scenario("init-fn-raises")
 def _(ctx):
     logdir = ctx.tmp / "pretrained"
