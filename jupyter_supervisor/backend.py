@@ -18,6 +18,7 @@ import dataclasses
 import os
 from typing import Callable, ContextManager, Dict, List, Optional, Protocol
 
+from . import finite
 from ._validate import check_number, invalid
 
 
@@ -40,6 +41,8 @@ class RunConfig:
     restore (graph: ``fn(sess)``). ``session_config`` is the ``ConfigProto`` of a graph run's
     managed session; for a task of a cluster, ``cluster.session_config(job, task_index)``,
     whose device filters let the task start or restart while another task is down.
+    ``on_nan`` ("stop", "rollback" or "ignore") and ``max_rollbacks``: what a checkpoint due on
+    a model that is not finite does (see ``finite``); both backends follow it.
     """
     logdir: Optional[str] = None
     name: Optional[str] = None
@@ -56,6 +59,8 @@ class RunConfig:
     recovery_wait_secs: float = 5
     stop_grace_secs: float = 30
     session_config: Optional[object] = None
+    on_nan: str = finite.STOP
+    max_rollbacks: int = finite.DEFAULT_MAX_ROLLBACKS
 
     def __post_init__(self):
         if self.logdir is not None and (not isinstance(self.logdir, (str, os.PathLike))
@@ -75,6 +80,7 @@ class RunConfig:
         check_number("keep", self.keep, integer=True, minimum=1)
         check_number("max_steps", self.max_steps, integer=True, minimum=1, allow_none=True)
         check_number("task_index", self.task_index, integer=True)
+        finite.check_policy(self.on_nan, self.max_rollbacks)
         if not isinstance(self.checkpoint_basename, str) or not self.checkpoint_basename \
                 or "/" in self.checkpoint_basename:
             raise ValueError(invalid("checkpoint_basename", self.checkpoint_basename,

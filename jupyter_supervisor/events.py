@@ -11,6 +11,7 @@ Records:
   CheckpointSaved  a checkpoint was written (step, path, wall time, seconds taken)
   SummaryWritten   a summary went to the event file (step, scalar values by tag)
   StepRate         the step counter measured steps per second
+  RolledBack       the model was not finite, so it was restored from the newest good checkpoint
   Stopped          the Supervisor stopped (reason, exception or None)
 """
 import dataclasses
@@ -68,6 +69,19 @@ class StepRate:
     """The step counter measured ``steps_per_sec`` at ``step``."""
     step: int
     steps_per_sec: float
+    wall_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RolledBack:
+    """The model was not finite at ``step`` (``problem`` says what), so it was restored from
+    the checkpoint ``path`` (``restored_step``): rollback ``count`` of at most ``limit``."""
+    step: Optional[int]
+    restored_step: Optional[int]
+    path: str
+    problem: str
+    count: int
+    limit: int
     wall_time: float
 
 

@@ -1,0 +1,264 @@
+"""The finiteness check made before every checkpoint, shared by both backends.
+
+A diverged run (a NaN or infinite loss or weight) must never be checkpointed: with the default
+retention every good checkpoint would be pushed out minutes after the divergence. So before a
+checkpoint is written, a backend checks
+
+* the trainable variables: one fused TensorFlow computation per save (``reduce_all(is_finite)``
+  per variable, colocated with it, stacked into one bool vector and fetched at once), never a
+  Python loop over arrays. In graph mode ``VariableCheck.in_graph`` builds it once in the
+  Supervisor's graph, before the graph is finalized, and ``run(sess)`` runs it; in eager mode
+  ``VariableCheck.eager`` wraps the same computation in a ``tf.function``, called with no
+  argument;
+* the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
+  is usually the first sign.
+
+What to do when the check fails is the run's ``on_nan`` policy: ``stop`` (the default: no
+checkpoint, the run fails with ``NonFiniteError`` saying what to do), ``rollback`` (restore the
+newest good checkpoint at the next step boundary and go on, at most ``max_rollbacks`` times,
+then stop) or ``ignore`` (no check: TensorFlow's behaviour). The backends decide where a
+rollback happens (at a step boundary of the training thread); the words are here, once.
+
+Nothing of IPython or ipywidgets. TensorFlow is imported when a check is built, so that the
+policy's names and ``check_policy`` serve ``RunConfig`` and the magic without it.
+"""
+import contextlib
+import math
+import threading
+from typing import Callable, List, Mapping, NamedTuple, Optional, Sequence
+
+from ._validate import check_number, invalid
+
+STOP, ROLLBACK, IGNORE = "stop", "rollback", "ignore"
+ON_NAN_MODES = (STOP, ROLLBACK, IGNORE)
+DEFAULT_MAX_ROLLBACKS = 3
+
+# Variables of these types can hold a NaN or an infinity; the others are not checked.
+_FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
+
+# How many names a message lists before "and N more".
+_NAMES_SHOWN = 3
+
+
+def check_policy(on_nan, max_rollbacks, *, on_nan_name: str = "on_nan",
+                 max_rollbacks_name: str = "max_rollbacks") -> None:
+    """Raises ValueError (the form of ``_validate``) for an unknown ``on_nan`` or a
+    ``max_rollbacks`` that is not an integer >= 1."""
+    if on_nan not in ON_NAN_MODES:
+        raise ValueError(invalid(on_nan_name, on_nan,
+                                 "one of " + ", ".join(repr(m) for m in ON_NAN_MODES)))
+    check_number(max_rollbacks_name, max_rollbacks, integer=True, minimum=1)
+
+
+class NonFiniteError(RuntimeError):
+    """The model is not finite (a NaN or an infinity in a trainable variable or in the newest
+    value of a scalar summary), so it was not checkpointed and the run stopped.
+
+    ``step``: the global step of the failed check; ``problem``: what was not finite, first
+    sign first; ``newest_good``: the newest checkpoint written before (None without one).
+    """
+
+    def __init__(self, message: str, step: Optional[int] = None, problem: str = "",
+                 newest_good: Optional[str] = None):
+        super().__init__(message)
+        self.step = step
+        self.problem = problem
+        self.newest_good = newest_good
+
+
+# ------------------------------------------------------------------------------- variables
+
+def finite_flags(variables: Sequence, names: Optional[Sequence[str]] = None):
+    """A bool vector: element i is True iff ``variables[i]`` holds no NaN and no infinity.
+
+    Builds one reduction per variable, on the variable's device (on a cluster only the bools
+    cross the network), stacked into one tensor so that a single fetch (a session run, or one call
+    of a ``tf.function``) evaluates them all, in parallel on TensorFlow's threads. Works in a
+    graph and inside a ``tf.function``. ``names``: the reductions' op names (graph mode).
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    flags = []
+    for i, variable in enumerate(variables):
+        device = getattr(variable, "device", "") or ""
+        with tf.device(device) if device else contextlib.nullcontext():
+            flags.append(tf.reduce_all(tf.math.is_finite(variable),
+                                       name=names[i] if names else None))
+    return tf.stack(flags, name="flags" if names else None)
+
+
+# The graph collection holding the flags op of the newest check built in a graph.
+_COLLECTION = "jupyter_supervisor_finite_flags"
+
+
+def _reusable_flags(graph, names: List[str]):
+    """The flags op of the graph's collection if it checks exactly ``names``, else None."""
+    for op in graph.get_collection(_COLLECTION):
+        prefix = op.op.name.rsplit("/", 1)[0] + "/"
+        checked = [flag.op.name[len(prefix):] for flag in op.op.inputs]
+        if checked == names:
+            return op
+    return None
+
+
+def _float_variables(variables) -> list:
+    return [v for v in variables if v.dtype.base_dtype.name in _FLOAT_TYPES]
+
+
+def _name(variable) -> str:
+    name = getattr(variable, "name", "") or ""
+    return name[:-2] if name.endswith(":0") else name
+
+
+class VariableCheck:
+    """The fused check of a fixed list of variables; ``names`` are theirs, without ``:0``.
+
+    Build it with ``in_graph`` (a graph backend; then ``run(sess)``) or ``eager`` (an eager
+    backend; then ``run()``). ``run`` returns the names of the variables that are not finite
+    ([] when all are). A check of no float variable costs nothing and always passes.
+    """
+
+    def __init__(self, names: List[str], evaluate: Callable[..., object]):
+        self.names = names
+        self._evaluate = evaluate
+
+    @classmethod
+    def in_graph(cls, variables: Sequence, graph=None) -> Optional["VariableCheck"]:
+        """The check's op in ``graph`` (default: the default graph), built in the thread that
+        builds the graph, before it is finalized. A check of the same variables built earlier
+        in the graph is reused (so a finalized graph keeps its check); on a finalized graph
+        without one, returns None."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        graph = graph if graph is not None else tf.compat.v1.get_default_graph()
+        variables = _float_variables(variables)
+        names = [_name(v) for v in variables]
+        if not variables:
+            return cls([], lambda sess: [])
+        op = _reusable_flags(graph, names)
+        if op is None:
+            if graph.finalized:
+                return None
+            with graph.as_default(), tf.name_scope("jupyter_supervisor_finite"):
+                op = finite_flags(variables, names)
+            graph.clear_collection(_COLLECTION)
+            graph.add_to_collection(_COLLECTION, op)
+        return cls(names, lambda sess: sess.run(op))
+
+    @classmethod
+    def eager(cls, variables: Sequence) -> "VariableCheck":
+        """The check of ``variables`` (tf.Variables) as one ``tf.function``, traced at its
+        first run."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        variables = _float_variables(variables)
+        if not variables:
+            return cls([], lambda: [])
+        fn = tf.function(lambda: finite_flags(variables), autograph=False)
+        return cls([_name(v) for v in variables], lambda: fn().numpy())
+
+    def run(self, *sess) -> List[str]:
+        """The names of the variables holding a NaN or an infinity now ([] if none)."""
+        if not self.names:
+            return []
+        flags = self._evaluate(*sess)
+        return [name for name, ok in zip(self.names, flags) if not ok]
+
+
+# ------------------------------------------------------------------------------- summaries
+
+class NonFiniteScalar(NamedTuple):
+    """A scalar summary whose newest value is not finite; ``since``: the step of the first
+    of its non-finite values in a row (None for summaries without a step)."""
+    tag: str
+    value: float
+    since: Optional[int]
+
+
+class ScalarWatch:
+    """The newest value of every scalar summary a run reported, from any thread.
+
+    ``observe`` costs a dict update per tag; ``non_finite`` lists the tags whose newest value
+    is NaN or infinite, the one that went bad first first. ``clear`` forgets everything (after
+    a rollback: those values belong to a discarded timeline).
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._bad: dict = {}   # tag -> NonFiniteScalar, guarded by _lock
+
+    def observe(self, step: Optional[int], scalars: Mapping[str, float]) -> None:
+        """Records the values of one summary (``{tag: value}``) written at ``step``."""
+        with self._lock:
+            for tag, value in scalars.items():
+                if math.isfinite(value):
+                    self._bad.pop(tag, None)
+                elif tag not in self._bad:
+                    self._bad[tag] = NonFiniteScalar(tag, float(value), step)
+                else:
+                    self._bad[tag] = self._bad[tag]._replace(value=float(value))
+
+    def non_finite(self) -> List[NonFiniteScalar]:
+        """The tags whose newest value is not finite, earliest first."""
+        with self._lock:
+            bad = list(self._bad.values())
+        return sorted(bad, key=lambda s: (s.since is None, s.since or 0, s.tag))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._bad.clear()
+
+
+# -------------------------------------------------------------------------------- messages
+
+def describe_problem(variables: Sequence[str], summaries: Sequence[NonFiniteScalar]) -> str:
+    """What was not finite, the first sign first: the summaries by the step they went bad (a
+    NaN loss usually shows before the weights), then the variables."""
+    parts = []
+    for scalar in summaries[:_NAMES_SHOWN]:
+        since = "" if scalar.since is None else f" since step {scalar.since}"
+        parts.append(f"summary {scalar.tag!r} is {_value_text(scalar.value)}{since}")
+    if len(summaries) > _NAMES_SHOWN:
+        parts.append(f"{len(summaries) - _NAMES_SHOWN} more summaries")
+    if variables:
+        shown = ", ".join(repr(name) for name in variables[:_NAMES_SHOWN])
+        more = (f" and {len(variables) - _NAMES_SHOWN} more"
+                if len(variables) > _NAMES_SHOWN else "")
+        noun = "variable" if len(variables) == 1 else "variables"
+        parts.append(f"{noun} {shown}{more} {'holds' if len(variables) == 1 else 'hold'} "
+                     "NaN or infinite values")
+    return "; ".join(parts)
+
+
+def _value_text(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    return "+inf" if value > 0 else "-inf"
+
+
+def non_finite_message(step: Optional[int], problem: str, newest_good: Optional[str], *,
+                       rollbacks: int = 0, final: bool = False) -> str:
+    """The one-line message of a NonFiniteError: where, what, the newest good checkpoint and
+    what to do. ``rollbacks``: how many were made before giving up; ``final``: the check of
+    the checkpoint a stop writes."""
+    at = f"at step {step}" if step is not None else "now"
+    after = ""
+    if rollbacks:
+        after = (f" again after {rollbacks} rollback{'s' if rollbacks != 1 else ''} to the "
+                 "newest good checkpoint")
+    which = "the final checkpoint" if final else "this checkpoint"
+    if newest_good:
+        kept = (f"Nothing was saved for this step and no checkpoint was removed: the newest "
+                f"good checkpoint is {newest_good}.")
+        todo = ("Lower the learning rate (or clip the gradients), then resume from that "
+                "checkpoint: re-run the cell, or `%supervise resume`.")
+    else:
+        kept = "Nothing was saved for this step, and there is no checkpoint before it."
+        todo = "Lower the learning rate (or clip the gradients) and start again."
+    return (f"Training diverged {at}{after}: {problem}. {which.capitalize()} was not written "
+            f"and the run stopped. {kept} {todo}")
+
+
+def rollback_message(step: Optional[int], problem: str, path: str, restored_step, count: int,
+                     limit: int) -> str:
+    """The log line of one rollback."""
+    at = f"at step {step}" if step is not None else "now"
+    return (f"Training diverged {at}: {problem}. Rolled back to {path} (step {restored_step}), "
+            f"rollback {count} of {limit}; nothing was saved for the diverged state.")
