@@ -13,6 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .. import finite
 from ..view import panel
 
 # Notebook-friendly defaults: a crash loses at most a minute, the plots move every 10 seconds.
@@ -125,6 +126,22 @@ class SuperviseMagics(Magics):
     @argument("--recovery-wait-secs", metavar="SECS", type=float, default=RECOVERY_WAIT_SECS,
               help="How often a non-chief checks whether the chief's model is ready "
                    "(TensorFlow's Supervisor: 30). Default: %(default)s.")
+    @argument("--on-nan", metavar="ACTION", choices=finite.ON_NAN_MODES, default=finite.STOP,
+              help="What happens when a checkpoint is due and the model is not finite (a NaN "
+                   "or an infinity in a trainable variable or in the newest value of a scalar "
+                   "summary; checked before every checkpoint: periodic, final, Save, "
+                   "sv.save_checkpoint()). 'stop': nothing is saved and the run fails with a "
+                   "message naming the step, what was not finite and the newest good "
+                   "checkpoint (lower the learning rate, then resume from it). 'rollback': "
+                   "nothing is saved; the newest good checkpoint is restored at the body's next "
+                   "step and training goes on, at most --max-rollbacks times (each shown in "
+                   "the panel and the event file), then as 'stop'. 'ignore': no check "
+                   "(TensorFlow's behaviour: a diverged model is saved and pushes good "
+                   "checkpoints out). A checkpoint that was not written never removes an "
+                   "older one. Default: %(default)s.")
+    @argument("--max-rollbacks", metavar="N", type=int, default=finite.DEFAULT_MAX_ROLLBACKS,
+              help="With --on-nan rollback: how many rollbacks a session makes before it "
+                   "stops as with 'stop'. Default: %(default)s.")
     @argument("--stop-grace-secs", metavar="SECS", type=float, default=STOP_GRACE_SECS,
               help="How long a stop waits for the service threads to end. "
                    "Default: %(default)s.")
@@ -176,7 +193,8 @@ class SuperviseMagics(Magics):
                 max_steps=args.max_steps, init_fn=self._init_fn(args.init_fn),
                 repeat=args.repeat, master=args.master, task_index=args.task_index,
                 is_chief=is_chief, recovery_wait_secs=args.recovery_wait_secs,
-                stop_grace_secs=args.stop_grace_secs, session_config=session_config)
+                stop_grace_secs=args.stop_grace_secs, session_config=session_config,
+                on_nan=args.on_nan, max_rollbacks=args.max_rollbacks)
             if task is not None:
                 # Last, once every option is known to be good: a server cannot be stopped.
                 server = run.task_server(*task)
@@ -352,7 +370,7 @@ def _option_message(message: str) -> str:
     options = {"cluster_spec": "--cluster"}
     for field in ("save_model_secs", "save_summaries_secs", "checkpoint_basename", "max_steps",
                   "task_index", "recovery_wait_secs", "stop_grace_secs", "init_fn", "logdir",
-                  "name", "keep", "master", "cluster_spec", "job"):
+                  "name", "keep", "master", "cluster_spec", "job", "on_nan", "max_rollbacks"):
         option = options.get(field, "--" + field.replace("_", "-"))
         # Whole names only: `name` must not rewrite the end of `checkpoint_basename`.
         message = re.sub(rf"(?<![\w-]){field}=", f"{option}=",

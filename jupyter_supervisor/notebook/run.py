@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 from tensorflow.python.client import session as tf_session
 
-from .. import events
+from .. import events, finite
 from .._validate import invalid
 from ..backend import RunConfig
 from ..checkpoints import checkpoint_paths
@@ -122,19 +122,22 @@ class _BodyLocals(dict):
 
 
 class _StepLimitedSession(tf_session.SessionInterface):
-    """The managed session, as the body sees it under ``max_steps``: requests the stop exactly
-    when a ``run`` brought the global step to the limit.
+    """The managed session, as the body sees it under ``max_steps`` or ``on_nan="rollback"``:
+    requests the stop exactly when a ``run`` brought the global step to the limit, and makes a
+    pending rollback (``step_boundary``) before a ``run``, between two steps of the body.
 
     Reading the step costs a session call, so it is done after each ``run`` only once the step
     watcher saw the limit come near (``observe``); far from it, ``run`` adds one attribute test.
     """
 
-    def __init__(self, sess, read_step: Callable[[], Optional[int]], limit: int,
-                 on_reached: Callable[[int], None]):
+    def __init__(self, sess, read_step: Callable[[], Optional[int]], limit: Optional[int],
+                 on_reached: Callable[[int], None],
+                 step_boundary: Optional[Callable[[], object]] = None):
         self._sess = sess
         self._read_step = read_step
         self._limit = limit
         self._on_reached = on_reached
+        self._step_boundary = step_boundary
         self._precise = False
         self._last = None        # (step, time) of the previous observe()
 
@@ -147,6 +150,8 @@ class _StepLimitedSession(tf_session.SessionInterface):
         return self._sess.sess_str
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        if self._step_boundary is not None:
+            self._step_boundary()
         result = self._sess.run(fetches, feed_dict=feed_dict, options=options,
                                 run_metadata=run_metadata)
         if self._precise:
@@ -163,6 +168,8 @@ class _StepLimitedSession(tf_session.SessionInterface):
 
     def observe(self, step: int, now: float) -> None:
         """The watcher's periodic reading: stops at the limit, checks exactly near it."""
+        if self._limit is None:
+            return
         if step >= self._limit:
             self._on_reached(step)
             return
@@ -182,6 +189,8 @@ class _StepLimitedSession(tf_session.SessionInterface):
         return getattr(self._sess, name)
 
     def __repr__(self):
+        if self._limit is None:
+            return f"<managed session, rolls back when not finite: {self._sess!r}>"
         return f"<managed session, stops at step {self._limit}: {self._sess!r}>"
 
 
@@ -436,7 +445,9 @@ class TrainingRun:
                 stop_grace_secs=cfg.stop_grace_secs,
                 checkpoint_basename=cfg.checkpoint_basename,
                 init_fn=cfg.init_fn,
-                save_on_stop=True)
+                save_on_stop=True,
+                on_nan=cfg.on_nan,
+                max_rollbacks=cfg.max_rollbacks)
         sv.add_listener(self.history.on_event)
         sv.add_listener(self._on_event)
         return sv
@@ -446,6 +457,8 @@ class TrainingRun:
             self._restored_from = event.restored_from
         if isinstance(event, (events.SessionReady, events.Stopped)) and event.step is not None:
             self._global_step = event.step
+        if isinstance(event, events.RolledBack) and event.restored_step is not None:
+            self._global_step = event.restored_step
 
     # ---------------------------------------------------------------------- the run thread
 
@@ -501,10 +514,12 @@ class TrainingRun:
             self._global_step = step
         bound = sess
         limited = None
-        if self.config.max_steps is not None:
+        rollback = self.config.on_nan == finite.ROLLBACK
+        if self.config.max_steps is not None or rollback:
             limited = _StepLimitedSession(sess, lambda: sv.read_global_step(sess),
                                           self.config.max_steps,
-                                          lambda step: self._reach_max_steps(sv, step))
+                                          lambda step: self._reach_max_steps(sv, step),
+                                          (lambda: sv.step_boundary(sess)) if rollback else None)
             bound = limited
         self._namespace["sess"] = bound
         with self._lock:
