@@ -5,11 +5,15 @@ retention every good checkpoint would be pushed out minutes after the divergence
 checkpoint is written, a backend checks
 
 * the trainable variables: one fused TensorFlow computation per save (``reduce_all(is_finite)``
-  per variable, colocated with it, stacked into one bool vector and fetched at once), never a
+  per variable, on its device, stacked into one bool vector and fetched at once), never a
   Python loop over arrays. In graph mode ``VariableCheck.in_graph`` builds it once in the
   Supervisor's graph, before the graph is finalized, and ``run(sess)`` runs it; in eager mode
   ``VariableCheck.eager`` wraps the same computation in a ``tf.function``, called with no
-  argument;
+  argument. A graph Supervisor saves while the training thread goes on, so a check run before
+  the save could pass on values a step older than those written: ``guard_saver`` puts the same
+  computation, over the very tensors the Saver writes, in front of its save op (an Assert as
+  a control input), so the check and the write happen in the save's one session run, and a
+  failing check writes nothing;
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
   is usually the first sign.
 
@@ -162,6 +166,66 @@ class VariableCheck:
         return [name for name, ok in zip(self.names, flags) if not ok]
 
 
+# The name of the Assert that guards a Saver's save op, and the text its failure carries.
+_GUARD = "jupyter_supervisor_finite_guard"
+_GUARD_TEXT = "jupyter_supervisor: a tensor to be saved is not finite"
+
+
+def guard_saver(saver, graph) -> bool:
+    """Makes ``saver``'s save op(s) fail, writing nothing, unless every float tensor they write
+    is finite: an Assert over exactly those tensors (``finite_flags``) becomes a control input
+    of each SaveV2 op, so that what is checked is what is written, in the one session run of
+    ``Saver.save``. Then ``Saver.save`` raises InvalidArgumentError (``is_guard_failure``), and
+    neither the checkpoint state file nor the retention changes.
+
+    Call it before the graph is finalized. Returns True when every save op is guarded (also
+    by an earlier call on a finalized graph); False when the graph is finalized without a
+    guard, or the Saver writes no SaveV2 op (then only a check before the save is possible).
+    The Saver is changed for every user of it: its saves of a model that is not finite fail.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    save_ops = _save_ops(graph.get_tensor_by_name(saver.saver_def.save_tensor_name).op)
+    if not save_ops:
+        return False
+    for op in save_ops:
+        if any(c.name.startswith(_GUARD) for c in op.control_inputs):
+            continue
+        tensors = _float_variables(op.inputs[3:])  # prefix, names, slices, then the tensors
+        if not tensors:
+            continue
+        if graph.finalized:
+            return False
+        with graph.as_default(), graph.name_scope(None), graph.name_scope(_GUARD), \
+                tf.device(op.device) if op.device else contextlib.nullcontext():
+            guard = tf.debugging.Assert(tf.reduce_all(finite_flags(tensors)), [_GUARD_TEXT],
+                                        name="check")
+        if hasattr(guard, "mark_used"):
+            guard.mark_used()  # used, as a control input (tf_should_use cannot see that)
+        op._add_control_input(guard)  # pylint: disable=protected-access
+    return True
+
+
+def _save_ops(op) -> list:
+    """The SaveV2 ops that ``op`` (a Saver's save tensor's op) depends on."""
+    found, seen, todo = [], set(), [op]
+    while todo:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type == "SaveV2":
+            found.append(op)
+            continue
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return found
+
+
+def is_guard_failure(error) -> bool:
+    """True for the error of a save that ``guard_saver`` stopped."""
+    return _GUARD_TEXT in str(error)
+
+
 # ------------------------------------------------------------------------------- summaries
 
 class NonFiniteScalar(NamedTuple):
@@ -208,9 +272,11 @@ class ScalarWatch:
 
 # -------------------------------------------------------------------------------- messages
 
-def describe_problem(variables: Sequence[str], summaries: Sequence[NonFiniteScalar]) -> str:
+def describe_problem(variables: Sequence[str], summaries: Sequence[NonFiniteScalar],
+                     other_saved: bool = False) -> str:
     """What was not finite, the first sign first: the summaries by the step they went bad (a
-    NaN loss usually shows before the weights), then the variables."""
+    NaN loss usually shows before the weights), then the variables. ``other_saved``: a saved
+    tensor that is not a trainable variable (an optimizer slot, a moving average) was not."""
     parts = []
     for scalar in summaries[:_NAMES_SHOWN]:
         since = "" if scalar.since is None else f" since step {scalar.since}"
@@ -224,6 +290,9 @@ def describe_problem(variables: Sequence[str], summaries: Sequence[NonFiniteScal
         noun = "variable" if len(variables) == 1 else "variables"
         parts.append(f"{noun} {shown}{more} {'holds' if len(variables) == 1 else 'hold'} "
                      "NaN or infinite values")
+    elif other_saved:
+        parts.append("a saved variable that is not trainable (an optimizer slot, a moving "
+                     "average) holds NaN or infinite values")
     return "; ".join(parts)
 
 

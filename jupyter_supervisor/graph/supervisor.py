@@ -304,12 +304,17 @@ class Supervisor:
         return _v1.train.Saver() if _v1.global_variables() else None
 
     def _make_finite_check(self, on_nan, is_chief, logdir) -> Optional[finite.VariableCheck]:
-        """The fused check of the trainable variables, for a chief that saves; None else."""
+        """For a chief that saves: guards the Saver's save op (what it writes must be finite,
+        checked in the save's own run) and returns the fused check of the trainable variables
+        (run before a save only when the Saver could not be guarded; else to name the
+        variables after a refused save). None otherwise."""
+        self._saver_guarded = False
         if on_nan == finite.IGNORE or not is_chief or not logdir or not self._saver:
             return None
         check = finite.VariableCheck.in_graph(
             self._graph.get_collection(_GraphKeys.TRAINABLE_VARIABLES), self._graph)
-        if check is None:
+        self._saver_guarded = finite.guard_saver(self._saver, self._graph)
+        if check is None and not self._saver_guarded:
             logger.warning("The graph is finalized and holds no finiteness check of its "
                            "variables: only the scalar summaries are checked before a "
                            "checkpoint. Create the Supervisor before finalizing the graph.")
@@ -796,6 +801,17 @@ class Supervisor:
             try:
                 with self._graph.as_default():
                     path = self._saver.save(sess, self._save_path, global_step=step)
+            except tf.errors.InvalidArgumentError as e:
+                if not finite.is_guard_failure(e):
+                    raise CheckpointWriteError(self._write_failure(step, e)) from e
+                # The guard refused what the save would have written: nothing was written.
+                # The step now: the values refused were read after the step read above.
+                step = self.read_global_step(sess)
+                variables = (self._finite_check.run(sess) if self._finite_check is not None
+                             else [])
+                self._on_non_finite(step, variables, self._scalars.non_finite(),
+                                    periodic=periodic, final=final, other_saved=True)
+                return None
             except tf.errors.OpError as e:
                 raise CheckpointWriteError(self._write_failure(step, e)) from e
             seconds = time.time() - start
@@ -810,17 +826,24 @@ class Supervisor:
     # ----------------------------------------------------------------------------- finiteness
 
     def _check_finite(self, sess, step, *, periodic: bool, final: bool) -> None:
-        """With ``_save_lock`` held, before a save: returns when the model is finite (or
-        ``on_nan="ignore"``). Otherwise schedules a rollback (``on_nan="rollback"``, not for
-        the final checkpoint, while rollbacks are left; raising NonFiniteError unless
-        ``periodic``), or raises NonFiniteError and requests the stop."""
+        """With ``_save_lock`` held, before a save: returns when the newest scalar summaries
+        are finite, and the variables (when the Saver is not guarded: see
+        ``_make_finite_check``), or with ``on_nan="ignore"``. Otherwise ``_on_non_finite``."""
         if self._on_nan == finite.IGNORE:
             return
-        variables = self._finite_check.run(sess) if self._finite_check is not None else []
+        variables = []
+        if self._finite_check is not None and not self._saver_guarded:
+            variables = self._finite_check.run(sess)
         summaries = self._scalars.non_finite()
-        if not variables and not summaries:
-            return
-        problem = finite.describe_problem(variables, summaries)
+        if variables or summaries:
+            self._on_non_finite(step, variables, summaries, periodic=periodic, final=final)
+
+    def _on_non_finite(self, step, variables, summaries, *, periodic: bool, final: bool,
+                       other_saved: bool = False) -> None:
+        """With ``_save_lock`` held, nothing saved: schedules a rollback (``on_nan=
+        "rollback"``, not for the final checkpoint, while rollbacks are left; raising
+        NonFiniteError unless ``periodic``), or raises NonFiniteError and requests the stop."""
+        problem = finite.describe_problem(variables, summaries, other_saved and not variables)
         newest = self._newest_checkpoint()
         if (self._on_nan == finite.ROLLBACK and not final and newest
                 and self._rollbacks < self._max_rollbacks):
