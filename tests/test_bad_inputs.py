@@ -168,15 +168,16 @@ def newest_step(logdir) -> Optional[int]:
     return None if path is None else int(tf.train.load_checkpoint(path).get_tensor("global_step"))
 
 
-def build_model(ip, w_shape=(), extra=False):
-    """The model's ops on the current default graph, bound in the shell's namespace."""
+def build_model(ip, w_shape=(), extra=False, lr=0.001):
+    """The model's ops on the current default graph, bound in the shell's namespace. With
+    ``lr=8.5``, w - 1 is multiplied by -16 each step: w is infinite ~32 steps later."""
     gs = v1.train.get_or_create_global_step()
     w = v1.get_variable("w", initializer=tf.fill(w_shape, 5.0))
     loss = tf.reduce_sum(tf.square(w - 1.0))
     if extra:
         loss += v1.get_variable("head/bias", initializer=0.0)
     v1.summary.scalar("loss", loss)
-    train_op = v1.train.GradientDescentOptimizer(0.001).minimize(loss, global_step=gs)
+    train_op = v1.train.GradientDescentOptimizer(lr).minimize(loss, global_step=gs)
     ip.user_ns.update(gs=gs, w=w, loss=loss, train_op=train_op, tf=tf)
     return train_op
 
@@ -283,6 +284,16 @@ def _(ctx):
 @scenario("worker-without-cluster")
 def _(ctx):
     return ctx.cell("--task-index 1 --name worker1")
+
+
+@scenario("on-nan-unknown")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --on-nan skip")
+
+
+@scenario("max-rollbacks-zero")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --on-nan rollback --max-rollbacks 0")
 
 
 @scenario("unknown-command")
@@ -568,6 +579,36 @@ def _(ctx):
     assert "in warm_start(sess)" in shown.display  # the traceback is the function's
     assert jupyter_supervisor.get_run("pretrained").status == "failed"
     assert not [name for name in os.listdir(logdir) if ".ckpt" in name]  # nothing half-made
+    return shown
+
+
+# --------------------------------------------------------------------------- training diverges
+
+@scenario("diverged")
+def _(ctx):
+    logdir = ctx.trained("exploded")  # good checkpoints 10 and 20: kept as they are
+    with tf.Graph().as_default():
+        build_model(ctx.ip, lr=8.5)
+        shown = ctx.cell(f"--logdir {logdir} --max-steps 60 --save-model-secs 0 --wait")
+    run = jupyter_supervisor.get_run("exploded")
+    assert run.status == "failed" and run.exception.newest_good.endswith("model.ckpt-20")
+    assert tf.train.latest_checkpoint(logdir) == run.exception.newest_good
+    return shown
+
+
+@scenario("diverged-rollback")
+def _(ctx):
+    logdir = str(ctx.tmp / "bumpy")
+    # Waits for the checkpoint written at start, so that there is a good one to go back to.
+    body = ("while tf.train.latest_checkpoint(sv.logdir) is None and "
+            "not sv.coord.wait_for_stop(0.01):\n    pass\n" + LOOP)
+    with tf.Graph().as_default():
+        build_model(ctx.ip, lr=8.5)
+        shown = ctx.ok(f"--logdir {logdir} --on-nan rollback --save-model-secs 0.05", body)
+        run = jupyter_supervisor.get_run("bumpy")
+        ctx.wait_for(lambda: run.history.snapshot().rollbacks, timeout=DEADLINE,
+                     what="a rollback")
+        run_module.stop_all(timeout=DEADLINE)
     return shown
 
 

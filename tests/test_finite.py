@@ -441,3 +441,100 @@ def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path):
     assert finite.is_guard_failure(raised.value)
     assert file_steps(tmp_path) == [1] and (tmp_path / "checkpoint").read_bytes() == state
     assert not [name for name in os.listdir(tmp_path) if "-2" in name]
+
+
+# ---------------------------------------------------------------------- through %%supervise
+
+@pytest.fixture(scope="module")
+def ip():
+    from IPython.core.interactiveshell import InteractiveShell  # pylint: disable=import-outside-toplevel
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jupyter_supervisor")
+    yield shell
+    shell.run_line_magic("unload_ext", "jupyter_supervisor")
+
+
+@pytest.fixture
+def diverging(ip):
+    """The diverging model (w scalar, lr 8.5) on a graph of its own, bound in the shell."""
+    from jupyter_supervisor.notebook import run as run_module  # pylint: disable=import-outside-toplevel
+    with tf.Graph().as_default() as graph:
+        gs = v1.train.get_or_create_global_step()
+        w = v1.get_variable("w", initializer=5.0)
+        loss = tf.square(w - 1.0)
+        v1.summary.scalar("loss", loss)
+        train_op = v1.train.GradientDescentOptimizer(DIVERGING_LR).minimize(loss, global_step=gs)
+        ip.user_ns.update(train_op=train_op, tf=tf)
+        yield graph
+        late = run_module.stop_all(timeout=DEADLINE)
+        assert not late, f"runs did not stop: {late}"
+
+
+# The body waits (on the Coordinator's event, with a timeout) for the checkpoint written at
+# start, so that there is a good checkpoint before the divergence, then trains.
+BODY = """\
+while tf.train.latest_checkpoint(LOGDIR) is None and not sv.coord.wait_for_stop(0.01):
+    pass
+while not sv.should_stop():
+    sess.run(train_op)
+"""
+
+
+def test_magic_stops_a_diverged_run_and_names_the_newest_good_checkpoint(ip, diverging,
+                                                                          tmp_path):
+    import jupyter_supervisor  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.notebook.magics import RunFailedError  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.view import panel  # pylint: disable=import-outside-toplevel
+    logdir = str(tmp_path / "diverged")
+    ip.user_ns["LOGDIR"] = logdir
+    with pytest.raises(RunFailedError) as raised:
+        ip.run_cell_magic("supervise", f"--logdir {logdir} --save-model-secs 0.05 "
+                                       "--save-summaries-secs 0.05 --wait", BODY)
+    run = raised.value.run
+    assert run is jupyter_supervisor.get_run("diverged") and run.status == "failed"
+    assert isinstance(run.exception, finite.NonFiniteError)
+    newest = tf.train.latest_checkpoint(logdir)
+    assert newest and run.exception.newest_good == newest
+    line = run.error_line
+    assert re.fullmatch(
+        r"NonFiniteError: Training diverged at step \d+: .*NaN or infinite values\. This "
+        r"checkpoint was not written and the run stopped\. Nothing was saved for this step and "
+        r"no checkpoint was removed: the newest good checkpoint is " + re.escape(newest)
+        + r"\. Lower the learning rate \(or clip the gradients\), then resume from that "
+        r"checkpoint: re-run the cell, or `%supervise resume`\.", line), line
+    assert_every_checkpoint_finite(logdir)
+    # The panel shows it as the run's error, with the good checkpoint named.
+    text = panel.text_summary(run)
+    assert "error:" in text and newest in text.split("error:", 1)[1]
+    assert f"checkpoint: step {run.exception.newest_good.rsplit('-', 1)[1]}" in text
+
+
+def test_magic_rollback_restores_then_stops_after_max_rollbacks(ip, diverging, tmp_path):
+    from jupyter_supervisor.notebook.magics import RunFailedError  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.view import panel  # pylint: disable=import-outside-toplevel
+    logdir = str(tmp_path / "rolling")
+    ip.user_ns["LOGDIR"] = logdir
+    with pytest.raises(RunFailedError) as raised:
+        ip.run_cell_magic("supervise", f"--logdir {logdir} --save-model-secs 0.05 "
+                                       "--save-summaries-secs 0.05 --on-nan rollback "
+                                       "--max-rollbacks 2 --wait", BODY)
+    run = raised.value.run
+    assert run.status == "failed" and isinstance(run.exception, finite.NonFiniteError)
+    assert " again after 2 rollbacks to the newest good checkpoint: " in run.error_line
+    snap = run.history.snapshot()
+    assert [r.count for r in snap.rollbacks] == [1, 2]
+    for rollback in snap.rollbacks:
+        assert rollback.restored_step == int(rollback.path.rsplit("-", 1)[1])
+    assert "Rolled back 2 times (at most 2); last: not finite at step" in panel.text_summary(run)
+    assert_every_checkpoint_finite(logdir)
+    messages = [e.session_log.msg for e in session_logs(logdir)
+                if e.session_log.status == v1.SessionLog.START and e.session_log.msg]
+    assert len(messages) == 2 and all("Rolled back to " in m for m in messages)
+
+
+def test_magic_help_documents_the_three_modes(ip):
+    from jupyter_supervisor.notebook.magics import SuperviseMagics  # pylint: disable=import-outside-toplevel
+    doc = SuperviseMagics.supervise_cell.__doc__
+    assert "--on-nan ACTION" in doc and "--max-rollbacks N" in doc
+    for mode in ("'stop'", "'rollback'", "'ignore'"):
+        assert mode in doc

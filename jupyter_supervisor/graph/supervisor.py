@@ -848,8 +848,8 @@ class Supervisor:
         if (self._on_nan == finite.ROLLBACK and not final and newest
                 and self._rollbacks < self._max_rollbacks):
             self._pending_rollback = (step, problem, newest)
-            logger.warning("Training diverged at step %s: %s. Not saved; rolling back to %s "
-                           "at the next step.", step, problem, newest)
+            logger.info("Training diverged at step %s: %s. Not saved; rolling back to %s at "
+                        "the next step.", step, problem, newest)
             if periodic:
                 return
             raise finite.NonFiniteError(
