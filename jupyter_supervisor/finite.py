@@ -4,8 +4,9 @@ A diverged run (a NaN or infinite loss or weight) must never be checkpointed: wi
 retention every good checkpoint would be pushed out minutes after the divergence. So before a
 checkpoint is written, a backend checks
 
-* the trainable variables: one fused TensorFlow computation per save (``reduce_all(is_finite)``
-  per variable, on its device, stacked into one bool vector and fetched at once), never a
+* the trainable variables: one fused TensorFlow computation per save (per variable, on its
+  device: its sum is finite, else ``reduce_all(is_finite)``; see ``_all_finite``; stacked into
+  one bool vector and fetched at once), never a
   Python loop over arrays. In graph mode ``VariableCheck.in_graph`` builds it once in the
   Supervisor's graph, before the graph is finalized, and ``run(sess)`` runs it; in eager mode
   ``VariableCheck.eager`` wraps the same computation in a ``tf.function``, called with no
@@ -76,18 +77,33 @@ def finite_flags(variables: Sequence, names: Optional[Sequence[str]] = None):
     """A bool vector: element i is True iff ``variables[i]`` holds no NaN and no infinity.
 
     Builds one reduction per variable, on the variable's device (on a cluster only the bools
-    cross the network), stacked into one tensor so that a single fetch (a session run, or one call
-    of a ``tf.function``) evaluates them all, in parallel on TensorFlow's threads. Works in a
-    graph and inside a ``tf.function``. ``names``: the reductions' op names (graph mode).
+    cross the network), stacked into one tensor so that a single fetch (a session run, or one
+    call of a ``tf.function``) evaluates them all, in parallel on TensorFlow's threads. Works in
+    a graph and inside a ``tf.function``. ``names``: the reductions' op names (graph mode).
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     flags = []
     for i, variable in enumerate(variables):
         device = getattr(variable, "device", "") or ""
         with tf.device(device) if device else contextlib.nullcontext():
-            flags.append(tf.reduce_all(tf.math.is_finite(variable),
-                                       name=names[i] if names else None))
+            flags.append(tf.identity(_all_finite(tf, variable),
+                                     name=names[i] if names else None))
     return tf.stack(flags, name="flags" if names else None)
+
+
+def _all_finite(tf, value):
+    """A scalar bool: ``value`` holds no NaN and no infinity.
+
+    For float32 and float64, first the sum of its elements, one pass that allocates nothing: a
+    NaN or an infinity anywhere makes the sum NaN or infinite (IEEE arithmetic never turns them
+    back into a finite number), so a finite sum proves the whole tensor finite. Only a
+    non-finite sum (a bad value, or finite values whose sum overflows) pays for the exact
+    element-wise test. Half types overflow too easily: they take the exact test at once.
+    """
+    exact = lambda: tf.reduce_all(tf.math.is_finite(value))  # noqa: E731
+    if value.dtype.base_dtype.name not in ("float32", "float64"):
+        return exact()
+    return tf.cond(tf.math.is_finite(tf.reduce_sum(value)), lambda: tf.constant(True), exact)
 
 
 # The graph collection holding the flags op of the newest check built in a graph.

@@ -831,10 +831,10 @@ class Supervisor:
         ``_make_finite_check``), or with ``on_nan="ignore"``. Otherwise ``_on_non_finite``."""
         if self._on_nan == finite.IGNORE:
             return
-        variables = []
-        if self._finite_check is not None and not self._saver_guarded:
-            variables = self._finite_check.run(sess)
         summaries = self._scalars.non_finite()
+        variables = []
+        if self._finite_check is not None and (summaries or not self._saver_guarded):
+            variables = self._finite_check.run(sess)  # guarded: only to name them
         if variables or summaries:
             self._on_non_finite(step, variables, summaries, periodic=periodic, final=final)
 
