@@ -306,8 +306,8 @@ def test_save_checkpoint_from_another_thread_is_refused_and_stops_the_run(tmp_pa
 
 def bad_batch_body(model, sv, sess, poison_at, poison_times, stop_at, steps_seen):
     """Trains with a checkpoint every 10 steps; the batch of step ``poison_at`` is bad (NaN)
-    the first ``poison_times`` times that step is trained. Returns the NonFiniteErrors that
-    the saves raised (a rollback is then made at the next should_stop())."""
+    the first ``poison_times`` times that step is trained. Returns the steps whose save wrote
+    nothing (a rollback is then made at the next should_stop())."""
     refused = []
     poisoned = 0
     deadline = time.monotonic() + DEADLINE
@@ -322,9 +322,11 @@ def bad_batch_body(model, sv, sess, poison_at, poison_times, stop_at, steps_seen
         steps_seen.append(step)
         if step % 10 == 0:
             try:
-                sv.save_checkpoint(sess)
-            except finite.NonFiniteError as e:
-                refused.append(e)
+                if sv.save_checkpoint(sess) is None:
+                    refused.append(step)
+            except finite.NonFiniteError:
+                refused.append(step)  # no rollback left: the run stops
+                raise
         if step >= stop_at:
             sv.request_stop()
     return refused
@@ -340,9 +342,8 @@ def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, capl
         refused = bad_batch_body(model, sv, sess, poison_at=25, poison_times=1, stop_at=50,
                                  steps_seen=steps)
         final_w = sess.run(model.w)
-    assert len(refused) == 1 and refused[0].step == 30
+    assert refused == [30]
     newest = os.path.join(str(tmp_path), "model.ckpt-20")
-    assert f"the run rolls back to {newest} at its next step (rollback 1 of 3)" in str(refused[0])
     # It went on from step 20: steps 21..30 were trained twice, and it ended at 50.
     assert steps == list(range(1, 31)) + list(range(21, 51))
     assert np.all(np.isfinite(final_w))

@@ -534,7 +534,7 @@ class Supervisor:
         if self._saver and self._save_model_secs:
             threads.append(services.CheckpointService(
                 self._coord, self._save_model_secs,
-                save=lambda: self._save_if_moved(sess, periodic=True)))
+                save=lambda: self._save_if_moved(sess)))
         for thread in threads:
             self._threads.add(thread)
             thread.start()
@@ -775,23 +775,24 @@ class Supervisor:
         """Writes a checkpoint now; returns its path, or None without a saver or logdir.
 
         Safe to call from any thread, also while the checkpoint service runs. When the model is
-        not finite nothing is written and ``finite.NonFiniteError`` is raised: with
-        ``on_nan="stop"`` the run stops with it; with ``"rollback"`` a rollback is made at the
-        next step boundary (while rollbacks are left).
+        not finite nothing is written: with ``on_nan="stop"`` it raises
+        ``finite.NonFiniteError`` and the run stops with it; with ``"rollback"`` it returns None
+        and the training thread rolls back at its next step boundary (while rollbacks are left;
+        then as ``"stop"``).
         """
         return self._save(sess)
 
-    def _save(self, sess=None, *, periodic=False, final=False) -> Optional[str]:
-        """``save_checkpoint``; ``periodic``: for the checkpoint service (a rollback is made
-        without raising); ``final``: the checkpoint of a stop (no rollback: the run ends)."""
+    def _save(self, sess=None, *, final=False) -> Optional[str]:
+        """``save_checkpoint``; ``final``: the checkpoint of a stop (no rollback: it ends).
+        Nothing is saved while a rollback is pending (the model is known to be bad)."""
         sess = sess if sess is not None else self._sess
         if not self._saver or not self._save_path or sess is None:
             return None
         with self._save_lock:
-            if self._pending_rollback is not None and periodic:
+            if self._pending_rollback is not None and not final:
                 return None  # the state is bad: the training thread rolls back first
             step = self.read_global_step(sess)
-            self._check_finite(sess, step, periodic=periodic, final=final)
+            self._check_finite(sess, step, final=final)
             if self._pending_rollback is not None:
                 return None
             start = time.time()
@@ -810,7 +811,7 @@ class Supervisor:
                 variables = (self._finite_check.run(sess) if self._finite_check is not None
                              else [])
                 self._on_non_finite(step, variables, self._scalars.non_finite(),
-                                    periodic=periodic, final=final, other_saved=True)
+                                    final=final, other_saved=True)
                 return None
             except tf.errors.OpError as e:
                 raise CheckpointWriteError(self._write_failure(step, e)) from e
@@ -825,7 +826,7 @@ class Supervisor:
 
     # ----------------------------------------------------------------------------- finiteness
 
-    def _check_finite(self, sess, step, *, periodic: bool, final: bool) -> None:
+    def _check_finite(self, sess, step, *, final: bool) -> None:
         """With ``_save_lock`` held, before a save: returns when the newest scalar summaries
         are finite, and the variables (when the Saver is not guarded: see
         ``_make_finite_check``), or with ``on_nan="ignore"``. Otherwise ``_on_non_finite``."""
@@ -836,13 +837,13 @@ class Supervisor:
         if self._finite_check is not None and (summaries or not self._saver_guarded):
             variables = self._finite_check.run(sess)  # guarded: only to name them
         if variables or summaries:
-            self._on_non_finite(step, variables, summaries, periodic=periodic, final=final)
+            self._on_non_finite(step, variables, summaries, final=final)
 
-    def _on_non_finite(self, step, variables, summaries, *, periodic: bool, final: bool,
+    def _on_non_finite(self, step, variables, summaries, *, final: bool,
                        other_saved: bool = False) -> None:
         """With ``_save_lock`` held, nothing saved: schedules a rollback (``on_nan=
-        "rollback"``, not for the final checkpoint, while rollbacks are left; raising
-        NonFiniteError unless ``periodic``), or raises NonFiniteError and requests the stop."""
+        "rollback"``, not for the final checkpoint, while rollbacks are left), or raises
+        NonFiniteError and requests the stop."""
         problem = finite.describe_problem(variables, summaries, other_saved and not variables)
         newest = self._newest_checkpoint()
         if (self._on_nan == finite.ROLLBACK and not final and newest
@@ -850,12 +851,7 @@ class Supervisor:
             self._pending_rollback = (step, problem, newest)
             logger.info("Training diverged at step %s: %s. Not saved; rolling back to %s at "
                         "the next step.", step, problem, newest)
-            if periodic:
-                return
-            raise finite.NonFiniteError(
-                f"Training diverged at step {step}: {problem}. The checkpoint was not written; "
-                f"the run rolls back to {newest} at its next step (rollback "
-                f"{self._rollbacks + 1} of {self._max_rollbacks}).", step, problem, newest)
+            return
         error = finite.NonFiniteError(
             finite.non_finite_message(step, problem, newest, rollbacks=self._rollbacks,
                                       final=final), step, problem, newest)
@@ -932,13 +928,13 @@ class Supervisor:
                 "Fix the cause (free disk space, permissions), then resume from the newest "
                 "checkpoint (a new managed_session: re-run the cell, or `%supervise resume`).")
 
-    def _save_if_moved(self, sess, *, periodic=False, final=False):
+    def _save_if_moved(self, sess, *, final=False):
         """Saves unless the newest checkpoint already holds the current step."""
         step = self.read_global_step(sess)
         with self._save_lock:
             if step is not None and step == self._last_saved_step:
                 return
-        self._save(sess, periodic=periodic, final=final)
+        self._save(sess, final=final)
 
     def _save_final_checkpoint(self):
         sess = self._sess

@@ -252,7 +252,10 @@ class SuperviseMagics(Magics):
             elif args.command == "stop":
                 _stop(training)
             elif args.command == "save":
-                print(f"Run {training.name!r}: checkpoint saved: {training.save_now()}")
+                path = training.save_now()
+                print(f"Run {training.name!r}: checkpoint saved: {path}" if path else
+                      f"Run {training.name!r}: no checkpoint written (nothing to save, or the "
+                      "model is not finite and the run rolls back: see its panel).")
             elif args.command == "resume":
                 training.resume()
                 _show(training)
