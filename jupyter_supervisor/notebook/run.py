@@ -30,6 +30,7 @@ import sysconfig
 import threading
 import time
 import traceback
+import types
 from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -590,7 +591,7 @@ class TrainingRun:
             if start is None:  # raised by ours or a library's code (a restore, a service)
                 logger.debug("Run %r failed.", self.name, exc_info=error)
                 return f"{type(error).__name__}: {error}\n"
-            error = error.with_traceback(start)
+            error = error.with_traceback(_without_our_frames(start))
         try:
             return self._format_exception(error)
         except Exception:  # pylint: disable=broad-except
@@ -710,6 +711,26 @@ _LIBRARY_DIRS = tuple(sorted({
 
 def _is_user_code(filename: str) -> bool:
     return not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
+
+
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
+def _without_our_frames(tb):
+    """The traceback from ``tb`` down to the last frame before the first of this package's own
+    (e.g. ``sv.save_checkpoint()`` called by the body ends at the body's line: the error's
+    message says what happened). A new chain: the exception's own is left as it is."""
+    kept = []
+    while tb is not None and not os.path.abspath(
+            tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        kept.append(tb)
+        tb = tb.tb_next
+    if tb is None or not kept:
+        return kept[0] if kept else tb
+    chain = None
+    for frame in reversed(kept):
+        chain = types.TracebackType(chain, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return chain
 
 
 def _with_hint(error: BaseException) -> BaseException:
