@@ -142,7 +142,11 @@ class Backend(Protocol):
         """Asks the session to end at the next step boundary; ``ex`` fails the run."""
 
     def save_now(self) -> Optional[str]:
-        """Writes a checkpoint now, from any thread; returns its path (None: nothing to save)."""
+        """Writes a checkpoint now, from any thread; returns its path (None: nothing to save).
+        A model that is not finite is never written (``finite``): with ``on_nan="stop"`` this
+        raises ``finite.NonFiniteError`` and the run stops with it; with ``"rollback"`` it
+        returns None and the training thread restores the newest good checkpoint at its next
+        step boundary. The periodic and the final checkpoints follow the same rule."""
 
     def read_step(self) -> Optional[int]:
         """The global step now, or None (no session yet, or no step)."""

@@ -539,3 +539,24 @@ def test_magic_help_documents_the_three_modes(ip):
     assert "--on-nan ACTION" in doc and "--max-rollbacks N" in doc
     for mode in ("'stop'", "'rollback'", "'ignore'"):
         assert mode in doc
+
+
+# ------------------------------------------------------------------- history and panel (no TF)
+
+def test_history_shows_a_rollback_as_a_restart_from_the_checkpoint():
+    from jupyter_supervisor.view import history, panel  # pylint: disable=import-outside-toplevel
+    h = history.RunHistory(clock=lambda: 0.0)
+    h.on_event(events.SessionReady(0, None, True, 0.0))
+    for step in range(0, 60, 10):
+        h.on_event(events.SummaryWritten(step, {"loss": 1.0 if step < 40 else float("nan")}, 0.0))
+    h.on_event(events.RolledBack(50, 30, "/x/model.ckpt-30", "summary 'loss' is NaN since step 40",
+                                 1, 3, 0.0))
+    snap = h.snapshot()
+    assert snap.step == 30
+    assert list(snap.scalars["loss"].steps) == [0, 10, 20]  # the diverged points are dropped
+    assert [(r.step, r.restored_step, r.count) for r in snap.rollbacks] == [(50, 30, 1)]
+    assert panel.rollbacks_text(snap.rollbacks) == (
+        "Rolled back once (at most 3); last: not finite at step 50 (summary 'loss' is NaN "
+        "since step 40), restored model.ckpt-30 (step 30).")
+    h.on_event(events.SessionReady(30, "/x/model.ckpt-30", True, 0.0))
+    assert h.snapshot().rollbacks == ()  # counted per session, as the Supervisor counts them
