@@ -257,16 +257,28 @@ class ScalarWatch:
 
     ``observe`` costs a dict update per tag; ``non_finite`` lists the tags whose newest value
     is NaN or infinite, the one that went bad first first. ``clear`` forgets everything (after
-    a rollback: those values belong to a discarded timeline).
+    a rollback: those values belong to a discarded timeline) and starts a new ``generation``:
+    a summary computed before it (read ``generation`` first) is then ignored.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._bad: dict = {}   # tag -> NonFiniteScalar, guarded by _lock
+        self._generation = 0   # guarded by _lock
 
-    def observe(self, step: Optional[int], scalars: Mapping[str, float]) -> None:
-        """Records the values of one summary (``{tag: value}``) written at ``step``."""
+    @property
+    def generation(self) -> int:
+        """Bumps at every ``clear``."""
+        return self._generation
+
+    def observe(self, step: Optional[int], scalars: Mapping[str, float],
+                generation: Optional[int] = None) -> None:
+        """Records the values of one summary (``{tag: value}``) written at ``step``; one
+        computed before the last ``clear`` (``generation`` read before computing it) is
+        ignored."""
         with self._lock:
+            if generation is not None and generation != self._generation:
+                return
             for tag, value in scalars.items():
                 if math.isfinite(value):
                     self._bad.pop(tag, None)
@@ -284,6 +296,7 @@ class ScalarWatch:
     def clear(self) -> None:
         with self._lock:
             self._bad.clear()
+            self._generation += 1
 
 
 # -------------------------------------------------------------------------------- messages

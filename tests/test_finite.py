@@ -171,7 +171,10 @@ def test_scalar_watch_reports_the_summary_that_went_bad_first():
     assert np.isnan(bad[0].value)
     watch.observe(14, {"acc": 0.7})
     assert [s.tag for s in watch.non_finite()] == ["loss"]
+    before = watch.generation
     watch.clear()
+    assert watch.non_finite() == []
+    watch.observe(15, {"loss": float("nan")}, generation=before)  # computed before the clear
     assert watch.non_finite() == []
 
 

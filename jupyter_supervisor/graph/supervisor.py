@@ -230,6 +230,7 @@ class Supervisor:
         self._on_nan = on_nan
         self._max_rollbacks = max_rollbacks
         self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
+        self._summary_generation = None           # of the summary service's last summary
         # A rollback the training thread makes at its next step boundary:
         # (step, problem, checkpoint path), or None. Set under _save_lock, read anywhere.
         self._pending_rollback: Optional[tuple] = None
@@ -541,6 +542,8 @@ class Supervisor:
         return threads
 
     def _compute_summary(self, sess):
+        # A summary computed while a rollback restores is of the discarded timeline.
+        self._summary_generation = self._scalars.generation
         if self._global_step is None:
             return sess.run(self._summary_op), None
         summary, step = sess.run([self._summary_op, self._global_step])
@@ -548,16 +551,16 @@ class Supervisor:
 
     def _write_summary(self, summary, step):
         self._summary_writer.add_summary(summary, step)
-        self._report_summary(summary, step)
+        self._report_summary(summary, step, self._summary_generation)
 
-    def _report_summary(self, summary, step):
+    def _report_summary(self, summary, step, generation=None):
         """Emits SummaryWritten; when checking finiteness, the scalars are parsed here (once)
         and their newest values kept for the check before the next checkpoint."""
         if self._on_nan == finite.IGNORE:
             self._hub.emit(_summary_event, summary, step, time.time())
             return
         scalars = events.scalars_from_summary(summary)
-        self._scalars.observe(step, scalars)
+        self._scalars.observe(step, scalars, generation)
         self._hub.emit(events.SummaryWritten, step, scalars, time.time())
 
     def prepare_or_wait_for_session(self, master="", config=None, wait_for_checkpoint=False,
