@@ -38,7 +38,8 @@ def build(mb, count):
                      for i in range(count)]
         plain = v1.train.Saver(variables, max_to_keep=2)
         guarded = v1.train.Saver(variables, max_to_keep=2)
-        assert finite.guard_saver(guarded, graph)
+        names = [v.op.name for v in variables]
+        assert finite.guard_saver(guarded, graph, names) == set(names)
         check = finite.VariableCheck.in_graph(variables, graph)
         init = v1.global_variables_initializer()
     size = sum(rows * 1000 * 4 for _ in variables) / 2**20

@@ -187,38 +187,51 @@ _GUARD = "jupyter_supervisor_finite_guard"
 _GUARD_TEXT = "jupyter_supervisor: a tensor to be saved is not finite"
 
 
-def guard_saver(saver, graph) -> bool:
-    """Makes ``saver``'s save op(s) fail, writing nothing, unless every float tensor they write
-    is finite: an Assert over exactly those tensors (``finite_flags``) becomes a control input
-    of each SaveV2 op, so that what is checked is what is written, in the one session run of
-    ``Saver.save``. Then ``Saver.save`` raises InvalidArgumentError (``is_guard_failure``), and
-    neither the checkpoint state file nor the retention changes.
+def guard_saver(saver, graph, names: Sequence[str]) -> set:
+    """Makes ``saver``'s save op(s) fail, writing nothing, unless the tensors they write for
+    the variables ``names`` (their checkpoint keys: the trainable variables) are finite: an
+    Assert over exactly those tensors (``finite_flags``) becomes a control input of each
+    SaveV2 op, so that what is checked is what is written, in the one session run of
+    ``Saver.save``. Then ``Saver.save`` raises InvalidArgumentError (``is_guard_failure``),
+    and neither the checkpoint state file nor the retention changes. Other saved tensors
+    (optimizer slots, a "best loss" that starts at +inf) are not checked.
 
-    Call it before the graph is finalized. Returns True when every save op is guarded (also
-    by an earlier call on a finalized graph); False when the graph is finalized without a
-    guard, or the Saver writes no SaveV2 op (then only a check before the save is possible).
-    The Saver is changed for every user of it: its saves of a model that is not finite fail.
+    Call it before the graph is finalized. Returns the names it guards (also those an earlier
+    call guarded, on a finalized graph); the others (not saved under their own name, as the
+    parts of a partitioned variable, or a finalized graph without a guard) need a check
+    before the save. The Saver is changed for every user of it: its saves of a model that is
+    not finite fail.
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    save_ops = _save_ops(graph.get_tensor_by_name(saver.saver_def.save_tensor_name).op)
-    if not save_ops:
-        return False
-    for op in save_ops:
-        if any(c.name.startswith(_GUARD) for c in op.control_inputs):
+    from tensorflow.python.framework import tensor_util  # pylint: disable=import-outside-toplevel
+    wanted = set(names)
+    covered = set()
+    for op in _save_ops(graph.get_tensor_by_name(saver.saver_def.save_tensor_name).op):
+        keys = tensor_util.constant_value(op.inputs[1])  # prefix, keys, slices, tensors...
+        slices = tensor_util.constant_value(op.inputs[2])
+        if keys is None or slices is None:
             continue
-        tensors = _float_variables(op.inputs[3:])  # prefix, names, slices, then the tensors
-        if not tensors:
+        chosen = {}
+        for key, piece, tensor in zip(keys, slices, op.inputs[3:]):
+            key = key.decode() if isinstance(key, bytes) else str(key)
+            if key in wanted and not piece and tensor.dtype.base_dtype.name in _FLOAT_TYPES:
+                chosen[key] = tensor
+        if not chosen:
+            continue
+        if any(c.name.startswith(_GUARD) for c in op.control_inputs):
+            covered.update(chosen)  # guarded by an earlier call
             continue
         if graph.finalized:
-            return False
+            continue
         with graph.as_default(), graph.name_scope(None), graph.name_scope(_GUARD), \
                 tf.device(op.device) if op.device else contextlib.nullcontext():
-            guard = tf.debugging.Assert(tf.reduce_all(finite_flags(tensors)), [_GUARD_TEXT],
-                                        name="check")
+            guard = tf.debugging.Assert(tf.reduce_all(finite_flags(list(chosen.values()))),
+                                        [_GUARD_TEXT], name="check")
         if hasattr(guard, "mark_used"):
             guard.mark_used()  # used, as a control input (tf_should_use cannot see that)
         op._add_control_input(guard)  # pylint: disable=protected-access
-    return True
+        covered.update(chosen)
+    return covered
 
 
 def _save_ops(op) -> list:

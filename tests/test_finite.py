@@ -427,9 +427,10 @@ def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path):
     the Saver's own session run (no window between a check and the write)."""
     model = build_model(summaries=False)
     with model.graph.as_default():
+        v1.get_variable("best_loss", initializer=np.inf, trainable=False)
         saver = v1.train.Saver()
-        assert finite.guard_saver(saver, model.graph)
-        assert finite.guard_saver(saver, model.graph)  # once is enough: not guarded twice
+        assert finite.guard_saver(saver, model.graph, ["w"]) == {"w"}
+        assert finite.guard_saver(saver, model.graph, ["w"]) == {"w"}  # not guarded twice
         guards = [op for op in model.graph.get_operations() if op.type == "Assert"]
         poison = v1.assign(model.w, [np.nan, 1.0, 1.0])
         init = v1.global_variables_initializer()
@@ -437,7 +438,8 @@ def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path):
     prefix = os.path.join(str(tmp_path), "model.ckpt")
     with v1.Session(graph=model.graph) as sess:
         sess.run(init)
-        saver.save(sess, prefix, global_step=1)
+        saver.save(sess, prefix, global_step=1)  # best_loss is +inf, and not checked
+        assert np.isinf(tf.train.load_checkpoint(prefix + "-1").get_tensor("best_loss"))
         state = (tmp_path / "checkpoint").read_bytes()
         sess.run(poison)
         with pytest.raises(tf.errors.InvalidArgumentError) as raised:
@@ -563,3 +565,18 @@ def test_history_shows_a_rollback_as_a_restart_from_the_checkpoint():
         "since step 40), restored model.ckpt-30 (step 30).")
     h.on_event(events.SessionReady(30, "/x/model.ckpt-30", True, 0.0))
     assert h.snapshot().rollbacks == ()  # counted per session, as the Supervisor counts them
+
+
+def test_a_non_trainable_variable_may_hold_inf(tmp_path):
+    """Only the trainable variables are checked: a "best loss so far" starting at +inf (not
+    trainable) is saved as it is."""
+    model = build_model(lr=0.01, summaries=False)
+    with model.graph.as_default():
+        v1.get_variable("best_loss", initializer=np.inf, trainable=False)
+    sv = make_supervisor(model, tmp_path)
+    with sv.managed_session() as sess:
+        for _ in range(10):
+            train_step(model, sess, sv)
+        assert sv.save_checkpoint(sess).endswith("model.ckpt-10")
+    reader = tf.train.load_checkpoint(os.path.join(str(tmp_path), "model.ckpt-10"))
+    assert np.isinf(reader.get_tensor("best_loss"))

@@ -314,8 +314,11 @@ class Supervisor:
             return None
         check = finite.VariableCheck.in_graph(
             self._graph.get_collection(_GraphKeys.TRAINABLE_VARIABLES), self._graph)
-        self._saver_guarded = finite.guard_saver(self._saver, self._graph)
-        if check is None and not self._saver_guarded:
+        if check is not None:
+            covered = finite.guard_saver(self._saver, self._graph, check.names)
+            # Variables the guard does not cover (partitioned ones) need the check before.
+            self._saver_guarded = set(check.names) <= covered
+        if check is None:
             logger.warning("The graph is finalized and holds no finiteness check of its "
                            "variables: only the scalar summaries are checked before a "
                            "checkpoint. Create the Supervisor before finalizing the graph.")
@@ -534,8 +537,7 @@ class Supervisor:
                     writer=writer, hub=self._hub))
         if self._saver and self._save_model_secs:
             threads.append(services.CheckpointService(
-                self._coord, self._save_model_secs,
-                save=lambda: self._save_if_moved(sess)))
+                self._coord, self._save_model_secs, save=lambda: self._save_if_moved(sess)))
         for thread in threads:
             self._threads.add(thread)
             thread.start()
