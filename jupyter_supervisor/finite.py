@@ -5,16 +5,16 @@ retention every good checkpoint would be pushed out minutes after the divergence
 checkpoint is written, a backend checks
 
 * the trainable variables: one fused TensorFlow computation per save (per variable, on its
-  device: its sum is finite, else ``reduce_all(is_finite)``; see ``_all_finite``; stacked into
-  one bool vector and fetched at once), never a
-  Python loop over arrays. In graph mode ``VariableCheck.in_graph`` builds it once in the
-  Supervisor's graph, before the graph is finalized, and ``run(sess)`` runs it; in eager mode
-  ``VariableCheck.eager`` wraps the same computation in a ``tf.function``, called with no
-  argument. A graph Supervisor saves while the training thread goes on, so a check run before
-  the save could pass on values a step older than those written: ``guard_saver`` puts the same
-  computation, over the very tensors the Saver writes, in front of its save op (an Assert as
-  a control input), so the check and the write happen in the save's one session run, and a
-  failing check writes nothing;
+  device: its sum is finite, else ``reduce_all(is_finite)``, see ``_all_finite``; stacked into
+  one bool vector and fetched at once), never a Python loop over arrays. In graph mode
+  ``VariableCheck.in_graph`` builds it once in the Supervisor's graph, before the graph is
+  finalized, and ``run(sess)`` runs it; in eager mode ``VariableCheck.eager`` wraps the same
+  computation in a ``tf.function``, called with no argument (an eager backend saves at step
+  boundaries, so it checks right before the save). A graph Supervisor saves while the
+  training thread goes on, so a check run before the save could pass on values a step older
+  than those written: ``guard_saver`` puts the same computation, over the very tensors the
+  Saver writes, in front of its save op (an Assert as a control input), so the check and the
+  write happen in the save's one session run, and a failing check writes nothing;
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
   is usually the first sign.
 
