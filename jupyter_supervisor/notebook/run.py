@@ -719,7 +719,7 @@ _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 def _without_our_frames(tb):
     """The traceback from ``tb`` down to the last frame before the first of this package's own
     (e.g. ``sv.save_checkpoint()`` called by the body ends at the body's line: the error's
-    message says what happened). A new chain: the exception's own is left as it is."""
+    message says what happened). New traceback objects: the original chain is not changed."""
     kept = []
     while tb is not None and not os.path.abspath(
             tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR):
