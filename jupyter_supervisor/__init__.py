@@ -19,12 +19,13 @@ _LAZY = {
     "LogdirLockedError": ("lockfile", "LogdirLockedError"),
     "TrainingRun": ("notebook.run", "TrainingRun"),
     "RunConfig": ("notebook.run", "RunConfig"),
+    "NonFiniteError": ("finite", "NonFiniteError"),
     "events": ("events", None),
     "cluster": ("graph.cluster", None),  # jupyter_supervisor.cluster.start_server(...) etc.
 }
 
 __all__ = ["Supervisor", "get_run", "runs", "LogdirLockedError", "CheckpointMismatchError",
-           "CheckpointWriteError",
+           "CheckpointWriteError", "NonFiniteError",
            "TrainingRun", "cluster", "RunConfig", "events", "load_ipython_extension",
            "unload_ipython_extension"]
 

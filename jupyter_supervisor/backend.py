@@ -18,6 +18,7 @@ import dataclasses
 import os
 from typing import Callable, ContextManager, Dict, List, Optional, Protocol
 
+from . import finite
 from ._validate import check_number, invalid
 
 
@@ -44,6 +45,8 @@ class RunConfig:
     restore (graph: ``fn(sess)``). ``session_config`` is the ``ConfigProto`` of a graph run's
     managed session; for a task of a cluster, ``cluster.session_config(job, task_index)``,
     whose device filters let the task start or restart while another task is down.
+    ``on_nan`` ("stop", "rollback" or "ignore") and ``max_rollbacks``: what a checkpoint due on
+    a model that is not finite does (see ``finite``); both backends follow it.
     """
     logdir: Optional[str] = None
     name: Optional[str] = None
@@ -60,6 +63,8 @@ class RunConfig:
     recovery_wait_secs: float = 5
     stop_grace_secs: float = 30
     session_config: Optional[object] = None
+    on_nan: str = finite.STOP
+    max_rollbacks: int = finite.DEFAULT_MAX_ROLLBACKS
 
     def __post_init__(self):
         if self.logdir is not None and (not isinstance(self.logdir, (str, os.PathLike))
@@ -79,6 +84,7 @@ class RunConfig:
         check_number("keep", self.keep, integer=True, minimum=1)
         check_number("max_steps", self.max_steps, integer=True, minimum=1, allow_none=True)
         check_number("task_index", self.task_index, integer=True)
+        finite.check_policy(self.on_nan, self.max_rollbacks)
         if not isinstance(self.checkpoint_basename, str) or not self.checkpoint_basename \
                 or "/" in self.checkpoint_basename:
             raise ValueError(invalid("checkpoint_basename", self.checkpoint_basename,
@@ -144,7 +150,11 @@ class Backend(Protocol):
         """Asks the session to end at the next step boundary; ``ex`` fails the run."""
 
     def save_now(self) -> Optional[str]:
-        """Writes a checkpoint now, from any thread; returns its path (None: nothing to save)."""
+        """Writes a checkpoint now, from any thread; returns its path (None: nothing to save).
+        A model that is not finite is never written (``finite``): with ``on_nan="stop"`` this
+        raises ``finite.NonFiniteError`` and the run stops with it; with ``"rollback"`` it
+        returns None and the training thread restores the newest good checkpoint at its next
+        step boundary. The periodic and the final checkpoints follow the same rule."""
 
     def read_step(self) -> Optional[int]:
         """The global step now, or None (no session yet, or no step)."""

@@ -12,6 +12,7 @@ Records:
                    checkpoints retention keeps, newest first)
   SummaryWritten   a summary went to the event file (step, scalar values by tag)
   StepRate         the step counter measured steps per second
+  RolledBack       the model was not finite, so it was restored from the newest good checkpoint
   Stopped          the Supervisor stopped (reason, exception or None)
 
 Which tags of the event file reach listeners, and how: every scalar of the summaries the run
@@ -78,6 +79,19 @@ class StepRate:
     steps_per_sec: float
     wall_time: float
     tag: str = "global_step/sec"
+
+
+@dataclasses.dataclass(frozen=True)
+class RolledBack:
+    """The model was not finite at ``step`` (``problem`` says what), so it was restored from
+    the checkpoint ``path`` (``restored_step``): rollback ``count`` of at most ``limit``."""
+    step: Optional[int]
+    restored_step: Optional[int]
+    path: str
+    problem: str
+    count: int
+    limit: int
+    wall_time: float
 
 
 @dataclasses.dataclass(frozen=True)

@@ -250,6 +250,16 @@ def _(ctx):
     return ctx.cell("--task-index 1 --name worker1")
 
 
+@scenario("on-nan-unknown")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --on-nan skip")
+
+
+@scenario("max-rollbacks-zero")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --on-nan rollback --max-rollbacks 0")
+
+
 @scenario("unknown-command")
 def _(ctx):
     return ctx.magic("frobnicate")
@@ -540,6 +550,36 @@ def _(ctx):
     assert "in warm_start(sess)" in shown.display  # the traceback is the function's
     assert jupyter_supervisor.get_run("pretrained").status == "failed"
     assert not [name for name in os.listdir(logdir) if ".ckpt" in name]  # nothing half-made
+    return shown
+
+
+# --------------------------------------------------------------------------- training diverges
+
+@scenario("diverged")
+def _(ctx):
+    logdir = ctx.trained("exploded")  # good checkpoints 10 and 20: kept as they are
+    with tf.Graph().as_default():
+        build_model(ctx.ip.user_ns, learning_rate=8.5)
+        shown = ctx.cell(f"--logdir {logdir} --max-steps 60 --save-model-secs 0 --wait")
+    run = jupyter_supervisor.get_run("exploded")
+    assert run.status == "failed" and run.exception.newest_good.endswith("model.ckpt-20")
+    assert tf.train.latest_checkpoint(logdir) == run.exception.newest_good
+    return shown
+
+
+@scenario("diverged-rollback")
+def _(ctx):
+    logdir = str(ctx.tmp / "bumpy")
+    # Waits for the checkpoint written at start, so that there is a good one to go back to.
+    body = ("while tf.train.latest_checkpoint(sv.logdir) is None and "
+            "not sv.coord.wait_for_stop(0.01):\n    pass\n" + LOOP)
+    with tf.Graph().as_default():
+        build_model(ctx.ip.user_ns, learning_rate=8.5)
+        shown = ctx.ok(f"--logdir {logdir} --on-nan rollback --save-model-secs 0.05", body)
+        run = jupyter_supervisor.get_run("bumpy")
+        ctx.wait_for(lambda: run.history.snapshot().rollbacks, timeout=DEADLINE,
+                     what="a rollback")
+        run_module.stop_all(timeout=DEADLINE)
     return shown
 
 

@@ -47,6 +47,7 @@ OPTIONS = {  # option: its default as the help states it (None: a flag or no sta
     "--master": "an in-process session", "--cluster": "none", "--job": "none",
     "--task-index": "0", "--chief": None,
     "--no-chief": None, "--recovery-wait-secs": "5", "--stop-grace-secs": "30",
+    "--on-nan": "stop", "--max-rollbacks": "3",
 }
 
 

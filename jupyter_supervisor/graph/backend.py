@@ -13,6 +13,7 @@ from typing import Callable, List, Optional
 import tensorflow as tf
 from tensorflow.python.client import session as tf_session
 
+from .. import finite
 from ..backend import RunConfig, StopBody
 from ..checkpoints import checkpoint_paths
 from .services import step_value
@@ -88,7 +89,9 @@ class GraphBackend:
                 stop_grace_secs=cfg.stop_grace_secs,
                 checkpoint_basename=cfg.checkpoint_basename,
                 init_fn=cfg.init_fn,
-                save_on_stop=True)
+                save_on_stop=True,
+                on_nan=cfg.on_nan,
+                max_rollbacks=cfg.max_rollbacks)
 
     # --------------------------------------------------------------------- the Backend API
 
@@ -116,7 +119,7 @@ class GraphBackend:
                 sv.start_queue_runners(sess)
             self._sess = sess
             self._bound = _BoundSession(sess, sv, _check_global_step(self._graph),
-                                        cfg.max_steps)
+                                        cfg.max_steps, rollback=cfg.on_nan == finite.ROLLBACK)
             try:
                 yield {"sv": sv, "sess": self._bound}
             except StopBody:
@@ -185,15 +188,19 @@ class _BoundSession(tf_session.SessionInterface):
 
     Once a stop was requested, its next ``run`` raises ``StopBody`` unless the body saw the
     stop through ``sv.should_stop()``: a loop that never checks still ends at a step boundary,
-    and one that checks may still run a last evaluation. Under ``max_steps`` every ``run``
+    and one that checks may still run a last evaluation. With ``rollback`` (``--on-nan
+    rollback``), a rollback the Supervisor scheduled is made before a ``run``, between two
+    steps of the body. Under ``max_steps`` every ``run``
     also fetches the global step (as TensorFlow's ``StopAtStepHook``): the stop is requested by
     the run that reaches the limit, and the step is read exactly only when the fetched value
     (which may be from before or after that run's increment) is one short of it.
     """
 
-    def __init__(self, sess, sv: Supervisor, step_tensor, max_steps: Optional[int]):
+    def __init__(self, sess, sv: Supervisor, step_tensor, max_steps: Optional[int], *,
+                 rollback: bool = False):
         self._sess = sess
         self._sv = sv
+        self._rollback = rollback
         self._coord = sv.coord
         self._step_tensor = step_tensor if max_steps is not None else None
         self._limit = max_steps
@@ -210,6 +217,8 @@ class _BoundSession(tf_session.SessionInterface):
         return self._sess.sess_str
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        if self._rollback:
+            self._sv.step_boundary(self._sess)
         if self._coord.should_stop() and not self._sv.stop_seen:
             raise StopBody("The run was asked to stop.")
         if self._step_tensor is None:

@@ -7,7 +7,10 @@ constructor keywords and defaults, properties and methods, graph mode). Beyond i
 * one chief per logdir: a second live chief on a logdir is refused (``LogdirLockedError``);
 * an unreadable newest checkpoint falls back to the next older one;
 * the global step may have shape [] or [1] (TensorFlow's reader breaks on [1] with NumPy 2);
-* everything it does is reported as ``events`` records to listeners (``add_listener``).
+* everything it does is reported as ``events`` records to listeners (``add_listener``);
+* a model that is not finite (a NaN or an infinity in a trainable variable or in the newest
+  value of a scalar summary) is never checkpointed (``on_nan``, ``max_rollbacks``; see
+  ``finite``).
 
 Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest checkpoints
 (``max_to_keep=5``); pass your own ``saver`` to keep more or fewer.
@@ -17,6 +20,7 @@ import glob
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -31,7 +35,7 @@ except ImportError as error:  # TensorFlow comes through an extra: say which
 from tensorflow.python.framework import meta_graph
 from tensorflow.python.util import deprecation
 
-from .. import events
+from .. import events, finite
 from .._validate import check_number, invalid
 from ..checkpoints import STATE_FILE, checkpoint_listing
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
@@ -111,6 +115,15 @@ class Supervisor:
     The API and behaviour of ``tf.compat.v1.train.Supervisor``; see the module docstring for what
     it adds. Keyword-only ``save_on_stop`` (default True): a clean stop writes a final checkpoint
     unless the newest checkpoint already holds the current step.
+
+    Keyword-only ``on_nan`` says what happens when a checkpoint is due and the model is not
+    finite (checked before every save, in one fused TensorFlow op built here): ``"stop"``
+    (default) writes nothing and stops with ``finite.NonFiniteError`` naming the step, what was
+    not finite and the newest good checkpoint; ``"rollback"`` writes nothing and restores the
+    newest good checkpoint at the training thread's next step boundary (its next
+    ``should_stop()`` call, or ``step_boundary()``), at most ``max_rollbacks`` (3) times per
+    session, then stops as with ``"stop"``; ``"ignore"`` checks nothing (TensorFlow's
+    behaviour). A checkpoint that was not written never pushes an older one out of retention.
     """
 
     USE_DEFAULT = 0
@@ -137,7 +150,9 @@ class Supervisor:
                  init_fn=None,
                  local_init_run_options=None,
                  *,
-                 save_on_stop=True):
+                 save_on_stop=True,
+                 on_nan=finite.STOP,
+                 max_rollbacks=finite.DEFAULT_MAX_ROLLBACKS):
         if tf.executing_eagerly():
             raise RuntimeError(
                 "Supervisors are incompatible with eager execution: the Supervisor drives a "
@@ -156,6 +171,7 @@ class Supervisor:
         if not isinstance(checkpoint_basename, str) or not checkpoint_basename:
             raise ValueError(invalid("checkpoint_basename", checkpoint_basename,
                                       "a non-empty file name such as 'model.ckpt'"))
+        finite.check_policy(on_nan, max_rollbacks)
         if graph is None:
             graph = _v1.get_default_graph()
         self._graph = graph
@@ -174,6 +190,8 @@ class Supervisor:
             self._summary_op = self._default(summary_op, _GraphKeys.SUMMARY_OP,
                                              _v1.summary.merge_all)
             self._global_step = self._init_global_step(global_step)
+            # Before the meta graph is taken: the check's op is part of the graph written.
+            self._finite_check = self._make_finite_check(on_nan, is_chief, logdir)
             self._meta_graph_def = meta_graph.create_meta_graph_def(
                 graph_def=graph.as_graph_def(add_shapes=True),
                 saver_def=self._saver.saver_def if self._saver else None)
@@ -199,8 +217,17 @@ class Supervisor:
         self._graph_added_to_summary = False
         # The session of the chief's last prepare, for the final checkpoint in stop().
         self._sess = None
-        self._save_lock = threading.Lock()        # one Saver.save at a time
+        self._save_lock = threading.Lock()        # one Saver.save (or restore) at a time
         self._last_saved_step: Optional[int] = None  # guarded by _save_lock
+        self._on_nan = on_nan
+        self._max_rollbacks = max_rollbacks
+        self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
+        self._summary_generation = None           # of the summary service's last summary
+        # A rollback the training thread makes at its next step boundary:
+        # (step, problem, checkpoint path), or None. Set under _save_lock, read anywhere.
+        self._pending_rollback: Optional[tuple] = None
+        self._rollbacks = 0                       # made in this session; under _save_lock
+        self._training_thread: Optional[threading.Thread] = None  # the one that prepared
         # Every thread this Supervisor started (services, queue runners, loops), so that the
         # notebook can tell whose output a thread's print is. Weak: finished threads go away.
         self._threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
@@ -268,6 +295,26 @@ class Supervisor:
     @staticmethod
     def _make_saver():
         return _v1.train.Saver() if _v1.global_variables() else None
+
+    def _make_finite_check(self, on_nan, is_chief, logdir) -> Optional[finite.VariableCheck]:
+        """For a chief that saves: guards the Saver's save op (what it writes must be finite,
+        checked in the save's own run) and returns the fused check of the trainable variables
+        (run before a save only when the Saver could not be guarded; else to name the
+        variables after a refused save). None otherwise."""
+        self._saver_guarded = False
+        if on_nan == finite.IGNORE or not is_chief or not logdir or not self._saver:
+            return None
+        check = finite.VariableCheck.in_graph(
+            self._graph.get_collection(_GraphKeys.TRAINABLE_VARIABLES), self._graph)
+        if check is not None:
+            covered = finite.guard_saver(self._saver, self._graph, check.names)
+            # Variables the guard does not cover (partitioned ones) need the check before.
+            self._saver_guarded = set(check.names) <= covered
+        if check is None:
+            logger.warning("The graph is finalized and holds no finiteness check of its "
+                           "variables: only the scalar summaries are checked before a "
+                           "checkpoint. Create the Supervisor before finalizing the graph.")
+        return check
 
     def _init_global_step(self, global_step):
         if global_step is Supervisor.USE_DEFAULT:
@@ -489,6 +536,8 @@ class Supervisor:
         return threads
 
     def _compute_summary(self, sess):
+        # A summary computed while a rollback restores is of the discarded timeline.
+        self._summary_generation = self._scalars.generation
         try:
             if self._global_step is None:
                 return sess.run(self._summary_op), None
@@ -500,7 +549,17 @@ class Supervisor:
 
     def _write_summary(self, summary, step):
         self._summary_writer.add_summary(summary, step)
-        self._hub.emit(_summary_event, summary, step, time.time())
+        self._report_summary(summary, step, self._summary_generation)
+
+    def _report_summary(self, summary, step, generation=None):
+        """Emits SummaryWritten; when checking finiteness, the scalars are parsed here (once)
+        and their newest values kept for the check before the next checkpoint."""
+        if self._on_nan == finite.IGNORE:
+            self._hub.emit(_summary_event, summary, step, time.time())
+            return
+        scalars = events.scalars_from_summary(summary)
+        self._scalars.observe(step, scalars, generation)
+        self._hub.emit(events.SummaryWritten, step, scalars, time.time())
 
     def prepare_or_wait_for_session(self, master="", config=None, wait_for_checkpoint=False,
                                     max_wait_secs=7200, start_standard_services=True):
@@ -530,6 +589,11 @@ class Supervisor:
         if self._is_chief and self._lock is not None:
             self._lock.acquire()
         self._sess = None
+        self._training_thread = threading.current_thread()
+        with self._save_lock:
+            self._pending_rollback = None
+            self._rollbacks = 0
+        self._scalars.clear()
         if self._is_chief:
             sess, restored_from = self._prepare_chief_session(
                 master, config, wait_for_checkpoint, max_wait_secs)
@@ -711,13 +775,27 @@ class Supervisor:
     def save_checkpoint(self, sess=None) -> Optional[str]:
         """Writes a checkpoint now; returns its path, or None without a saver or logdir.
 
-        Safe to call from any thread, also while the checkpoint service runs.
+        Safe to call from any thread, also while the checkpoint service runs. When the model is
+        not finite nothing is written: with ``on_nan="stop"`` it raises
+        ``finite.NonFiniteError`` and the run stops with it; with ``"rollback"`` it returns None
+        and the training thread rolls back at its next step boundary (while rollbacks are left;
+        then as ``"stop"``).
         """
+        return self._save(sess)
+
+    def _save(self, sess=None, *, final=False) -> Optional[str]:
+        """``save_checkpoint``; ``final``: the checkpoint of a stop (no rollback: it ends).
+        Nothing is saved while a rollback is pending (the model is known to be bad)."""
         sess = sess if sess is not None else self._sess
         if not self._saver or not self._save_path or sess is None:
             return None
         with self._save_lock:
+            if self._pending_rollback is not None and not final:
+                return None  # the state is bad: the training thread rolls back first
             step = self.read_global_step(sess)
+            self._check_finite(sess, step, final=final)
+            if self._pending_rollback is not None:
+                return None
             start = time.time()
             logger.info("Saving checkpoint to path %s", self._save_path)
             # Eager mode is per thread: a service thread of a TF2 program must enter the graph,
@@ -725,6 +803,17 @@ class Supervisor:
             try:
                 with self._graph.as_default():
                     path = self._saver.save(sess, self._save_path, global_step=step)
+            except tf.errors.InvalidArgumentError as e:
+                if not finite.is_guard_failure(e):
+                    raise CheckpointWriteError(self._write_failure(step, e)) from e
+                # The guard refused what the save would have written: nothing was written.
+                # The step now: the values refused were read after the step read above.
+                step = self.read_global_step(sess)
+                variables = (self._finite_check.run(sess) if self._finite_check is not None
+                             else [])
+                self._on_non_finite(step, variables, self._scalars.non_finite(),
+                                    final=final, other_saved=True)
+                return None
             except tf.errors.OpError as e:
                 raise CheckpointWriteError(self._write_failure(step, e)) from e
             seconds = time.time() - start
@@ -737,6 +826,96 @@ class Supervisor:
                 step)
         self._hub.emit(events.CheckpointSaved, step, path, start + seconds, seconds, kept)
         return path
+
+    # ----------------------------------------------------------------------------- finiteness
+
+    def _check_finite(self, sess, step, *, final: bool) -> None:
+        """With ``_save_lock`` held, before a save: returns when the newest scalar summaries
+        are finite, and the variables (when the Saver is not guarded: see
+        ``_make_finite_check``), or with ``on_nan="ignore"``. Otherwise ``_on_non_finite``."""
+        if self._on_nan == finite.IGNORE:
+            return
+        summaries = self._scalars.non_finite()
+        variables = []
+        if self._finite_check is not None and (summaries or not self._saver_guarded):
+            variables = self._finite_check.run(sess)  # guarded: only to name them
+        if variables or summaries:
+            self._on_non_finite(step, variables, summaries, final=final)
+
+    def _on_non_finite(self, step, variables, summaries, *, final: bool,
+                       other_saved: bool = False) -> None:
+        """With ``_save_lock`` held, nothing saved: schedules a rollback (``on_nan=
+        "rollback"``, not for the final checkpoint, while rollbacks are left), or raises
+        NonFiniteError and requests the stop."""
+        problem = finite.describe_problem(variables, summaries, other_saved and not variables)
+        newest = self._newest_checkpoint()
+        if (self._on_nan == finite.ROLLBACK and not final and newest
+                and self._rollbacks < self._max_rollbacks):
+            self._pending_rollback = (step, problem, newest)
+            logger.info("Training diverged at step %s: %s. Not saved; rolling back to %s at "
+                        "the next step.", step, problem, newest)
+            return
+        error = finite.NonFiniteError(
+            finite.non_finite_message(step, problem, newest, rollbacks=self._rollbacks,
+                                      final=final), step, problem, newest)
+        logger.error("%s", error)
+        if final:
+            raise error
+        try:
+            raise error
+        except finite.NonFiniteError:
+            self._coord.request_stop(sys.exc_info())  # the run fails with it
+            raise
+
+    def _newest_checkpoint(self) -> Optional[str]:
+        """The newest checkpoint of this logdir (every one written was finite), or None."""
+        newest = (self._saver.last_checkpoints or [None])[-1]
+        return newest or tf.train.latest_checkpoint(self._logdir)
+
+    def step_boundary(self, sess=None) -> bool:
+        """Called by the training thread between two steps (``should_stop()`` calls it): makes
+        a rollback that a failed finiteness check scheduled. True if it rolled back. Does
+        nothing on another thread than the one that prepared the session, where a restore
+        could interleave with a training step."""
+        if self._pending_rollback is None or \
+                threading.current_thread() is not self._training_thread:
+            return False
+        sess = sess if sess is not None else self._sess
+        if sess is None:
+            return False
+        with self._save_lock:
+            pending, self._pending_rollback = self._pending_rollback, None
+            if pending is None:
+                return False
+            step, problem, path = pending
+            try:
+                with self._graph.as_default():
+                    self._saver.restore(sess, path)
+            except tf.errors.OpError as e:
+                message = (f"Training diverged at step {step}: {problem}. Rolling back to "
+                           f"{path} failed ({describe_error(e)}), and the run stopped. "
+                           "Nothing was saved for the diverged state.")
+                try:
+                    raise finite.NonFiniteError(message, step, problem, path) from e
+                except finite.NonFiniteError:
+                    self._coord.request_stop(sys.exc_info())
+                return False
+            restored = self.read_global_step(sess)
+            self._last_saved_step = restored
+            self._rollbacks += 1
+            count = self._rollbacks
+            self._scalars.clear()
+        message = finite.rollback_message(step, problem, path, restored, count,
+                                          self._max_rollbacks)
+        logger.warning("%s", message)
+        if self._summary_writer:
+            # Like a restart from the checkpoint: TensorBoard drops the diverged points.
+            self._summary_writer.add_session_log(
+                _SessionLog(status=_SessionLog.START, msg=message),
+                restored if restored is not None else 0)
+        self._hub.emit(events.RolledBack, step, restored, path, problem, count,
+                       self._max_rollbacks, time.time())
+        return True
 
     def _write_failure(self, step, error) -> str:
         reason = describe_error(error)
@@ -752,13 +931,13 @@ class Supervisor:
                 "Fix the cause (free disk space, permissions), then resume from the newest "
                 "checkpoint (a new managed_session: re-run the cell, or `%supervise resume`).")
 
-    def _save_if_moved(self, sess):
+    def _save_if_moved(self, sess, *, final=False):
         """Saves unless the newest checkpoint already holds the current step."""
         step = self.read_global_step(sess)
         with self._save_lock:
             if step is not None and step == self._last_saved_step:
                 return
-        self.save_checkpoint(sess)
+        self._save(sess, final=final)
 
     def _save_final_checkpoint(self):
         sess = self._sess
@@ -767,7 +946,7 @@ class Supervisor:
         if getattr(sess, "_closed", False):
             logger.warning("No final checkpoint: the session was closed before sv.stop().")
             return
-        self._save_if_moved(sess)
+        self._save_if_moved(sess, final=True)
 
     # ----------------------------------------------------------------------------- stopping
 
@@ -823,7 +1002,13 @@ class Supervisor:
         self._coord.request_stop(ex=ex)
 
     def should_stop(self):
-        """True once a stop was requested."""
+        """True once a stop was requested.
+
+        Called by the training thread between steps, it also makes a pending rollback
+        (``on_nan="rollback"``) first: see ``step_boundary``.
+        """
+        if self._pending_rollback is not None:
+            self.step_boundary()
         stopping = self._coord.should_stop()
         if stopping:
             self._stop_seen = True
@@ -854,7 +1039,7 @@ class Supervisor:
         if global_step is None and self._global_step is not None:
             global_step = services.read_step(sess, self._global_step)
         self._summary_writer.add_summary(summary, global_step)
-        self._hub.emit(_summary_event, summary, global_step, time.time())
+        self._report_summary(summary, global_step)
 
     @contextlib.contextmanager
     def managed_session(self, master="", config=None, start_standard_services=True,

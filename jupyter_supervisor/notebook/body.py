@@ -3,6 +3,7 @@ namespace with the run's own ``sv`` and ``sess``, its errors shown from the user
 import os
 import sysconfig
 import traceback
+import types
 from typing import Callable, Dict
 
 # Where library code lives (the standard library, site-packages, this package): a traceback
@@ -12,6 +13,26 @@ _LIBRARY_DIRS = tuple(sorted({
     for path in [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + [
         sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
     if path}))
+
+
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
+def _without_our_frames(tb):
+    """The traceback from ``tb`` down to the last frame before the first of this package's own
+    (e.g. ``sv.save_checkpoint()`` called by the body ends at the body's line: the error's
+    message says what happened). New traceback objects: the original chain is not changed."""
+    kept = []
+    while tb is not None and not os.path.abspath(
+            tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        kept.append(tb)
+        tb = tb.tb_next
+    if tb is None or not kept:
+        return kept[0] if kept else tb
+    chain = None
+    for frame in reversed(kept):
+        chain = types.TracebackType(chain, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return chain
 
 
 def default_compile(source: str, name: str):
@@ -148,7 +169,7 @@ class Body:
                     start = start.tb_next
             if start is None:  # raised by ours or a library's code (a restore, a service)
                 return f"{type(error).__name__}: {error}\n"
-            error = error.with_traceback(start)
+            error = error.with_traceback(_without_our_frames(start))
         try:
             return self._format_exception(error)
         except Exception:  # pylint: disable=broad-except

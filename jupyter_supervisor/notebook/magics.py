@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .. import finite
 from .._validate import check_number, invalid
 from ..view import panel
 
@@ -157,6 +158,24 @@ class SuperviseMagics(Magics):
               default=RECOVERY_WAIT_SECS,
               help="How often a non-chief checks whether the chief's model is ready "
                    "(TensorFlow's Supervisor: 30). Default: %(default)s.")
+    @argument("--on-nan", metavar="ACTION", choices=finite.ON_NAN_MODES, default=finite.STOP,
+              help="What happens when a checkpoint is due and the model is not finite (a NaN "
+                   "or an infinity in a trainable variable or in the newest value of a scalar "
+                   "summary; checked before every checkpoint: periodic, final, Save, "
+                   "sv.save_checkpoint()). 'stop': nothing is saved and the run fails with a "
+                   "message naming the step, what was not finite and the newest good "
+                   "checkpoint (lower the learning rate, then resume from it). 'rollback': "
+                   "nothing is saved; the newest good checkpoint is restored at the body's next "
+                   "step and training goes on, at most --max-rollbacks times (each shown in "
+                   "the panel and the event file), then as 'stop'. 'ignore': no check "
+                   "(TensorFlow's behaviour: a diverged model is saved and pushes good "
+                   "checkpoints out). A checkpoint that was not written never removes an "
+                   "older one. Default: %(default)s.")
+    @argument("--max-rollbacks", metavar="N",
+              type=_number("--max-rollbacks", integer=True, minimum=1),
+              default=finite.DEFAULT_MAX_ROLLBACKS,
+              help="With --on-nan rollback: how many rollbacks a session makes before it "
+                   "stops as with 'stop'. Default: %(default)s.")
     @argument("--stop-grace-secs", metavar="SECS", type=_number("--stop-grace-secs"),
               default=STOP_GRACE_SECS,
               help="How long a stop waits for the service threads to end. "
@@ -221,7 +240,8 @@ class SuperviseMagics(Magics):
                 max_steps=args.max_steps, init_fn=self._init_fn(args.init_fn),
                 repeat=args.repeat, master=args.master, task_index=args.task_index,
                 is_chief=is_chief, recovery_wait_secs=args.recovery_wait_secs,
-                stop_grace_secs=args.stop_grace_secs, session_config=session_config)
+                stop_grace_secs=args.stop_grace_secs, session_config=session_config,
+                on_nan=args.on_nan, max_rollbacks=args.max_rollbacks)
             if task is not None:
                 # Last, once every option is known to be good: a server cannot be stopped.
                 server = _cluster_module().task_server(*task)
@@ -279,7 +299,10 @@ class SuperviseMagics(Magics):
             elif args.command == "stop":
                 _stop(training)
             elif args.command == "save":
-                print(f"Run {training.name!r}: checkpoint saved: {training.save_now()}")
+                path = training.save_now()
+                print(f"Run {training.name!r}: checkpoint saved: {path}" if path else
+                      f"Run {training.name!r}: no checkpoint written (nothing to save, or the "
+                      "model is not finite and the run rolls back: see its panel).")
             elif args.command == "resume":
                 training.resume()
                 _show(training)

@@ -73,6 +73,18 @@ class CheckpointInfo(NamedTuple):
     seconds: float
 
 
+class RollbackInfo(NamedTuple):
+    """A rollback of this run: the model was not finite at ``step`` (``problem``), so it was
+    restored from ``path`` (``restored_step``); rollback ``count`` of at most ``limit``."""
+    step: Optional[int]
+    restored_step: Optional[int]
+    path: str
+    problem: str
+    count: int
+    limit: int
+    wall_time: float
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class HistorySnapshot:
     """An immutable view of a RunHistory at one moment.
@@ -103,6 +115,7 @@ class HistorySnapshot:
     restored_from: Optional[str]
     stop_reason: Optional[str]
     kept: Tuple[str, ...] = ()
+    rollbacks: Tuple[RollbackInfo, ...] = ()
 
     @property
     def elapsed(self) -> float:
@@ -288,6 +301,8 @@ class RunHistory:
         self._kept: Tuple[str, ...] = ()     # what retention keeps, newest first
         self._rate_records = 0               # StepRate records since the session started
         self._stop_reason: Optional[str] = None
+        self._rollbacks: "collections.deque[RollbackInfo]" = collections.deque(
+            maxlen=MAX_CHECKPOINTS)
 
     @property
     def max_points(self) -> int:
@@ -319,6 +334,8 @@ class RunHistory:
                 self._on_session_ready(event)
             elif isinstance(event, events.WaitingForChief):
                 self._waiting_for_chief = True
+            elif isinstance(event, events.RolledBack):
+                self._on_rolled_back(event)
             elif isinstance(event, events.Stopped):
                 self._note_step(event.step)
                 self._stop_reason = event.reason
@@ -358,6 +375,7 @@ class RunHistory:
         self._waiting_for_chief = False
         self._rate_records = 0
         self._restored_from = event.restored_from
+        self._rollbacks.clear()  # counted per session
         self._stop_reason = None
         self._rate_samples.clear()
         self._steps_per_sec = None
@@ -374,6 +392,25 @@ class RunHistory:
         if dropped:
             self._scalars_version += 1
         self._rate_samples.append((self._clock(), step))
+
+    def _on_rolled_back(self, event) -> None:
+        self._rollbacks.append(RollbackInfo(
+            None if event.step is None else int(event.step),
+            None if event.restored_step is None else int(event.restored_step),
+            str(event.path), str(event.problem), int(event.count), int(event.limit),
+            float(event.wall_time)))
+        if event.restored_step is None:
+            return
+        # As a restart from that checkpoint: the diverged points are dropped (TensorBoard
+        # drops them too, at the SessionLog.START the Supervisor writes).
+        step = int(event.restored_step)
+        self._step = step
+        dropped = False
+        for series in self._series.values():
+            dropped |= series.drop_from(step)
+        if dropped:
+            self._scalars_version += 1
+        self._rate_samples.clear()
 
     def _note_step(self, step) -> None:
         # Events arrive late (queued on the hub); a later note_step may already be ahead, so
@@ -518,6 +555,7 @@ class RunHistory:
                 restored_from=self._restored_from,
                 stop_reason=self._stop_reason,
                 kept=self._kept,
+                rollbacks=tuple(self._rollbacks),
             )
 
     # -- earlier runs from disk --------------------------------------------------------------

@@ -187,6 +187,8 @@ def text_summary(run, *, with_error: bool = True) -> str:
         lines.append(f"  no new checkpoint; restored from {snap.restored_from}")
     else:
         lines.append("  no checkpoint yet")
+    if snap.rollbacks:
+        lines.append("  " + rollbacks_text(snap.rollbacks))
     if snap.scalars:
         values = ", ".join(
             f"{tag} {plots.format_value(float(series.values[-1]))} "
@@ -196,6 +198,15 @@ def text_summary(run, *, with_error: bool = True) -> str:
         lines.append("  error:")
         lines.extend("    " + line for line in snap.error.rstrip("\n").splitlines())
     return "\n".join(lines)
+
+
+def rollbacks_text(rollbacks) -> str:
+    """One line on a session's rollbacks (``on_nan="rollback"``): how many, and the last."""
+    last = rollbacks[-1]
+    times = "once" if len(rollbacks) == 1 else f"{len(rollbacks)} times"
+    return (f"Rolled back {times} (at most {last.limit}); last: not finite at step "
+            f"{_step_text(last.step)} ({last.problem}), restored "
+            f"{os.path.basename(last.path)} (step {_step_text(last.restored_step)}).")
 
 
 def _no_logdir_text(run) -> str:
@@ -625,6 +636,9 @@ class Panel:
             more = f"{len(kept) - KEPT_SHOWN} older, " if len(kept) > KEPT_SHOWN else ""
             text += (f'<br><span class="jsv-kept">kept ({len(kept)}): {more}'
                      f'{html.escape(", ".join(reversed(labels)))}</span>')
+        if snap.rollbacks:
+            text += ('<br><span class="jsv-rollback" style="color:#e65100">'
+                     f'{html.escape(rollbacks_text(snap.rollbacks))}</span>')
         return text
 
     @staticmethod

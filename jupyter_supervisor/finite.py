@@ -1,0 +1,375 @@
+"""The finiteness check made before every checkpoint, shared by both backends.
+
+A diverged run (a NaN or infinite loss or weight) must never be checkpointed: with the default
+retention every good checkpoint would be pushed out minutes after the divergence. So before a
+checkpoint is written, a backend checks
+
+* the trainable variables: one fused TensorFlow computation per save (per variable, on its
+  device: its sum is finite, else ``reduce_all(is_finite)``, see ``_all_finite``; stacked into
+  one bool vector and fetched at once), never a Python loop over arrays. In graph mode
+  ``VariableCheck.in_graph`` builds it once in the Supervisor's graph, before the graph is
+  finalized, and ``run(sess)`` runs it; in eager mode ``VariableCheck.eager`` wraps the same
+  computation in a ``tf.function``, called with no argument (an eager backend saves at step
+  boundaries, so it checks right before the save). A graph Supervisor saves while the
+  training thread goes on, so a check run before the save could pass on values a step older
+  than those written: ``guard_saver`` puts the same computation, over the very tensors the
+  Saver writes, in front of its save op (an Assert as a control input), so the check and the
+  write happen in the save's one session run, and a failing check writes nothing;
+* the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
+  is usually the first sign.
+
+What to do when the check fails is the run's ``on_nan`` policy: ``stop`` (the default: no
+checkpoint, the run fails with ``NonFiniteError`` saying what to do), ``rollback`` (restore the
+newest good checkpoint at the next step boundary and go on, at most ``max_rollbacks`` times,
+then stop) or ``ignore`` (no check: TensorFlow's behaviour). The backends decide where a
+rollback happens (at a step boundary of the training thread); the words are here, once.
+
+Nothing of IPython or ipywidgets. TensorFlow is imported when a check is built, so that the
+policy's names and ``check_policy`` serve ``RunConfig`` and the magic without it.
+"""
+import contextlib
+import math
+import threading
+from typing import Callable, List, Mapping, NamedTuple, Optional, Sequence
+
+from ._validate import check_number, invalid
+
+STOP, ROLLBACK, IGNORE = "stop", "rollback", "ignore"
+ON_NAN_MODES = (STOP, ROLLBACK, IGNORE)
+DEFAULT_MAX_ROLLBACKS = 3
+
+# Variables of these types can hold a NaN or an infinity; the others are not checked.
+_FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
+
+# How many names a message lists before "and N more".
+_NAMES_SHOWN = 3
+
+
+def check_policy(on_nan, max_rollbacks, *, on_nan_name: str = "on_nan",
+                 max_rollbacks_name: str = "max_rollbacks") -> None:
+    """Raises ValueError (the form of ``_validate``) for an unknown ``on_nan`` or a
+    ``max_rollbacks`` that is not an integer >= 1."""
+    if on_nan not in ON_NAN_MODES:
+        raise ValueError(invalid(on_nan_name, on_nan,
+                                 "one of " + ", ".join(repr(m) for m in ON_NAN_MODES)))
+    check_number(max_rollbacks_name, max_rollbacks, integer=True, minimum=1)
+
+
+class NonFiniteError(RuntimeError):
+    """The model is not finite (a NaN or an infinity in a trainable variable or in the newest
+    value of a scalar summary), so it was not checkpointed and the run stopped.
+
+    ``step``: the global step of the failed check; ``problem``: what was not finite, first
+    sign first; ``newest_good``: the newest checkpoint written before (None without one).
+    """
+
+    def __init__(self, message: str, step: Optional[int] = None, problem: str = "",
+                 newest_good: Optional[str] = None):
+        super().__init__(message)
+        self.step = step
+        self.problem = problem
+        self.newest_good = newest_good
+
+
+# ------------------------------------------------------------------------------- variables
+
+def finite_flags(variables: Sequence, names: Optional[Sequence[str]] = None):
+    """A bool vector: element i is True iff ``variables[i]`` holds no NaN and no infinity.
+
+    Builds one reduction per variable, on the variable's device (on a cluster only the bools
+    cross the network), stacked into one tensor so that a single fetch (a session run, or one
+    call of a ``tf.function``) evaluates them all, in parallel on TensorFlow's threads. Works in
+    a graph and inside a ``tf.function``. ``names``: the reductions' op names (graph mode).
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    flags = []
+    for i, variable in enumerate(variables):
+        device = getattr(variable, "device", "") or ""
+        with tf.device(device) if device else contextlib.nullcontext():
+            flags.append(tf.identity(_all_finite(tf, variable),
+                                     name=names[i] if names else None))
+    return tf.stack(flags, name="flags" if names else None)
+
+
+def _all_finite(tf, value):
+    """A scalar bool: ``value`` holds no NaN and no infinity.
+
+    For float32 and float64, first the sum of its elements, one pass that allocates nothing: a
+    NaN or an infinity anywhere makes the sum NaN or infinite (IEEE arithmetic never turns them
+    back into a finite number), so a finite sum proves the whole tensor finite. Only a
+    non-finite sum (a bad value, or finite values whose sum overflows) pays for the exact
+    element-wise test. Half types overflow too easily: they take the exact test at once.
+    """
+    exact = lambda: tf.reduce_all(tf.math.is_finite(value))  # noqa: E731
+    if value.dtype.base_dtype.name not in ("float32", "float64"):
+        return exact()
+    return tf.cond(tf.math.is_finite(tf.reduce_sum(value)), lambda: tf.constant(True), exact)
+
+
+# The graph collection holding the flags op of the newest check built in a graph.
+_COLLECTION = "jupyter_supervisor_finite_flags"
+
+
+def _reusable_flags(graph, names: List[str]):
+    """The flags op of the graph's collection if it checks exactly ``names``, else None."""
+    for op in graph.get_collection(_COLLECTION):
+        prefix = op.op.name.rsplit("/", 1)[0] + "/"
+        checked = [flag.op.name[len(prefix):] for flag in op.op.inputs]
+        if checked == names:
+            return op
+    return None
+
+
+def _float_variables(variables) -> list:
+    return [v for v in variables if v.dtype.base_dtype.name in _FLOAT_TYPES]
+
+
+def _name(variable) -> str:
+    name = getattr(variable, "name", "") or ""
+    return name[:-2] if name.endswith(":0") else name
+
+
+class VariableCheck:
+    """The fused check of a fixed list of variables; ``names`` are theirs, without ``:0``.
+
+    Build it with ``in_graph`` (a graph backend; then ``run(sess)``) or ``eager`` (an eager
+    backend; then ``run()``). ``run`` returns the names of the variables that are not finite
+    ([] when all are). A check of no float variable costs nothing and always passes.
+    """
+
+    def __init__(self, names: List[str], evaluate: Callable[..., object]):
+        self.names = names
+        self._evaluate = evaluate
+
+    @classmethod
+    def in_graph(cls, variables: Sequence, graph=None) -> Optional["VariableCheck"]:
+        """The check's op in ``graph`` (default: the default graph), built in the thread that
+        builds the graph, before it is finalized. A check of the same variables built earlier
+        in the graph is reused (so a finalized graph keeps its check); on a finalized graph
+        without one, returns None."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        graph = graph if graph is not None else tf.compat.v1.get_default_graph()
+        variables = _float_variables(variables)
+        names = [_name(v) for v in variables]
+        if not variables:
+            return cls([], lambda sess: [])
+        op = _reusable_flags(graph, names)
+        if op is None:
+            if graph.finalized:
+                return None
+            with graph.as_default(), tf.name_scope("jupyter_supervisor_finite"):
+                op = finite_flags(variables, names)
+            graph.clear_collection(_COLLECTION)
+            graph.add_to_collection(_COLLECTION, op)
+        return cls(names, lambda sess: sess.run(op))
+
+    @classmethod
+    def eager(cls, variables: Sequence) -> "VariableCheck":
+        """The check of ``variables`` (tf.Variables) as one ``tf.function``, traced at its
+        first run."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        variables = _float_variables(variables)
+        if not variables:
+            return cls([], lambda: [])
+        fn = tf.function(lambda: finite_flags(variables), autograph=False)
+        return cls([_name(v) for v in variables], lambda: fn().numpy())
+
+    def run(self, *sess) -> List[str]:
+        """The names of the variables holding a NaN or an infinity now ([] if none)."""
+        if not self.names:
+            return []
+        flags = self._evaluate(*sess)
+        return [name for name, ok in zip(self.names, flags) if not ok]
+
+
+# The name of the Assert that guards a Saver's save op, and the text its failure carries.
+_GUARD = "jupyter_supervisor_finite_guard"
+_GUARD_TEXT = "jupyter_supervisor: a tensor to be saved is not finite"
+
+
+def guard_saver(saver, graph, names: Sequence[str]) -> set:
+    """Makes ``saver``'s save op(s) fail, writing nothing, unless the tensors they write for
+    the variables ``names`` (their checkpoint keys: the trainable variables) are finite: an
+    Assert over exactly those tensors (``finite_flags``) becomes a control input of each
+    SaveV2 op, so that what is checked is what is written, in the one session run of
+    ``Saver.save``. Then ``Saver.save`` raises InvalidArgumentError (``is_guard_failure``),
+    and neither the checkpoint state file nor the retention changes. Other saved tensors
+    (optimizer slots, a "best loss" that starts at +inf) are not checked.
+
+    Call it before the graph is finalized. Returns the names it guards (also those an earlier
+    call guarded, on a finalized graph); the others (not saved under their own name, as the
+    parts of a partitioned variable, or a finalized graph without a guard) need a check
+    before the save. The Saver is changed for every user of it: its saves of a model that is
+    not finite fail.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.framework import tensor_util  # pylint: disable=import-outside-toplevel
+    wanted = set(names)
+    covered = set()
+    for op in _save_ops(graph.get_tensor_by_name(saver.saver_def.save_tensor_name).op):
+        keys = tensor_util.constant_value(op.inputs[1])  # prefix, keys, slices, tensors...
+        slices = tensor_util.constant_value(op.inputs[2])
+        if keys is None or slices is None:
+            continue
+        chosen = {}
+        for key, piece, tensor in zip(keys, slices, op.inputs[3:]):
+            key = key.decode() if isinstance(key, bytes) else str(key)
+            if key in wanted and not piece and tensor.dtype.base_dtype.name in _FLOAT_TYPES:
+                chosen[key] = tensor
+        if not chosen:
+            continue
+        if any(c.name.startswith(_GUARD) for c in op.control_inputs):
+            covered.update(chosen)  # guarded by an earlier call
+            continue
+        if graph.finalized:
+            continue
+        with graph.as_default(), graph.name_scope(None), graph.name_scope(_GUARD), \
+                tf.device(op.device) if op.device else contextlib.nullcontext():
+            guard = tf.debugging.Assert(tf.reduce_all(finite_flags(list(chosen.values()))),
+                                        [_GUARD_TEXT], name="check")
+        if hasattr(guard, "mark_used"):
+            guard.mark_used()  # used, as a control input (tf_should_use cannot see that)
+        op._add_control_input(guard)  # pylint: disable=protected-access
+        covered.update(chosen)
+    return covered
+
+
+def _save_ops(op) -> list:
+    """The SaveV2 ops that ``op`` (a Saver's save tensor's op) depends on."""
+    found, seen, todo = [], set(), [op]
+    while todo:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type == "SaveV2":
+            found.append(op)
+            continue
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return found
+
+
+def is_guard_failure(error) -> bool:
+    """True for the error of a save that ``guard_saver`` stopped."""
+    return _GUARD_TEXT in str(error)
+
+
+# ------------------------------------------------------------------------------- summaries
+
+class NonFiniteScalar(NamedTuple):
+    """A scalar summary whose newest value is not finite; ``since``: the step of the first
+    of its non-finite values in a row (None for summaries without a step)."""
+    tag: str
+    value: float
+    since: Optional[int]
+
+
+class ScalarWatch:
+    """The newest value of every scalar summary a run reported, from any thread.
+
+    ``observe`` costs a dict update per tag; ``non_finite`` lists the tags whose newest value
+    is NaN or infinite, the one that went bad first first. ``clear`` forgets everything (after
+    a rollback: those values belong to a discarded timeline) and starts a new ``generation``:
+    a summary computed before it (read ``generation`` first) is then ignored.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._bad: dict = {}   # tag -> NonFiniteScalar, guarded by _lock
+        self._generation = 0   # guarded by _lock
+
+    @property
+    def generation(self) -> int:
+        """Bumps at every ``clear``."""
+        return self._generation
+
+    def observe(self, step: Optional[int], scalars: Mapping[str, float],
+                generation: Optional[int] = None) -> None:
+        """Records the values of one summary (``{tag: value}``) written at ``step``; one
+        computed before the last ``clear`` (``generation`` read before computing it) is
+        ignored."""
+        with self._lock:
+            if generation is not None and generation != self._generation:
+                return
+            for tag, value in scalars.items():
+                if math.isfinite(value):
+                    self._bad.pop(tag, None)
+                elif tag not in self._bad:
+                    self._bad[tag] = NonFiniteScalar(tag, float(value), step)
+                else:
+                    self._bad[tag] = self._bad[tag]._replace(value=float(value))
+
+    def non_finite(self) -> List[NonFiniteScalar]:
+        """The tags whose newest value is not finite, earliest first."""
+        with self._lock:
+            bad = list(self._bad.values())
+        return sorted(bad, key=lambda s: (s.since is None, s.since or 0, s.tag))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._bad.clear()
+            self._generation += 1
+
+
+# -------------------------------------------------------------------------------- messages
+
+def describe_problem(variables: Sequence[str], summaries: Sequence[NonFiniteScalar],
+                     other_saved: bool = False) -> str:
+    """What was not finite, the first sign first: the summaries by the step they went bad (a
+    NaN loss usually shows before the weights), then the variables. ``other_saved``: a saved
+    tensor that is not a trainable variable (an optimizer slot, a moving average) was not."""
+    parts = []
+    for scalar in summaries[:_NAMES_SHOWN]:
+        since = "" if scalar.since is None else f" since step {scalar.since}"
+        parts.append(f"summary {scalar.tag!r} is {_value_text(scalar.value)}{since}")
+    if len(summaries) > _NAMES_SHOWN:
+        parts.append(f"{len(summaries) - _NAMES_SHOWN} more summaries")
+    if variables:
+        shown = ", ".join(repr(name) for name in variables[:_NAMES_SHOWN])
+        more = (f" and {len(variables) - _NAMES_SHOWN} more"
+                if len(variables) > _NAMES_SHOWN else "")
+        noun = "variable" if len(variables) == 1 else "variables"
+        parts.append(f"{noun} {shown}{more} {'holds' if len(variables) == 1 else 'hold'} "
+                     "NaN or infinite values")
+    elif other_saved:
+        parts.append("a saved variable that is not trainable (an optimizer slot, a moving "
+                     "average) holds NaN or infinite values")
+    return "; ".join(parts)
+
+
+def _value_text(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    return "+inf" if value > 0 else "-inf"
+
+
+def non_finite_message(step: Optional[int], problem: str, newest_good: Optional[str], *,
+                       rollbacks: int = 0, final: bool = False) -> str:
+    """The one-line message of a NonFiniteError: where, what, the newest good checkpoint and
+    what to do. ``rollbacks``: how many were made before giving up; ``final``: the check of
+    the checkpoint a stop writes."""
+    at = f"at step {step}" if step is not None else "now"
+    after = ""
+    if rollbacks:
+        after = (f" again after {rollbacks} rollback{'s' if rollbacks != 1 else ''} to the "
+                 "newest good checkpoint")
+    which = "the final checkpoint" if final else "this checkpoint"
+    if newest_good:
+        kept = (f"Nothing was saved for this step and no checkpoint was removed: the newest "
+                f"good checkpoint is {newest_good}.")
+        todo = ("Lower the learning rate (or clip the gradients), then resume from that "
+                "checkpoint: re-run the cell, or `%supervise resume`.")
+    else:
+        kept = "Nothing was saved for this step, and there is no checkpoint before it."
+        todo = "Lower the learning rate (or clip the gradients) and start again."
+    return (f"Training diverged {at}{after}: {problem}. {which.capitalize()} was not written "
+            f"and the run stopped. {kept} {todo}")
+
+
+def rollback_message(step: Optional[int], problem: str, path: str, restored_step, count: int,
+                     limit: int) -> str:
+    """The log line of one rollback."""
+    at = f"at step {step}" if step is not None else "now"
+    return (f"Training diverged {at}: {problem}. Rolled back to {path} (step {restored_step}), "
+            f"rollback {count} of {limit}; nothing was saved for the diverged state.")
