@@ -14,11 +14,13 @@ call and attribute to the stream it wraps, so ipykernel's own use of its streams
 Logging handlers that hold the original stream object (TensorFlow's logger, in a notebook,
 writes its INFO lines to the ``sys.stdout`` it found at import) are pointed at the proxy too.
 TensorFlow's own INFO lines from a routed thread ("Running local_init_op.", when TF1 code turns
-its INFO logging on) go to the package logger instead: the run's output area is for what the
+its INFO logging on; not ours, such as what a waiting worker waits for) go to the package
+logger instead: the run's output area is for what the
 body prints, and the panel already shows what those lines tell.
 """
 import contextlib
 import logging
+import os
 import sys
 import threading
 from typing import Callable, Dict, List, Tuple
@@ -37,6 +39,8 @@ _families: Tuple[Tuple[Callable[[threading.Thread], bool], Callable[[str], None]
 _repointed: List[Tuple[logging.StreamHandler, object]] = []
 
 _logger = logging.getLogger("jupyter_supervisor")
+# This package's directory: our own lines through TensorFlow's logger stay in the run's output.
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 
 
 class _TensorFlowInfoFilter(logging.Filter):
@@ -44,9 +48,9 @@ class _TensorFlowInfoFilter(logging.Filter):
     package logger (at DEBUG), not to the run's output."""
 
     def filter(self, record):
-        if record.levelno >= logging.WARNING or (
+        if record.levelno >= logging.WARNING or record.pathname.startswith(_PACKAGE_DIR) or (
                 threading.get_ident() not in _routes and _family_sink() is None):
-            return True
+            return True  # a warning, one of our own lines (what a waiting worker waits for)
         _logger.debug("TensorFlow: %s", record.getMessage())
         return False
 
