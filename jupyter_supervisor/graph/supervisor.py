@@ -36,7 +36,7 @@ from tensorflow.python.util import deprecation
 from .. import events
 from ..checkpoints import STATE_FILE, checkpoint_listing
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
-from . import services
+from .. import services
 
 logger = logging.getLogger("jupyter_supervisor")
 
