@@ -11,6 +11,8 @@ Records:
   CheckpointSaved  a checkpoint was written (step, path, wall time, seconds taken)
   SummaryWritten   a summary went to the event file (step, scalar values by tag)
   StepRate         the step counter measured steps per second
+  Progress         where training is (eager backend): step, epoch i/N and batch j/M of a
+                   Keras fit, the latest scalars; a few times a second at most
   Stopped          the Supervisor stopped (reason, exception or None)
 """
 import dataclasses
@@ -68,6 +70,21 @@ class StepRate:
     """The step counter measured ``steps_per_sec`` at ``step``."""
     step: int
     steps_per_sec: float
+    wall_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Where training is at ``step``: in a Keras ``fit``, ``epoch`` (0-based) of ``epochs``
+    and ``batch`` batches done of ``batches`` per epoch (None when the data does not say);
+    ``scalars`` are the latest values the loop reported (fit's logs, ``sv.step(**scalars)``).
+    Outside ``fit`` the epoch fields are None."""
+    step: int
+    epoch: Optional[int]
+    epochs: Optional[int]
+    batch: Optional[int]
+    batches: Optional[int]
+    scalars: Mapping[str, float]
     wall_time: float
 
 
