@@ -111,10 +111,12 @@ class SupervisorCallback(keras.callbacks.Callback):
         model = self.model
         if isinstance(model.train_function, _SkipBatches):  # an earlier fit raised mid-skip
             model.train_function.uninstall()
-        if sv._stop_requested:  # pylint: disable=protected-access
-            raise StopBody()
         self._fit_index = sv._fit_started()  # pylint: disable=protected-access
         sv._track_fit(model)  # pylint: disable=protected-access
+        if sv._stop_requested:  # pylint: disable=protected-access
+            # Stopped before this fit (a stop during an earlier fit, max_steps restored):
+            # the body did not look, so it ends here.
+            raise StopBody()
         self._epochs = self.params.get("epochs")
         self._batches = self.params.get("steps")
         epoch, batch = self._resume_point()

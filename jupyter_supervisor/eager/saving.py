@@ -24,6 +24,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
+from google.protobuf import message
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.trackable import base as trackable_base
@@ -37,7 +38,7 @@ logger = logging.getLogger("jupyter_supervisor")
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
 # What reading a damaged checkpoint raises (truncated or overwritten files): it falls back.
-_UNREADABLE = (tf.errors.OpError, IndexError)
+_UNREADABLE = (tf.errors.OpError, IndexError, message.DecodeError)
 
 
 def is_variable(obj) -> bool:
@@ -85,11 +86,18 @@ def live_variables(root) -> List[tuple]:
 
 # ------------------------------------------------------------------------------------ restore
 
-def misfit(reader, root) -> Optional[str]:
-    """Why the checkpoint of ``reader`` cannot restore the variables of ``root`` (the objects it
-    has no value for, those whose shape changed), or None when it fits."""
+def object_graph(reader):
+    """The object graph a TF2 checkpoint stores (raises when it cannot be read)."""
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+    return graph
+
+
+def misfit(reader, root, graph=None) -> Optional[str]:
+    """Why the checkpoint of ``reader`` cannot restore the variables of ``root`` (the objects it
+    has no value for, those whose shape changed), or None when it fits. The model's own
+    (trainable) variables are named first, then the optimizer's."""
+    graph = graph if graph is not None else object_graph(reader)
     shapes = reader.get_variable_to_shape_map()
     view = tf.train.TrackableView(root)
     matched = object_identity.ObjectIdentityDictionary()  # variable -> checkpoint key
@@ -111,7 +119,9 @@ def misfit(reader, root) -> Optional[str]:
             if name in in_checkpoint:
                 queue.append((in_checkpoint[name], child))
     missing, reshaped = [], []
-    for path, var in live_variables(root):
+    variables = sorted(live_variables(root),
+                       key=lambda item: not getattr(item[1], "trainable", False))
+    for path, var in variables:
         key = matched.get(var)
         if key is None:
             missing.append(f"{path} ({variable_name(var)})")
@@ -161,18 +171,19 @@ def restore_newest(root, logdir: str, basename: str) -> Optional[str]:
         try:
             reader = tf.train.load_checkpoint(path)
             keys = reader.get_variable_to_shape_map()
+            graph = object_graph(reader) if OBJECT_GRAPH_KEY in keys else None
         except _UNREADABLE as e:
             failures.append((path, e))
             _warn_fallback(paths, path, e)
             continue
-        if OBJECT_GRAPH_KEY not in keys:
+        if graph is None:
             raise CheckpointMismatchError(
                 f"The checkpoint {path} was written by a graph-mode (TF1) Saver: it names "
                 f"variables ({', '.join(sorted(keys)[:3])}{' ...' if len(keys) > 3 else ''}), "
                 "while an eager run saves and restores objects (tf.train.Checkpoint). Train "
                 "the eager model in another logdir, or run this logdir's graph code with "
                 "tf.compat.v1.disable_eager_execution().")
-        problem = misfit(reader, root)
+        problem = misfit(reader, root, graph)
         if problem is not None:
             raise CheckpointMismatchError(
                 f"The checkpoint {path} does not fit the tracked objects: {problem}. The model "
