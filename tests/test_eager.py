@@ -467,6 +467,16 @@ def test_bad_track_arguments(tmp_path, backends):
         sv.step()
 
 
+def test_track_after_step_and_save_now_after_the_session(tmp_path, backends):
+    sv = backends(tmp_path)
+    with sv.session():
+        sv.step()
+        with pytest.raises(RuntimeError, match="before the first sv.step"):
+            sv.track(w=tf.Variable(1.0))
+    with pytest.raises(RuntimeError, match="needs a running session"):
+        sv.save_now()
+
+
 def test_step_outside_a_run(tmp_path, backends):
     sv = backends(tmp_path)
     with pytest.raises(RuntimeError, match=r"sv.step\(\) was called outside a run"):

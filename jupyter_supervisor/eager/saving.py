@@ -332,6 +332,7 @@ class CheckpointWriter:
             try:
                 writer.write(path)
             except (tf.errors.OpError, OSError) as e:
+                shutil.rmtree(path + "_temp", ignore_errors=True)  # TensorFlow's partial files
                 raise CheckpointWriteError(self._failure(path, e)) from e
             self._record(path)
         except BaseException as e:  # pylint: disable=broad-except

@@ -297,6 +297,12 @@ class EagerSupervisor:
         TimeoutError); when it does not train (before, between or after its loops), at once."""
         if not self._logdir:
             return None
+        if not self._active:
+            raise RuntimeError(
+                "save_now() needs a running session: before it there is nothing to save, and "
+                "after it the final checkpoint was written"
+                + (f" ({self._writer.last_path})." if self._writer and self._writer.last_path
+                   else "."))
         timeout = self._config.stop_grace_secs if timeout is None else timeout
         if threading.current_thread() is self._thread:
             return self._save_and_wait()
@@ -462,6 +468,10 @@ class EagerSupervisor:
                     name, value, "a trackable TensorFlow object (a Keras model, layer or "
                     "optimizer, a tf.Variable, a tf.Module, a tf.train.Checkpoint)",
                     shown=_short(value)))
+        if self._items is None and self._ready:
+            raise RuntimeError(
+                "sv.track(...) must come before the first sv.step() (and before model.fit): it "
+                "restores the checkpoint the steps continue from.")
         if self._items is not None:
             same = set(self._items) == set(objects) and all(
                 self._items[n] is objects[n] for n in objects)
