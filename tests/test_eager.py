@@ -187,6 +187,22 @@ def test_fit_resumes_after_sigkill_mid_epoch(tmp_path, backends, wait_for):
     assert not isinstance(model.train_function, _SkipBatches)
     assert model._initial_epoch is None  # pylint: disable=protected-access
 
+    # No batch was trained twice or left out: the same weights as an uninterrupted run of as
+    # many steps over the same (unshuffled) batches.
+    reference = make_model()
+    total = sv.read_step()
+
+    class StopAt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations) >= total:
+                self.model.stop_training = True
+
+    reference.fit(x, y, batch_size=8, epochs=100_000, shuffle=False, verbose=0,
+                  callbacks=[StopAt()])
+    assert int(reference.optimizer.iterations) == total
+    for a, b in zip(reference.weights, model.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
 
 def test_stop_from_another_thread_ends_fit_at_the_next_batch(tmp_path, backends):
     x, y = data()
@@ -357,6 +373,22 @@ def test_loop_that_never_looks_ends_at_a_step_boundary(tmp_path, backends):
         done.append(True)  # pragma: no cover
     assert not done and sv.read_step() == 5 == int(opt.iterations)
     assert step_of(checkpoint_paths(str(tmp_path))[0]) == 5
+
+
+def test_input_running_out_is_a_clean_stop_with_a_final_checkpoint(tmp_path, backends):
+    w = tf.Variable(0.0)
+    sv = backends(tmp_path, save_model_secs=3600)
+    rec = Recorder(sv)
+    batches = iter(tf.data.Dataset.range(3))
+    with sv.session():
+        sv.track(w=w)
+        while not sv.should_stop():
+            w.assign_add(tf.cast(batches.get_next(), tf.float32))
+            sv.step()
+    sv.flush_events(10)
+    assert rec.records[-1].reason == events.OUT_OF_RANGE and rec.records[-1].exception is None
+    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 3
+    assert {thread for thread in threading.enumerate() if sv.owns_thread(thread)} == set()
 
 
 def test_init_fn_runs_when_there_is_no_checkpoint(tmp_path, backends):
