@@ -391,6 +391,23 @@ def test_input_running_out_is_a_clean_stop_with_a_final_checkpoint(tmp_path, bac
     assert {thread for thread in threading.enumerate() if sv.owns_thread(thread)} == set()
 
 
+def test_a_tracked_dataset_iterator_resumes_its_position(tmp_path, backends):
+    w = tf.Variable(0.0)
+    batches = iter(tf.data.Dataset.range(100))
+    sv = backends(tmp_path)
+    with sv.session():
+        sv.track(w=w, batches=batches)
+        for _ in range(3):
+            w.assign_add(tf.cast(batches.get_next(), tf.float32))
+            sv.step()
+    assert any("synchronously" in note for note in sv.notes())  # an iterator is no variable
+    batches2 = iter(tf.data.Dataset.range(100))
+    sv2 = backends(tmp_path)
+    with sv2.session():
+        sv2.track(w=tf.Variable(0.0), batches=batches2)
+        assert int(batches2.get_next()) == 3
+
+
 def test_init_fn_runs_when_there_is_no_checkpoint(tmp_path, backends):
     calls = []
     w = tf.Variable(0.0)

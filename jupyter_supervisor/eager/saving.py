@@ -287,6 +287,7 @@ class CheckpointWriter:
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self.last_path: Optional[str] = None
+        self.sync_reason: Optional[str] = None   # why async saving was not possible
         self.threads: "list" = []
 
     @property
@@ -299,6 +300,12 @@ class CheckpointWriter:
         path = f"{self._prefix}-{step}"
         start = time.time()
         snapped = self._snapshot is not None and self._snapshot.copy()
+        if self._snapshot is not None and not snapped and not self.sync_reason:
+            self.sync_reason = ("Checkpoints are written synchronously (the training thread "
+                                "waits for the files): a tracked object saves state that is "
+                                "not a variable (a dataset iterator, a table), which cannot be "
+                                "copied aside.")
+            logger.info(self.sync_reason)
         if not snapped:
             if self._sync_writer is None:
                 self._sync_writer = tf.train.Checkpoint(**self._items)

@@ -644,22 +644,30 @@ class EagerSupervisor:
         self._hub.emit(_progress_record, self._step, epoch, epochs, batch, batches,
                        dict(self._scalars), time.time())
 
-    def _set_stepping(self, value: bool) -> None:
+    def _set_stepping(self, value: bool, error: Optional[BaseException] = None) -> None:
         with self._save_lock:
             with self._mutex:
                 self._stepping = value
                 request = self._save_request if not value else None
-        if request is not None:  # the loop ended: a waiting save_now() is served now
+        if request is None:
+            return
+        if error is None:  # the loop ended: a waiting save_now() is served now
             self._save_at_boundary(request)
+            return
+        with self._mutex:
+            self._save_request = None
+        request.error = RuntimeError(f"No checkpoint was written: the run failed first "
+                                     f"({type(error).__name__}: {error}).")
+        request.done.set()
 
     def _end(self, error: Optional[BaseException]) -> None:
         """Leaving the session: final checkpoint, services stopped, files closed, Stopped."""
-        try:
-            self._set_stepping(False)
-        except BaseException as e:  # pylint: disable=broad-except
-            error = error or e
         if self._stop_exception is not None and error is None:
             error = self._stop_exception
+        try:
+            self._set_stepping(False, error)
+        except BaseException as e:  # pylint: disable=broad-except
+            error = error or e
         if error is None:
             try:
                 self._save_if_moved()
@@ -678,6 +686,8 @@ class EagerSupervisor:
                         " s (stop_grace_secs); it may be missing.")
             except BaseException as e:  # pylint: disable=broad-except
                 error = error or e
+        if self._writer is not None and self._writer.sync_reason:
+            self._notes.append(self._writer.sync_reason)
         if self._attached is None and self._logdir:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
