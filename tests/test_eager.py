@@ -13,7 +13,7 @@ import keras
 
 from eager_models import BATCHES, data, make_model
 from jupyter_supervisor import events
-from jupyter_supervisor.backend import RunConfig, StopBody
+from jupyter_supervisor.backend import RunConfig
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
 from jupyter_supervisor.eager import EagerSupervisor
 from jupyter_supervisor.eager.keras_callback import _SkipBatches

@@ -214,7 +214,6 @@ class EagerSupervisor:
         self._next_summary = float("inf")
         self._next_progress = 0.0
         self._fit_position = (0, 0, 0)             # (fit index, epoch, batch) now
-        self._fit_info = (None, None)              # (epochs, batches per epoch) of the fit
         self._restored_position: Optional[tuple] = None
         self._coord = tf.compat.v1.train.Coordinator()
         self._threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
