@@ -587,3 +587,25 @@ def test_bad_config(tmp_path):
         EagerSupervisor({"logdir": str(tmp_path)})
     with pytest.raises(ValueError, match="Received: master='grpc://x:1'"):
         EagerSupervisor(RunConfig(logdir=str(tmp_path), master="grpc://x:1"))
+
+
+def test_the_eager_backend_imports_nothing_of_the_notebook():
+    # TensorFlow itself imports IPython when it is installed: what is checked is our code.
+    import ast  # pylint: disable=import-outside-toplevel
+    package = os.path.join(ROOT, "jupyter_supervisor")
+    sources = [os.path.join(package, "eager", name)
+               for name in os.listdir(os.path.join(package, "eager")) if name.endswith(".py")]
+    sources += [os.path.join(package, name) for name in ("events.py", "lockfile.py",
+                                                         "checkpoints.py", "services.py",
+                                                         "backend.py", "_validate.py")]
+    for source in sources:
+        with open(source, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                top = name.split(".")[0]
+                assert top not in ("IPython", "ipywidgets", "ipykernel"), (source, name)
+                assert not name.startswith(("notebook", "view")) or \
+                    getattr(node, "level", 0) == 0, (source, name)
