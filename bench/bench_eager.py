@@ -9,13 +9,17 @@ callbacks, and how long a checkpoint blocks the training thread (asynchronous vs
             bare   fit(verbose=0)
             ours   callbacks=[sv.callback] (default intervals)
             keras  BackupAndRestore + ModelCheckpoint + TensorBoard (each per epoch)
+0. step   microseconds one sv.step(loss=tensor) costs, without training (what the loop adds
+          per step between checkpoints: the figure that noise on a shared machine cannot hide)
 3. save   seconds the training thread is blocked by one checkpoint of a ~100 MB model
           (weights only, ``--big`` units square), asynchronous (the copy) vs synchronous (the
           whole write), and the asynchronous write's own time.
 
 Modes alternate in one process, the order rotating each round; printed are the medians and the
-ratios against bare (median of per-round ratios). Target: ours >= 0.98 of bare at the default
-intervals. Figures only; nothing is asserted.
+ratios against bare (median of per-round ratios), per second of wall time and per second of
+this process's CPU time (all its threads: on a shared machine the wall-time figures mostly
+measure the neighbours). Target: ours >= 0.98 of bare at the default intervals. Figures only;
+nothing is asserted.
 
     .venv/bin/python bench/bench_eager.py [--rounds 3] [--seconds 3] [--epochs 3] [--big 5000]
 """
@@ -67,23 +71,23 @@ def loop_run(mode, seconds, logdir):
 
     train_step()  # traced before timing
     if mode == "bare":
-        steps, start = 0, time.perf_counter()
+        steps, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
             train_step()
             steps += 1
-        return steps / (time.perf_counter() - start)
+        return rates(steps, start, cpu)
     intervals = {} if mode == "ours" else {"save_model_secs": 1, "save_summaries_secs": 1}
     sv = EagerSupervisor(RunConfig(logdir=logdir, **intervals))
     try:
         with sv.session():
             sv.track(model=model, optimizer=opt)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             first = sv.read_step()
             while not sv.should_stop():
                 sv.step(loss=train_step())
                 if time.perf_counter() - start >= seconds:
                     sv.request_stop()
-            return (sv.read_step() - first) / (time.perf_counter() - start)
+            return rates(sv.read_step() - first, start, cpu)
     finally:
         sv.close()
 
@@ -102,7 +106,7 @@ def fit_run(mode, epochs, logdir):
                      keras.callbacks.ModelCheckpoint(os.path.join(logdir, "m.weights.h5"),
                                                      save_weights_only=True),
                      keras.callbacks.TensorBoard(os.path.join(logdir, "tb"))]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if sv is None:
         model.fit(x, y, batch_size=32, epochs=epochs, verbose=0, callbacks=callbacks)
     else:
@@ -111,7 +115,12 @@ def fit_run(mode, epochs, logdir):
                 model.fit(x, y, batch_size=32, epochs=epochs, verbose=0, callbacks=callbacks)
         finally:
             sv.close()
-    return steps / (time.perf_counter() - start)
+    return rates(steps, start, cpu)
+
+
+def rates(steps, start, cpu):
+    """(steps per wall second, steps per CPU second of this process) since start, cpu."""
+    return (steps / (time.perf_counter() - start), steps / (time.process_time() - cpu))
 
 
 def compare(name, modes, run, rounds):
@@ -124,13 +133,33 @@ def compare(name, modes, run, rounds):
                 figures[mode].append(run(mode, logdir))
             finally:
                 shutil.rmtree(logdir, ignore_errors=True)
-        print(f"  {name} round {r + 1}: "
-              + ", ".join(f"{m} {figures[m][-1]:.1f}" for m in modes), flush=True)
-    print(f"{name}: steps/sec (median) "
-          + ", ".join(f"{m} {statistics.median(v):.1f}" for m, v in figures.items()))
-    for mode in modes[1:]:
-        ratio = statistics.median(o / b for o, b in zip(figures[mode], figures["bare"]))
-        print(f"{name}: {mode} / bare = {ratio:.3f}")
+        print(f"  {name} round {r + 1}: " + ", ".join(
+            f"{m} {figures[m][-1][0]:.1f}/s wall {figures[m][-1][1]:.1f}/s cpu" for m in modes),
+            flush=True)
+    for i, clock in enumerate(("wall", "cpu")):
+        print(f"{name}: steps per {clock} second (median) " + ", ".join(
+            f"{m} {statistics.median(v[i] for v in figures[m]):.1f}" for m in modes))
+        for mode in modes[1:]:
+            ratio = statistics.median(o[i] / b[i] for o, b in zip(figures[mode],
+                                                                 figures["bare"]))
+            print(f"{name}: {mode} / bare = {ratio:.3f} ({clock})")
+
+
+def step_cost(steps=20000):
+    logdir = tempfile.mkdtemp(prefix="bench_eager_step_")
+    sv = EagerSupervisor(RunConfig(logdir=logdir))
+    loss = tf.constant(1.0)
+    try:
+        with sv.session():
+            sv.track(w=tf.Variable(1.0))
+            start = time.perf_counter()
+            for _ in range(steps):
+                sv.step(loss=loss)
+            print(f"step: sv.step(loss=...) costs {(time.perf_counter() - start) / steps * 1e6:.1f}"
+                  " us", flush=True)
+    finally:
+        sv.close()
+        shutil.rmtree(logdir, ignore_errors=True)
 
 
 def save_blocking(units, repeats):
@@ -174,7 +203,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, Python "
-          f"{platform.python_version()}, {os.cpu_count()} CPUs")
+          f"{platform.python_version()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    step_cost()
     compare("loop", ["bare", "ours", "ours_1s"],
             lambda mode, logdir: loop_run(mode, args.seconds, logdir), args.rounds)
     compare("fit", ["bare", "ours", "keras"],
