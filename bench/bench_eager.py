@@ -9,6 +9,8 @@ callbacks, and how long a checkpoint blocks the training thread (asynchronous vs
             bare   fit(verbose=0)
             ours   callbacks=[sv.callback] (default intervals)
             keras  BackupAndRestore + ModelCheckpoint + TensorBoard (each per epoch)
+            batchcb  a callback with an empty on_train_batch_end: what Keras itself costs for
+                   any batch-level callback (it converts the logs to floats after each batch)
 0. step   microseconds one sv.step(loss=tensor) costs, without training (what the loop adds
           per step between checkpoints: the figure that noise on a shared machine cannot hide)
 3. save   seconds the training thread is blocked by one checkpoint of a ~100 MB model
@@ -101,6 +103,9 @@ def fit_run(mode, epochs, logdir):
     if mode == "ours":
         sv = EagerSupervisor(RunConfig(logdir=logdir))
         callbacks = [sv.callback]
+    elif mode == "batchcb":
+        callbacks = [type("Empty", (keras.callbacks.Callback,),
+                          {"on_train_batch_end": lambda self, batch, logs=None: None})()]
     elif mode == "keras":
         callbacks = [keras.callbacks.BackupAndRestore(os.path.join(logdir, "backup")),
                      keras.callbacks.ModelCheckpoint(os.path.join(logdir, "m.weights.h5"),
@@ -207,7 +212,7 @@ def main():
     step_cost()
     compare("loop", ["bare", "ours", "ours_1s"],
             lambda mode, logdir: loop_run(mode, args.seconds, logdir), args.rounds)
-    compare("fit", ["bare", "ours", "keras"],
+    compare("fit", ["bare", "ours", "keras", "batchcb"],
             lambda mode, logdir: fit_run(mode, args.epochs, logdir), args.rounds)
     save_blocking(args.big, args.repeats)
 

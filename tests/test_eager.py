@@ -16,7 +16,7 @@ from jupyter_supervisor import events
 from jupyter_supervisor.backend import RunConfig
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
 from jupyter_supervisor.eager import EagerSupervisor
-from jupyter_supervisor.eager.keras_callback import _SkipBatches
+from jupyter_supervisor.eager.keras_callback import _TrainFunction
 from jupyter_supervisor.graph.supervisor import CheckpointMismatchError, CheckpointWriteError
 from jupyter_supervisor.lockfile import LogdirLockedError
 
@@ -175,16 +175,19 @@ def test_fit_resumes_after_sigkill_mid_epoch(tmp_path, backends, wait_for):
     assert moment.shape == (4, 8) and np.abs(moment).sum() > 0
     np.testing.assert_array_equal(restored["moment"], moment)
     # The first `batch` batches of the epoch were skipped, untrained; training went on there.
-    skipped, trained = probe.seen[:batch], probe.seen[batch:]
+    skipped, after = probe.seen[:batch], probe.seen[batch:]
     assert [(e, b) for e, b, _ in skipped] == [(epoch, b) for b in range(batch)]
     assert all(it == iterations for _, _, it in skipped)
-    assert trained[0] == (epoch, batch, iterations + 1)
-    # Stop requested after `stop_after` trained batches: fit ends at the next one.
-    assert len(trained) == stop_after + 1
-    assert sv.read_step() == iterations + stop_after + 1 == int(model.optimizer.iterations)
+    assert after[0] == (epoch, batch, iterations + 1)
+    # Stop requested after `stop_after` trained batches: no further batch is trained (the
+    # call that sees the stop, if the epoch goes on, trains nothing).
+    counts = [it for _, _, it in after]
+    assert counts[:stop_after] == list(range(iterations + 1, iterations + stop_after + 1))
+    assert counts[stop_after:] in ([], [iterations + stop_after])
+    assert sv.read_step() == iterations + stop_after == int(model.optimizer.iterations)
     assert step_of(checkpoint_paths(logdir)[0]) == sv.read_step()
-    assert len(history.history["loss"]) == 1 + (batch + stop_after) // BATCHES
-    assert not isinstance(model.train_function, _SkipBatches)
+    assert len(history.history["loss"]) == 1 + (batch + stop_after - 1) // BATCHES
+    assert not isinstance(model.train_function, _TrainFunction)
     assert model._initial_epoch is None  # pylint: disable=protected-access
 
     # No batch was trained twice or left out: the same weights as an uninterrupted run of as
@@ -212,14 +215,16 @@ def test_stop_from_another_thread_ends_fit_at_the_next_batch(tmp_path, backends)
     probe = Probe(action=lambda n: n == 5 and request_stop_from_thread(sv))
     with sv.session():
         model.fit(x, y, batch_size=8, epochs=50, verbose=0, callbacks=[sv.callback, probe])
-    assert len(probe.seen) == 6 and sv.read_step() == 6 == int(model.optimizer.iterations)
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [6]
+    # Stop requested after batch 5: the next call trains nothing and fit ends.
+    assert [it for _, _, it in probe.seen] == [1, 2, 3, 4, 5, 5]
+    assert sv.read_step() == 5 == int(model.optimizer.iterations)
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [5]
     sv.flush_events(10)
-    assert [r.step for r in rec.of(events.CheckpointSaved)] == [6]
+    assert [r.step for r in rec.of(events.CheckpointSaved)] == [5]
     assert rec.records[-1].reason == events.REQUESTED
-    # The checkpoint says: epoch 0, 6 batches done.
+    # The checkpoint says: epoch 0, 5 batches done.
     path = checkpoint_paths(str(tmp_path))[0]
-    assert int(ckpt_value(path, "jupyter_supervisor/batch/.ATTRIBUTES/VARIABLE_VALUE")) == 6
+    assert int(ckpt_value(path, "jupyter_supervisor/batch/.ATTRIBUTES/VARIABLE_VALUE")) == 5
 
 
 def test_second_fit_after_a_stop_raises_stop_body_and_ends_cleanly(tmp_path, backends):
@@ -232,8 +237,8 @@ def test_second_fit_after_a_stop_raises_stop_body_and_ends_cleanly(tmp_path, bac
         model.fit(x, y, batch_size=8, epochs=5, verbose=0, callbacks=[sv.callback, probe])
         model.fit(x, y, batch_size=8, epochs=5, verbose=0, callbacks=[sv.callback])
         after.append("ran")  # pragma: no cover  (StopBody ends the body)
-    assert after == [] and sv.read_step() == 3
-    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 3
+    assert after == [] and sv.read_step() == 2
+    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 2
 
 
 def test_fit_max_steps_stops_exactly(tmp_path, backends):

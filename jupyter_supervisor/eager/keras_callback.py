@@ -4,6 +4,15 @@ At the start of fit it tracks the model and its optimizer (as ``model`` and ``op
 checkpoint) and restores the newest checkpoint: weights, optimizer state (moments,
 ``iterations``), the global step, and where fit was: the epoch and the batches done in it.
 
+Step boundaries. For the duration of fit, ``model.train_function`` (what fit calls once per
+batch, or per ``steps_per_execution`` batches) is wrapped: before each call, the batches of the
+previous call are counted, and a due or asked checkpoint, summaries, max_steps and the stop are
+handled there, in the training thread, between two batches. A stop found there trains no
+further batch: the call returns the previous logs and sets ``model.stop_training``, so fit ends
+after it. The callback itself has no batch-end hook, since Keras converts every batch's logs to
+Python numbers (waiting for the step) as soon as any callback has one; so fit keeps its
+asynchronous batch dispatch. The last batch of an epoch is counted at ``on_epoch_end``.
+
 Resuming mid-epoch. Keras' ``BackupAndRestore`` resumes at an epoch: it sets
 ``model._initial_epoch``, which fit reads right after ``on_train_begin``; with an integer
 ``save_freq`` it records the batch too, but does not use it, so the finished batches of that
@@ -18,7 +27,8 @@ time), then puts the real one back. Limits:
   only if the order is the same: pass ``shuffle=False`` or a seeded, deterministic dataset).
   A ``tf.data`` input restarts from its beginning; its own state is not checkpointed.
 * Skipping reads the skipped batches (input cost, no training), and other callbacks see them
-  as batches with empty logs (the progress bar counts them).
+  as batches with empty logs (the progress bar counts them); the call that ends fit on a stop
+  is seen as a batch too, with the logs of the batch before.
 * The epoch's running means (the loss in the progress bar and in History for that epoch)
   cover the batches trained after the resume only.
 * With ``steps_per_execution`` > 1 a checkpoint, a stop and max_steps fall on execution
@@ -31,6 +41,7 @@ time), then puts the real one back. Limits:
 """
 import inspect
 import logging
+import threading
 from typing import Optional
 
 import keras
@@ -41,29 +52,36 @@ from ..backend import StopBody
 logger = logging.getLogger("jupyter_supervisor")
 
 
-class _SkipBatches:
-    """Stands in for ``model.train_function`` until ``batches`` batches were drawn from fit's
-    iterator untrained; then the real function is back in place."""
+class _TrainFunction:
+    """Stands in for ``model.train_function`` during one fit: skips the batches a resume must
+    not train again, and before each call ends the previous one at a step boundary."""
 
-    def __init__(self, model, batches: int):
+    def __init__(self, callback, model, skip: int):
+        self.callback = callback
         self.model = model
         self.original = model.train_function
-        self.remaining = batches
+        self.skip = skip
         self.per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
-        self.skipped_last = False  # the last call skipped (its batch end is not a step)
+        self.begin = 0                    # the first batch of the coming call (batch_begin)
+        self.pending: Optional[int] = None  # the first batch of a call trained, not counted
+        self.logs = {}
 
     def __call__(self, iterator):
-        if self.remaining <= 0:
-            self.uninstall()
+        sv = self.callback._sv  # pylint: disable=protected-access
+        if not sv._active or threading.current_thread() is not sv._thread:  # pylint: disable=protected-access
+            self.uninstall()  # a fit outside the session that installed it
             return self.original(iterator)
-        count = min(self.per_call, self.remaining)
-        for _ in range(count):
-            next(iterator)
-        self.remaining -= count
-        self.skipped_last = True
-        if self.remaining <= 0:
-            self.uninstall()
-        return {}
+        if self.skip > 0:
+            count = min(self.per_call, self.skip)
+            for _ in range(count):
+                next(iterator)
+            self.skip -= count
+            return {}
+        if self.pending is not None and self.callback._end_batches(self.begin):  # pylint: disable=protected-access
+            return self.logs  # stopped: this call trains nothing, and fit ends after it
+        self.logs = self.original(iterator)
+        self.pending = self.begin
+        return self.logs
 
     def uninstall(self) -> None:
         if self.model.train_function is self:
@@ -93,10 +111,9 @@ class SupervisorCallback(keras.callbacks.Callback):
     def __init__(self, sv):
         super().__init__()
         self._sv = sv
-        self._skipper: Optional[_SkipBatches] = None
+        self._function: Optional[_TrainFunction] = None
         self._fit_index = -1
         self._epoch = 0
-        self._begin = 0
         self._done_in_epoch = 0
         self._epochs = None
         self._batches = None
@@ -109,7 +126,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         sv = self._sv
         sv._check_active("model.fit(..., callbacks=[sv.callback])")  # pylint: disable=protected-access
         model = self.model
-        if isinstance(model.train_function, _SkipBatches):  # an earlier fit raised mid-skip
+        if isinstance(model.train_function, _TrainFunction):  # an earlier fit raised
             model.train_function.uninstall()
         self._fit_index = sv._fit_started()  # pylint: disable=protected-access
         sv._track_fit(model)  # pylint: disable=protected-access
@@ -124,11 +141,12 @@ class SupervisorCallback(keras.callbacks.Callback):
             model._initial_epoch = epoch  # pylint: disable=protected-access
             self._set_initial_epoch = True
         if batch:
-            self._skipper = _SkipBatches(model, batch)
-            model.train_function = self._skipper
             logger.info("Resuming fit at epoch %d, batch %d (skipping the %d finished "
                         "batches of that epoch).", epoch + 1, batch, batch)
+        self._function = _TrainFunction(self, model, batch)
+        model.train_function = self._function
         self._epoch, self._done_in_epoch = epoch, batch
+        self._stopped_in_epoch = False
         sv._fit_position = (self._fit_index, epoch, batch)  # pylint: disable=protected-access
         sv._set_stepping(True)  # pylint: disable=protected-access
         if self._epochs is not None and epoch >= self._epochs:
@@ -157,14 +175,19 @@ class SupervisorCallback(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         sv = self._sv
-        if self._skipper is not None:
-            self._skipper.uninstall()
-            self._skipper = None
+        self._end_pending()
+        self.uninstall()
+        sv._save_if_moved()  # pylint: disable=protected-access
+        sv._set_stepping(False)  # pylint: disable=protected-access
+
+    def uninstall(self) -> None:
+        """Gives the model its own train_function back, and forgets the resume epoch."""
+        if self._function is not None:
+            self._function.uninstall()
+            self._function = None
         if self._set_initial_epoch:
             self.model._initial_epoch = None  # pylint: disable=protected-access
             self._set_initial_epoch = False
-        sv._save_if_moved()  # pylint: disable=protected-access
-        sv._set_stepping(False)  # pylint: disable=protected-access
 
     # ---------------------------------------------------------------------------- epochs
 
@@ -180,6 +203,7 @@ class SupervisorCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         sv = self._sv
+        self._end_pending()
         partial = self._stopped_in_epoch or (
             self._batches is not None and self._done_in_epoch < self._batches)
         if not partial:
@@ -191,17 +215,31 @@ class SupervisorCallback(keras.callbacks.Callback):
     # ---------------------------------------------------------------------------- batches
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._begin = batch
+        if self._function is not None:
+            self._function.begin = batch
 
-    def on_train_batch_end(self, batch, logs=None):
-        sv = self._sv
-        self._done_in_epoch = batch + 1
-        sv._fit_position = (self._fit_index, self._epoch, batch + 1)  # pylint: disable=protected-access
-        skipper = self._skipper
-        if skipper is not None and skipper.skipped_last:
-            skipper.skipped_last = False
+    def _end_pending(self) -> None:
+        """The last call of an epoch (or of fit) is counted once it is over."""
+        function = self._function
+        if function is None or function.pending is None:
             return
-        if sv._fit_batches(batch - self._begin + 1, logs or {},  # pylint: disable=protected-access
-                           (self._epoch, self._epochs, batch + 1, self._batches)):
+        end = function.pending + function.per_call
+        if self._batches is not None:
+            end = min(end, self._batches)
+        self._end_batches(end, mid_epoch=False)
+
+    def _end_batches(self, done: int, mid_epoch: bool = True) -> bool:
+        """The step boundary after the call that began at ``pending``, with ``done`` batches of
+        the epoch done. True: fit must stop (``model.stop_training`` is set)."""
+        function = self._function
+        count = max(1, done - function.pending)
+        function.pending = None
+        self._done_in_epoch = done
+        sv = self._sv
+        sv._fit_position = (self._fit_index, self._epoch, done)  # pylint: disable=protected-access
+        if sv._fit_batches(count, function.logs,  # pylint: disable=protected-access
+                           (self._epoch, self._epochs, done, self._batches)):
             self.model.stop_training = True
-            self._stopped_in_epoch = True
+            self._stopped_in_epoch = mid_epoch
+            return True
+        return False

@@ -663,6 +663,8 @@ class EagerSupervisor:
         """Leaving the session: final checkpoint, services stopped, files closed, Stopped."""
         if self._stop_exception is not None and error is None:
             error = self._stop_exception
+        if self._callback is not None:  # a fit that raised leaves its train_function wrapped
+            self._callback.uninstall()
         try:
             self._set_stepping(False, error)
         except BaseException as e:  # pylint: disable=broad-except
