@@ -257,6 +257,33 @@ def test_fit_max_steps_stops_exactly(tmp_path, backends):
     assert sv2.read_step() == 11 == int(model2.optimizer.iterations)
 
 
+def test_fit_with_steps_per_execution_resumes_exactly(tmp_path, backends):
+    x, y = data()
+
+    def make():
+        model = make_model()
+        model.compile(keras.optimizers.Adam(0.01), "mse", steps_per_execution=2)
+        return model
+
+    sv = backends(tmp_path)
+    model = make()
+    stop = Probe(action=lambda n: n == 5 and request_stop_from_thread(sv))  # 5 calls: 10 steps
+    with sv.session():
+        model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0,
+                  callbacks=[sv.callback, stop])
+    assert sv.read_step() == 10 == int(model.optimizer.iterations)
+    sv2 = backends(tmp_path)
+    resumed = make()
+    with sv2.session():
+        resumed.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0,
+                    callbacks=[sv2.callback])
+    reference = make()
+    reference.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0)
+    assert sv2.read_step() == 3 * BATCHES == int(resumed.optimizer.iterations)
+    for a, b in zip(reference.weights, resumed.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_finished_fit_resumes_to_nothing_and_later_fit_continues(tmp_path, backends):
     x, y = data()
     sv = backends(tmp_path)
