@@ -311,7 +311,8 @@ class EagerSupervisor:
                 if stepping:
                     request = self._save_request = self._save_request or _SaveRequest()
             if not stepping:
-                return self._save_and_wait()
+                # Before track() (or fit) restored, there is nothing of this run to save.
+                return self._save_and_wait() if self._ready else None
         if not request.done.wait(timeout):
             with self._mutex:
                 if self._save_request is request:
