@@ -481,6 +481,26 @@ def test_corrupted_newest_checkpoint_falls_back_to_the_older(tmp_path, backends,
     assert f"Restored from {older}" in caplog.text
 
 
+def test_damaged_state_file_restores_the_newest_checkpoint_file(tmp_path, backends, caplog):
+    w = tf.Variable(0.0)
+    sv = backends(tmp_path, save_model_secs=EVERY_STEP)
+    with sv.session():
+        sv.track(w=w)
+        for value in (1.0, 2.0):
+            w.assign(value)
+            sv.step()
+    with open(os.path.join(str(tmp_path), "checkpoint"), "w", encoding="utf-8") as f:
+        f.write("not a checkpoint state {")
+    w2 = tf.Variable(0.0)
+    sv2 = backends(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="jupyter_supervisor"):
+        with sv2.session():
+            assert step_of(sv2.track(w=w2)) == 2
+            sv2.step()
+    assert "cannot be read" in caplog.text and float(w2.numpy()) == 2.0
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")  # rewritten
+
+
 def test_a_second_backend_on_the_logdir_is_refused(tmp_path, backends):
     backends(tmp_path)
     with pytest.raises(LogdirLockedError, match="in use"):

@@ -161,11 +161,11 @@ def candidates(logdir: str, basename: str) -> List[str]:
     return existing
 
 
-def restore_newest(root, logdir: str, basename: str) -> Optional[str]:
+def restore_newest(root, logdir: str, basename: str, paths: List[str]) -> Optional[str]:
     """Restores ``root`` (a tf.train.Checkpoint) from the newest readable checkpoint of
-    ``logdir``; returns its path, or None when there is none. An unreadable one falls back to
-    the next older one with a warning; one that does not fit raises CheckpointMismatchError."""
-    paths = candidates(logdir, basename)
+    ``paths`` (``candidates(logdir, basename)``); returns its path, or None when there is none.
+    An unreadable one falls back to the next older one with a warning; one that does not fit
+    raises CheckpointMismatchError."""
     failures = []
     for path in paths:
         try:

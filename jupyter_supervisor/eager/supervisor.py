@@ -491,9 +491,9 @@ class EagerSupervisor:
         restored = None
         existing = []
         if self._logdir:
-            restored = saving.restore_newest(self._root, self._logdir,
-                                             self._config.checkpoint_basename)
             existing = saving.candidates(self._logdir, self._config.checkpoint_basename)
+            restored = saving.restore_newest(self._root, self._logdir,
+                                             self._config.checkpoint_basename, existing)
             self._writer = saving.CheckpointWriter(
                 {**self._items, STATE_NAME: self._state}, self._logdir,
                 self._config.checkpoint_basename, self._config.keep, existing,
