@@ -39,6 +39,8 @@ time), then puts the real one back. Limits:
 * Several fits in one cell body are told apart by their order: a resume skips the fits that
   had finished, and continues the one that was running.
 """
+# The callback is the EagerSupervisor's other half: it uses the supervisor's fit-side methods.
+# pylint: disable=protected-access
 import inspect
 import logging
 import threading
@@ -67,8 +69,8 @@ class _TrainFunction:
         self.logs = {}
 
     def __call__(self, iterator):
-        sv = self.callback._sv  # pylint: disable=protected-access
-        if not sv._active or threading.current_thread() is not sv._thread:  # pylint: disable=protected-access
+        sv = self.callback._sv
+        if not sv._active or threading.current_thread() is not sv._thread:
             self.uninstall()  # a fit outside the session that installed it
             return self.original(iterator)
         if self.skip > 0:
@@ -77,7 +79,7 @@ class _TrainFunction:
                 next(iterator)
             self.skip -= count
             return {}
-        if self.pending is not None and self.callback._end_batches(self.begin):  # pylint: disable=protected-access
+        if self.pending is not None and self.callback._end_batches(self.begin):
             return self.logs  # stopped: this call trains nothing, and fit ends after it
         self.logs = self.original(iterator)
         self.pending = self.begin
@@ -124,13 +126,13 @@ class SupervisorCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         sv = self._sv
-        sv._check_active("model.fit(..., callbacks=[sv.callback])")  # pylint: disable=protected-access
+        sv._check_active("model.fit(..., callbacks=[sv.callback])")
         model = self.model
         if isinstance(model.train_function, _TrainFunction):  # an earlier fit raised
             model.train_function.uninstall()
-        self._fit_index = sv._fit_started()  # pylint: disable=protected-access
-        sv._track_fit(model)  # pylint: disable=protected-access
-        if sv._stop_requested:  # pylint: disable=protected-access
+        self._fit_index = sv._fit_started()
+        sv._track_fit(model)
+        if sv._stop_requested:
             # Stopped before this fit (a stop during an earlier fit, max_steps restored):
             # the body did not look, so it ends here.
             raise StopBody()
@@ -138,7 +140,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         self._batches = self.params.get("steps")
         epoch, batch = self._resume_point()
         if epoch:
-            model._initial_epoch = epoch  # pylint: disable=protected-access
+            model._initial_epoch = epoch
             self._set_initial_epoch = True
         if batch:
             logger.info("Resuming fit at epoch %d, batch %d (skipping the %d finished "
@@ -147,8 +149,8 @@ class SupervisorCallback(keras.callbacks.Callback):
         model.train_function = self._function
         self._epoch, self._done_in_epoch = epoch, batch
         self._stopped_in_epoch = False
-        sv._fit_position = (self._fit_index, epoch, batch)  # pylint: disable=protected-access
-        sv._set_stepping(True)  # pylint: disable=protected-access
+        sv._fit_position = (self._fit_index, epoch, batch)
+        sv._set_stepping(True)
         if self._epochs is not None and epoch >= self._epochs:
             logger.info("The checkpoint is at the end of this fit (epoch %d of %d): nothing "
                         "to train.", epoch, self._epochs)
@@ -156,7 +158,7 @@ class SupervisorCallback(keras.callbacks.Callback):
     def _resume_point(self):
         """(epoch, batches done in it) where this fit starts, from the restored checkpoint."""
         sv = self._sv
-        position = sv._restored_position  # pylint: disable=protected-access
+        position = sv._restored_position
         user_epoch = _fit_argument(self.model, "initial_epoch") or 0
         if position is None or self._fit_index > position[0]:
             return int(user_epoch), 0
@@ -177,8 +179,8 @@ class SupervisorCallback(keras.callbacks.Callback):
         sv = self._sv
         self._end_pending()
         self.uninstall()
-        sv._save_if_moved()  # pylint: disable=protected-access
-        sv._set_stepping(False)  # pylint: disable=protected-access
+        sv._save_if_moved()
+        sv._set_stepping(False)
 
     def uninstall(self) -> None:
         """Gives the model its own train_function back, and forgets the resume epoch."""
@@ -186,20 +188,20 @@ class SupervisorCallback(keras.callbacks.Callback):
             self._function.uninstall()
             self._function = None
         if self._set_initial_epoch:
-            self.model._initial_epoch = None  # pylint: disable=protected-access
+            self.model._initial_epoch = None
             self._set_initial_epoch = False
 
     # ---------------------------------------------------------------------------- epochs
 
     def on_epoch_begin(self, epoch, logs=None):
         if self._set_initial_epoch:  # fit has read it; later fits must not see it
-            self.model._initial_epoch = None  # pylint: disable=protected-access
+            self.model._initial_epoch = None
             self._set_initial_epoch = False
         if epoch != self._epoch:
             self._done_in_epoch = 0
         self._epoch = epoch
         self._stopped_in_epoch = False
-        self._sv._fit_position = (self._fit_index, epoch, self._done_in_epoch)  # pylint: disable=protected-access
+        self._sv._fit_position = (self._fit_index, epoch, self._done_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         sv = self._sv
@@ -208,9 +210,9 @@ class SupervisorCallback(keras.callbacks.Callback):
             self._batches is not None and self._done_in_epoch < self._batches)
         if not partial:
             self._epoch, self._done_in_epoch = epoch + 1, 0
-            sv._fit_position = (self._fit_index, epoch + 1, 0)  # pylint: disable=protected-access
+            sv._fit_position = (self._fit_index, epoch + 1, 0)
         if logs:
-            sv._write_scalars(logs, sv._step, prefix="epoch_")  # pylint: disable=protected-access
+            sv._write_scalars(logs, sv._step, prefix="epoch_")
 
     # ---------------------------------------------------------------------------- batches
 
@@ -236,8 +238,8 @@ class SupervisorCallback(keras.callbacks.Callback):
         function.pending = None
         self._done_in_epoch = done
         sv = self._sv
-        sv._fit_position = (self._fit_index, self._epoch, done)  # pylint: disable=protected-access
-        if sv._fit_batches(count, function.logs,  # pylint: disable=protected-access
+        sv._fit_position = (self._fit_index, self._epoch, done)
+        if sv._fit_batches(count, function.logs,
                            (self._epoch, self._epochs, done, self._batches)):
             self.model.stop_training = True
             self._stopped_in_epoch = mid_epoch

@@ -684,8 +684,9 @@ class EagerSupervisor:
             try:
                 if not self._writer.wait(self._config.stop_grace_secs):
                     error = error or CheckpointWriteError(
-                        f"The last checkpoint was not written within {self._config.stop_grace_secs:g}"
-                        " s (stop_grace_secs); it may be missing.")
+                        "The last checkpoint was not written within "
+                        f"{self._config.stop_grace_secs:g} s (stop_grace_secs); it may be "
+                        "missing.")
             except BaseException as e:  # pylint: disable=broad-except
                 error = error or e
         if self._writer is not None and self._writer.sync_reason:
