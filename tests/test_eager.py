@@ -116,6 +116,8 @@ def test_fit_checkpoints_periodically_and_at_the_end(tmp_path, backends):
     progress = rec.of(events.Progress)
     assert progress and progress[0].epochs == 2 and progress[0].batches == BATCHES
     assert "loss" in progress[-1].scalars
+    epoch_summaries = [r for r in rec.of(events.SummaryWritten) if "epoch_loss" in r.scalars]
+    assert [r.step for r in epoch_summaries] == [BATCHES, 2 * BATCHES]
 
     # Readable without this package, into a fresh model and optimizer.
     fresh = make_model(seed=1)
