@@ -639,6 +639,8 @@ def test_fit_initial_epoch_contradicting_the_checkpoint(tmp_path, backends):
 def test_bad_config(tmp_path):
     with pytest.raises(TypeError, match="Expected a jupyter_supervisor.backend.RunConfig"):
         EagerSupervisor({"logdir": str(tmp_path)})
+    with pytest.raises(ValueError, match="init_fn=.*Expected a function taking no argument"):
+        EagerSupervisor(RunConfig(logdir=str(tmp_path), init_fn=lambda sess: None))
     with pytest.raises(ValueError, match="Received: master='grpc://x:1'"):
         EagerSupervisor(RunConfig(logdir=str(tmp_path), master="grpc://x:1"))
 

@@ -22,6 +22,7 @@ a step; the training thread waits for the copy of the variables to host memory, 
 writes the files (``saving``). Everything is reported as ``events`` records.
 """
 import contextlib
+import inspect
 import itertools
 import logging
 import numbers
@@ -135,6 +136,16 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _callable_without_arguments(fn) -> bool:
+    try:
+        inspect.signature(fn).bind()
+    except TypeError:
+        return False
+    except ValueError:  # no signature to inspect (a builtin): let the call tell
+        return True
+    return True
+
+
 def _to_float(value) -> Optional[float]:
     try:
         return float(np.asarray(value).reshape(()))
@@ -172,6 +183,11 @@ class EagerSupervisor:
         if not config.is_chief:
             raise ValueError(invalid("is_chief", config.is_chief,
                                      "True: the eager backend has no replicas to wait for"))
+        if config.init_fn is not None and not _callable_without_arguments(config.init_fn):
+            raise ValueError(invalid(
+                "init_fn", config.init_fn, "a function taking no argument: in eager mode it "
+                "runs after sv.track(...) (or at the start of fit) when there is no checkpoint, "
+                "with no session to pass", shown=_short(config.init_fn)))
         self._config = config
         self._async_save = async_save
         self._hub = events.EventHub()
