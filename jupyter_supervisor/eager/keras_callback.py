@@ -11,7 +11,9 @@ handled there, in the training thread, between two batches. A stop found there t
 further batch: the call returns the previous logs and sets ``model.stop_training``, so fit ends
 after it. The callback itself has no batch-end hook, since Keras converts every batch's logs to
 Python numbers (waiting for the step) as soon as any callback has one; so fit keeps its
-asynchronous batch dispatch. The last batch of an epoch is counted at ``on_epoch_end``.
+asynchronous batch dispatch. The last batch of an epoch is counted at ``on_epoch_end``. So
+during fit ``sv.read_step()`` (and the batch count in Progress records) trail the batch in
+flight by one call.
 
 Resuming mid-epoch. Keras' ``BackupAndRestore`` resumes at an epoch: it sets
 ``model._initial_epoch``, which fit reads right after ``on_train_begin``; with an integer
