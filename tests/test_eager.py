@@ -286,6 +286,38 @@ def test_fit_with_steps_per_execution_resumes_exactly(tmp_path, backends):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_fit_on_a_dataset_of_unknown_length_resumes_exactly(tmp_path, backends):
+    x, y = data()
+
+    def dataset():  # filter() hides the length from Keras
+        return tf.data.Dataset.from_tensor_slices((x, y)).filter(lambda a, b: True).batch(8)
+
+    assert dataset().cardinality() == tf.data.UNKNOWN_CARDINALITY
+    sv = backends(tmp_path)
+    model = make_model()
+    # Stopped after the last batch of the second epoch (the limit the callback documents: the
+    # checkpoint says epoch 1, batch 8, as the length was not known).
+    stop = Probe(action=lambda n: n == 2 * BATCHES and request_stop_from_thread(sv))
+    with sv.session():
+        model.fit(dataset(), epochs=4, shuffle=False, verbose=0,
+                  callbacks=[sv.callback, stop])
+    newest = checkpoint_paths(str(tmp_path))[0]
+    assert step_of(newest) == sv.read_step() == 2 * BATCHES
+    assert [int(ckpt_value(newest, f"jupyter_supervisor/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+            for name in ("epoch", "batch")] == [1, BATCHES]
+    sv2 = backends(tmp_path)
+    resumed = make_model()
+    with sv2.session():
+        history = resumed.fit(dataset(), epochs=4, shuffle=False, verbose=0,
+                              callbacks=[sv2.callback])
+    # Epoch 1 is skipped through (its end runs again, with no logs), epochs 2 and 3 train.
+    assert len(history.history["loss"]) == 2 and sv2.read_step() == 4 * BATCHES
+    reference = make_model()
+    reference.fit(dataset(), epochs=4, shuffle=False, verbose=0)
+    for a, b in zip(reference.weights, resumed.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_finished_fit_resumes_to_nothing_and_later_fit_continues(tmp_path, backends):
     x, y = data()
     sv = backends(tmp_path)

@@ -35,9 +35,14 @@ time), then puts the real one back. Limits:
   cover the batches trained after the resume only.
 * With ``steps_per_execution`` > 1 a checkpoint, a stop and max_steps fall on execution
   boundaries (every N batches), not on every batch.
-* A fit without ``epochs``/``steps`` known in advance (a dataset of unknown length): a
-  checkpoint at an epoch's last batch resumes into that epoch, skips all of it, and runs its
-  ``on_epoch_end`` (validation) again.
+* A stop or a crash after an epoch's last batch but before its ``on_epoch_end`` (during its
+  validation) resumes at the next epoch: that epoch's validation and epoch-end callbacks do
+  not run again.
+* A dataset of unknown length (fit's ``steps`` is None): the boundary after an epoch's last
+  batch comes when fit asks for one more batch, before the data says it ran out, so a
+  checkpoint there records "epoch e, all its batches done" as "epoch e, batch M". A resume
+  from it skips the M batches, finds the data exhausted and ends epoch e again: no batch is
+  trained twice, but that epoch's validation and epoch-end callbacks run again.
 * Several fits in one cell body are told apart by their order: a resume skips the fits that
   had finished, and continues the one that was running.
 """
@@ -207,10 +212,20 @@ class SupervisorCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         sv = self._sv
-        self._end_pending()
-        partial = self._stopped_in_epoch or (
-            self._batches is not None and self._done_in_epoch < self._batches)
-        if not partial:
+        function = self._function
+        pending = function is not None and function.pending is not None
+        done = self._done_in_epoch
+        if pending:
+            done = function.pending + function.per_call
+            if self._batches is not None:
+                done = min(done, self._batches)
+        if self._batches is not None:
+            complete = done >= self._batches
+        else:  # the data ran out, unless a stop broke the epoch off
+            complete = not self._stopped_in_epoch and not self.model.stop_training
+        if pending:
+            self._end_batches(done, mid_epoch=False, epoch_complete=complete)
+        if complete:
             self._epoch, self._done_in_epoch = epoch + 1, 0
             sv._fit_position = (self._fit_index, epoch + 1, 0)
         if logs:
@@ -232,15 +247,18 @@ class SupervisorCallback(keras.callbacks.Callback):
             end = min(end, self._batches)
         self._end_batches(end, mid_epoch=False)
 
-    def _end_batches(self, done: int, mid_epoch: bool = True) -> bool:
+    def _end_batches(self, done: int, mid_epoch: bool = True,
+                     epoch_complete: bool = False) -> bool:
         """The step boundary after the call that began at ``pending``, with ``done`` batches of
-        the epoch done. True: fit must stop (``model.stop_training`` is set)."""
+        the epoch done (``epoch_complete``: all of them; a checkpoint here resumes at the next
+        epoch). True: fit must stop (``model.stop_training`` is set)."""
         function = self._function
         count = max(1, done - function.pending)
         function.pending = None
         self._done_in_epoch = done
         sv = self._sv
-        sv._fit_position = (self._fit_index, self._epoch, done)
+        sv._fit_position = ((self._fit_index, self._epoch + 1, 0) if epoch_complete
+                            else (self._fit_index, self._epoch, done))
         if sv._fit_batches(count, function.logs,
                            (self._epoch, self._epochs, done, self._batches)):
             self.model.stop_training = True
