@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Supervisor": ("graph.supervisor", "Supervisor"),
+    "EagerSupervisor": ("eager.supervisor", "EagerSupervisor"),
     "CheckpointMismatchError": ("graph.supervisor", "CheckpointMismatchError"),
     "CheckpointWriteError": ("graph.supervisor", "CheckpointWriteError"),
     "LogdirLockedError": ("lockfile", "LogdirLockedError"),
@@ -24,8 +25,8 @@ _LAZY = {
     "cluster": ("graph.cluster", None),  # jupyter_supervisor.cluster.start_server(...) etc.
 }
 
-__all__ = ["Supervisor", "get_run", "runs", "LogdirLockedError", "CheckpointMismatchError",
-           "CheckpointWriteError", "NonFiniteError",
+__all__ = ["Supervisor", "EagerSupervisor", "get_run", "runs", "LogdirLockedError",
+           "CheckpointMismatchError", "CheckpointWriteError", "NonFiniteError",
            "TrainingRun", "cluster", "RunConfig", "events", "load_ipython_extension",
            "unload_ipython_extension"]
 

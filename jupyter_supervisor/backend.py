@@ -42,7 +42,8 @@ class RunConfig:
 
     ``name`` defaults to the last component of ``logdir`` (or "run" without one); ``is_chief``
     defaults to ``task_index == 0``. ``init_fn`` is called only when there is no checkpoint to
-    restore (graph: ``fn(sess)``). ``session_config`` is the ``ConfigProto`` of a graph run's
+    restore (graph: ``fn(sess)``; eager: ``fn()``, after ``sv.track``, or at the start of
+    the first ``model.fit`` with ``sv.callback``). ``session_config`` is the ``ConfigProto`` of a graph run's
     managed session; for a task of a cluster, ``cluster.session_config(job, task_index)``,
     whose device filters let the task start or restart while another task is down.
     ``on_nan`` ("stop", "rollback" or "ignore") and ``max_rollbacks``: what a checkpoint due on
@@ -91,7 +92,8 @@ class RunConfig:
                                      "a file name such as 'model.ckpt'"))
         if self.init_fn is not None and not callable(self.init_fn):
             raise ValueError(invalid("init_fn", self.init_fn,
-                                     "a function taking the session, or None"))
+                                     "a function (graph: taking the session; eager: "
+                                     "taking nothing), or None"))
         if not isinstance(self.master, str):
             raise ValueError(invalid("master", self.master,
                                      "a target such as 'grpc://localhost:2222', or ''"))

@@ -13,6 +13,8 @@ Records:
   SummaryWritten   a summary went to the event file (step, scalar values by tag)
   StepRate         the step counter measured steps per second
   RolledBack       the model was not finite, so it was restored from the newest good checkpoint
+  Progress         where training is (eager backend): step, epoch i/N and batch j/M of a
+                   Keras fit, the latest scalars; a few times a second at most
   Stopped          the Supervisor stopped (reason, exception or None)
 
 Which tags of the event file reach listeners, and how: every scalar of the summaries the run
@@ -91,6 +93,21 @@ class RolledBack:
     problem: str
     count: int
     limit: int
+    wall_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Where training is at ``step``: in a Keras ``fit``, ``epoch`` (0-based) of ``epochs``
+    and ``batch`` batches done of ``batches`` per epoch (None when the data does not say);
+    ``scalars`` are the latest values the loop reported (fit's logs, ``sv.step(**scalars)``).
+    Outside ``fit`` the epoch fields are None."""
+    step: int
+    epoch: Optional[int]
+    epochs: Optional[int]
+    batch: Optional[int]
+    batches: Optional[int]
+    scalars: Mapping[str, float]
     wall_time: float
 
 

@@ -16,7 +16,7 @@ from tensorflow.python.client import session as tf_session
 from .. import finite
 from ..backend import RunConfig, StopBody
 from ..checkpoints import checkpoint_paths
-from .services import step_value
+from ..services import step_value
 from .supervisor import (CheckpointMismatchError, Supervisor, WaitCancelledError,
                          checkpoint_misfit)
 

@@ -39,7 +39,7 @@ from .. import events, finite
 from .._validate import check_number, invalid
 from ..checkpoints import STATE_FILE, checkpoint_listing
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
-from . import services
+from .. import services
 
 logger = logging.getLogger("jupyter_supervisor")
 

@@ -1,4 +1,6 @@
-"""The Supervisor's standard services: checkpoints, summaries and the step counter.
+"""The standard services of both backends: checkpoints, summaries and the step counter (the
+graph Supervisor runs all three; the eager backend runs the step counter, and saves and writes
+summaries at step boundaries in its training thread).
 
 Each service is a TensorFlow ``LooperThread`` on the Supervisor's Coordinator: it runs once at
 start, then every ``interval`` seconds, waits on the Coordinator's stop event (never sleeps), and
@@ -13,7 +15,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from .. import events
+from . import events
 
 logger = logging.getLogger("jupyter_supervisor")
 

@@ -1,0 +1,267 @@
+"""SupervisorCallback: ``model.fit(..., callbacks=[sv.callback])`` under the eager backend.
+
+At the start of fit it tracks the model and its optimizer (as ``model`` and ``optimizer`` in the
+checkpoint) and restores the newest checkpoint: weights, optimizer state (moments,
+``iterations``), the global step, and where fit was: the epoch and the batches done in it.
+
+Step boundaries. For the duration of fit, ``model.train_function`` (what fit calls once per
+batch, or per ``steps_per_execution`` batches) is wrapped: before each call, the batches of the
+previous call are counted, and a due or asked checkpoint, summaries, max_steps and the stop are
+handled there, in the training thread, between two batches. A stop found there trains no
+further batch: the call returns the previous logs and sets ``model.stop_training``, so fit ends
+after it. The callback itself has no batch-end hook, since Keras converts every batch's logs to
+Python numbers (waiting for the step) as soon as any callback has one; so fit keeps its
+asynchronous batch dispatch. The last batch of an epoch is counted at ``on_epoch_end``. So
+during fit ``sv.read_step()`` (and the batch count in Progress records) trail the batch in
+flight by one call.
+
+Resuming mid-epoch. Keras' ``BackupAndRestore`` resumes at an epoch: it sets
+``model._initial_epoch``, which fit reads right after ``on_train_begin``; with an integer
+``save_freq`` it records the batch too, but does not use it, so the finished batches of that
+epoch are trained again. This callback sets the epoch the same way, and skips the finished
+batches: until they are consumed it stands in for ``model.train_function`` with a function that
+draws the batches from fit's iterator without training on them (``steps_per_execution`` at a
+time), then puts the real one back. Limits:
+
+* The skipped batches are the first j of the epoch's order. With ``shuffle=True`` (fit's
+  default for arrays) the resumed epoch is reshuffled, so its remaining batches are not
+  exactly the samples the crashed epoch had left (each sample is still seen once per epoch
+  only if the order is the same: pass ``shuffle=False`` or a seeded, deterministic dataset).
+  A ``tf.data`` input restarts from its beginning; its own state is not checkpointed.
+* Skipping reads the skipped batches (input cost, no training), and other callbacks see them
+  as batches with empty logs (the progress bar counts them); the call that ends fit on a stop
+  is seen as a batch too, with the logs of the batch before.
+* The epoch's running means (the loss in the progress bar and in History for that epoch)
+  cover the batches trained after the resume only.
+* With ``steps_per_execution`` > 1 a checkpoint, a stop and max_steps fall on execution
+  boundaries (every N batches), not on every batch.
+* A stop or a crash after an epoch's last batch but before its ``on_epoch_end`` (during its
+  validation) resumes at the next epoch: that epoch's validation and epoch-end callbacks do
+  not run again.
+* A dataset of unknown length (fit's ``steps`` is None): the boundary after an epoch's last
+  batch comes when fit asks for one more batch, before the data says it ran out, so a
+  checkpoint there records "epoch e, all its batches done" as "epoch e, batch M". A resume
+  from it skips the M batches, finds the data exhausted and ends epoch e again: no batch is
+  trained twice, but that epoch's validation and epoch-end callbacks run again.
+* Several fits in one cell body are told apart by their order: a resume skips the fits that
+  had finished, and continues the one that was running.
+"""
+# The callback is the EagerSupervisor's other half: it uses the supervisor's fit-side methods.
+# pylint: disable=protected-access
+import inspect
+import logging
+import threading
+from typing import Optional
+
+import keras
+
+from .._validate import invalid
+from ..backend import StopBody
+
+logger = logging.getLogger("jupyter_supervisor")
+
+
+class _TrainFunction:
+    """Stands in for ``model.train_function`` during one fit: skips the batches a resume must
+    not train again, and before each call ends the previous one at a step boundary."""
+
+    def __init__(self, callback, model, skip: int):
+        self.callback = callback
+        self.model = model
+        self.original = model.train_function
+        self.skip = skip
+        self.per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+        self.begin = 0                    # the first batch of the coming call (batch_begin)
+        self.pending: Optional[int] = None  # the first batch of a call trained, not counted
+        self.logs = {}
+
+    def __call__(self, iterator):
+        sv = self.callback._sv
+        if not sv._active or threading.current_thread() is not sv._thread:
+            self.uninstall()  # a fit outside the session that installed it
+            return self.original(iterator)
+        if self.skip > 0:
+            count = min(self.per_call, self.skip)
+            for _ in range(count):
+                next(iterator)
+            self.skip -= count
+            return {}
+        if self.pending is not None and self.callback._end_batches(self.begin):
+            return self.logs  # stopped: this call trains nothing, and fit ends after it
+        self.logs = self.original(iterator)
+        self.pending = self.begin
+        return self.logs
+
+    def uninstall(self) -> None:
+        if self.model.train_function is self:
+            self.model.train_function = self.original
+
+
+def _fit_argument(model, name: str):
+    """The value of fit's argument ``name`` in the fit call of ``model`` running now (Keras
+    does not give its arguments to callbacks), or None."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "fit" and frame.f_locals.get("self") is model and \
+                    name in code.co_varnames[:code.co_argcount]:
+                return frame.f_locals.get(name)
+            frame = frame.f_back
+    finally:
+        del frame
+    return None
+
+
+class SupervisorCallback(keras.callbacks.Callback):
+    """Checkpoints, resumes, reports and stops a ``model.fit`` for an EagerSupervisor. Get it
+    as ``sv.callback``; see the module docstring."""
+
+    def __init__(self, sv):
+        super().__init__()
+        self._sv = sv
+        self._function: Optional[_TrainFunction] = None
+        self._fit_index = -1
+        self._epoch = 0
+        self._done_in_epoch = 0
+        self._epochs = None
+        self._batches = None
+        self._stopped_in_epoch = False
+        self._set_initial_epoch = False
+
+    # ---------------------------------------------------------------------------- begin / end
+
+    def on_train_begin(self, logs=None):
+        sv = self._sv
+        sv._check_active("model.fit(..., callbacks=[sv.callback])")
+        model = self.model
+        if isinstance(model.train_function, _TrainFunction):  # an earlier fit raised
+            model.train_function.uninstall()
+        self._fit_index = sv._fit_started()
+        sv._track_fit(model)
+        if sv._stop_requested:
+            # Stopped before this fit (a stop during an earlier fit, max_steps restored):
+            # the body did not look, so it ends here.
+            raise StopBody()
+        self._epochs = self.params.get("epochs")
+        self._batches = self.params.get("steps")
+        epoch, batch = self._resume_point()
+        if epoch:
+            model._initial_epoch = epoch
+            self._set_initial_epoch = True
+        if batch:
+            logger.info("Resuming fit at epoch %d, batch %d (skipping the %d finished "
+                        "batches of that epoch).", epoch + 1, batch, batch)
+        self._function = _TrainFunction(self, model, batch)
+        model.train_function = self._function
+        self._epoch, self._done_in_epoch = epoch, batch
+        self._stopped_in_epoch = False
+        sv._fit_position = (self._fit_index, epoch, batch)
+        sv._set_stepping(True)
+        if self._epochs is not None and epoch >= self._epochs:
+            logger.info("The checkpoint is at the end of this fit (epoch %d of %d): nothing "
+                        "to train.", epoch, self._epochs)
+
+    def _resume_point(self):
+        """(epoch, batches done in it) where this fit starts, from the restored checkpoint."""
+        sv = self._sv
+        position = sv._restored_position
+        user_epoch = _fit_argument(self.model, "initial_epoch") or 0
+        if position is None or self._fit_index > position[0]:
+            return int(user_epoch), 0
+        if self._fit_index < position[0]:  # this fit had ended before that checkpoint
+            return (self._epochs or 0), 0
+        _, epoch, batch = position
+        if self._batches is not None and batch >= self._batches:
+            epoch, batch = epoch + 1, 0
+        if user_epoch not in (0, epoch):
+            raise ValueError(invalid(
+                "initial_epoch", user_epoch,
+                f"0 or {epoch}: the checkpoint {sv.restored_from} resumes this fit at epoch "
+                f"{epoch} (0-based), batch {batch}, and fit continues from there by itself. "
+                "Leave initial_epoch out, or train from another epoch in a new logdir"))
+        return epoch, batch
+
+    def on_train_end(self, logs=None):
+        sv = self._sv
+        self._end_pending()
+        self.uninstall()
+        sv._save_if_moved()
+        sv._set_stepping(False)
+
+    def uninstall(self) -> None:
+        """Gives the model its own train_function back, and forgets the resume epoch."""
+        if self._function is not None:
+            self._function.uninstall()
+            self._function = None
+        if self._set_initial_epoch:
+            self.model._initial_epoch = None
+            self._set_initial_epoch = False
+
+    # ---------------------------------------------------------------------------- epochs
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._set_initial_epoch:  # fit has read it; later fits must not see it
+            self.model._initial_epoch = None
+            self._set_initial_epoch = False
+        if epoch != self._epoch:
+            self._done_in_epoch = 0
+        self._epoch = epoch
+        self._stopped_in_epoch = False
+        self._sv._fit_position = (self._fit_index, epoch, self._done_in_epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        sv = self._sv
+        function = self._function
+        pending = function is not None and function.pending is not None
+        done = self._done_in_epoch
+        if pending:
+            done = function.pending + function.per_call
+            if self._batches is not None:
+                done = min(done, self._batches)
+        if self._batches is not None:
+            complete = done >= self._batches
+        else:  # the data ran out, unless a stop broke the epoch off
+            complete = not self._stopped_in_epoch and not self.model.stop_training
+        if pending:
+            self._end_batches(done, mid_epoch=False, epoch_complete=complete)
+        if complete:
+            self._epoch, self._done_in_epoch = epoch + 1, 0
+            sv._fit_position = (self._fit_index, epoch + 1, 0)
+        if logs:
+            sv._write_scalars(logs, sv._step, prefix="epoch_")
+
+    # ---------------------------------------------------------------------------- batches
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._function is not None:
+            self._function.begin = batch
+
+    def _end_pending(self) -> None:
+        """The last call of an epoch (or of fit) is counted once it is over."""
+        function = self._function
+        if function is None or function.pending is None:
+            return
+        end = function.pending + function.per_call
+        if self._batches is not None:
+            end = min(end, self._batches)
+        self._end_batches(end, mid_epoch=False)
+
+    def _end_batches(self, done: int, mid_epoch: bool = True,
+                     epoch_complete: bool = False) -> bool:
+        """The step boundary after the call that began at ``pending``, with ``done`` batches of
+        the epoch done (``epoch_complete``: all of them; a checkpoint here resumes at the next
+        epoch). True: fit must stop (``model.stop_training`` is set)."""
+        function = self._function
+        count = max(1, done - function.pending)
+        function.pending = None
+        self._done_in_epoch = done
+        sv = self._sv
+        sv._fit_position = ((self._fit_index, self._epoch + 1, 0) if epoch_complete
+                            else (self._fit_index, self._epoch, done))
+        if sv._fit_batches(count, function.logs,
+                           (self._epoch, self._epochs, done, self._batches)):
+            self.model.stop_training = True
+            self._stopped_in_epoch = mid_epoch
+            return True
+        return False
