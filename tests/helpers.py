@@ -272,6 +272,15 @@ class Kernel:
         self.graph_mode = False
         self.ok(KERNEL_SETUP)
 
+    def kill(self):
+        """The kernel's process is killed (SIGKILL: a crash), then a new one starts, as the
+        notebook's restart does after a dead kernel; KERNEL_SETUP runs again."""
+        self.km.restart_kernel(now=True)
+        self.kc.wait_for_ready(timeout=KERNEL_STARTUP)
+        self._drain()
+        self.graph_mode = False
+        self.ok(KERNEL_SETUP)
+
     def shutdown(self):
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)

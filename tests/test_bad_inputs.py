@@ -277,11 +277,13 @@ def _(ctx):
 
 # ---------------------------------------------------------------------------------- the model
 
-@scenario("eager-mode")
+@scenario("eager-on-a-graph-logdir")
 def _(ctx):
     logdir = ctx.trained("eager")
     with context.eager_mode():
-        return ctx.cell(f"--logdir {logdir}")
+        ctx.run("import keras\nmodel = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])")
+        return ctx.cell(f"--logdir {logdir} --wait",
+                        "sv.track(model=model)\nwhile not sv.should_stop():\n    sv.step()\n")
 
 
 @scenario("empty-graph")

@@ -45,17 +45,88 @@ def run_expr(name, attribute):
 
 # ------------------------------------------------------------------------------------ tests
 
-def test_eager_execution_is_refused_with_the_way_out(kernel, logdir):
+# -- TensorFlow 2: Keras fit and custom loops ----------------------------------------------
+
+KERAS = """
+import keras, eager_models
+x, y = eager_models.data(n=64)
+model = eager_models.make_model()
+"""
+FIT_CELL = ("%%supervise --logdir {logdir} --save-model-secs 0.3\n"
+            "model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback], verbose=0)")
+
+
+def eager_kernel(kernel):
+    """The kernel, in eager mode (graph mode cannot be undone in a process), with a model."""
     if kernel.graph_mode:
-        kernel.restart()  # graph mode cannot be undone in a process
-    kernel.ok("import tensorflow as tf\nv = tf.Variable(1.0)")
-    reply = kernel.execute(f"%%supervise --logdir {logdir}\nwhile not sv.should_stop(): pass")
-    assert reply.status == "error"
-    assert reply.error["ename"] == "GraphModeError"
-    assert "tf.compat.v1.disable_eager_execution()" in reply.error["evalue"]
-    # One line, no frames of ours.
-    assert reply.error["traceback"] == [f"GraphModeError: {reply.error['evalue']}"]
-    assert kernel.value("len(jupyter_supervisor.runs())") == 0
+        kernel.restart()
+    kernel.ok(KERAS)
+
+
+def tf2_checkpoint(kernel, logdir):
+    """(step, optimizer iterations, first Adam moment's sum) of the newest checkpoint."""
+    return kernel.value(
+        f"(lambda p: None if p is None else [int(p.rsplit('-', 1)[1]), "
+        f"int(tf.train.load_checkpoint(p).get_tensor('optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE')), "
+        f"float(sum(tf.train.load_checkpoint(p).get_tensor(k).sum() for k in "
+        f"tf.train.load_checkpoint(p).get_variable_to_shape_map() if 'optimizer/_variables/2/' in k))])"
+        f"(tf.train.latest_checkpoint({logdir!r}))")
+
+
+def test_keras_fit_resumes_after_a_killed_kernel_at_the_checkpoints_step(kernel, logdir):
+    eager_kernel(kernel)
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok(FIT_CELL.format(logdir=logdir))
+    kernel.wait_until(f"int((tf.train.latest_checkpoint({logdir!r}) or '-0').rsplit('-', 1)[1])"
+                      " > 20", "a checkpoint past step 20")
+    kernel.kill()   # a crash: no final checkpoint
+    step, iterations, moment = tf2_checkpoint(kernel, logdir)
+    assert iterations == step > 20
+    kernel.ok(KERAS)
+    kernel.ok(FIT_CELL.format(logdir=logdir))
+    kernel.wait_until(f"get_run({name!r}).restored_from is not None", "the restore")
+    assert kernel.value(run_expr(name, "restored_from")).endswith(f"-{step}")
+    # The restored optimizer state is the checkpoint's; training goes on from its batch.
+    kernel.wait_until(f"get_run({name!r}).global_step > {step} + 8", "steps after the restart")
+    stopped = kernel.ok(f"%supervise stop {name}").stream()
+    final = kernel.value(run_expr(name, "global_step"))
+    assert stopped.strip().startswith(f"Run {name!r} stopped at step {final}")
+    last_step, last_iterations, _ = tf2_checkpoint(kernel, logdir)
+    assert last_step == last_iterations == final      # no batch trained twice or lost
+    assert kernel.value("int(model.optimizer.iterations.numpy())") == final
+    assert moment != 0.0
+
+
+def test_keras_stop_button_and_custom_loop_stop_at_the_exact_step(kernel, logdir):
+    eager_kernel(kernel)
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok(FIT_CELL.format(logdir=logdir))
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 10", "training")
+    button = kernel.value(
+        f"jupyter_supervisor.view.panel._shown[{name!r}].widgets['stop'].model_id")
+    kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {
+        "comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
+    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped fit", timeout=30)
+    final = kernel.value(run_expr(name, "global_step"))
+    assert tf2_checkpoint(kernel, logdir)[:2] == [final, final]
+
+    loop = f"{logdir}-loop"
+    kernel.ok(f"%%supervise --logdir {loop}\n"
+              "sv.track(model=model, optimizer=model.optimizer)\n"
+              "while True:   # never looks at sv.should_stop(): sv.step() ends it\n"
+              "    with tf.GradientTape() as tape:\n"
+              "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+              "    grads = tape.gradient(loss, model.trainable_variables)\n"
+              "    model.optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+              "    sv.step(loss=loss)\n")
+    loop_name = loop.rsplit("/", 1)[-1]
+    kernel.wait_until(f"(get_run({loop_name!r}).global_step or 0) > 10", "the loop training")
+    kernel.ok(f"%supervise stop {loop_name}")
+    assert kernel.value(run_expr(loop_name, "status")) == "stopped"
+    final = kernel.value(run_expr(loop_name, "global_step"))
+    assert tf2_checkpoint(kernel, loop)[0] == final
+    # The scalars reached the panel's history, and the event file as TensorBoard reads it.
+    assert kernel.value(f"'loss' in get_run({loop_name!r}).history.snapshot().scalars")
 
 
 def test_cell_returns_at_once_and_training_goes_on_while_other_cells_run(kernel, logdir):

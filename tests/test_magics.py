@@ -19,6 +19,7 @@ from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
 from jupyter_supervisor.view import panel
 
+import eager_models
 from helpers import LOOP, build_model, newest_step
 
 v1 = tf.compat.v1
@@ -100,13 +101,82 @@ def test_empty_body_and_bad_commands_are_usage_errors(ip, model):
         ip.run_line_magic("supervise", "stop nonesuch")
 
 
-def test_eager_execution_is_refused(ip):
+# -- TensorFlow 2: eager execution, Keras fit and custom loops ---------------------------------
+
+FIT = "model.fit(x, y, batch_size=8, epochs=3, callbacks=[sv.callback], verbose=0)\n"
+CUSTOM = """
+sv.track(model=model, optimizer=model.optimizer)
+while not sv.should_stop():
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    sv.step(loss=loss)
+"""
+
+
+@pytest.fixture
+def keras_model(ip):
+    """A small compiled Keras model and its data (8 batches of 8) in the shell, eager mode."""
     with context.eager_mode():
-        with pytest.raises(run_module.GraphModeError,
-                           match=r"tf\.compat\.v1\.disable_eager_execution\(\)") as info:
-            supervise(ip, "--name eager")
-    # IPython shows it as one line, without our frames.
-    assert info.value._render_traceback_() == [f"GraphModeError: {info.value}"]
+        x, y = eager_models.data()
+        ip.user_ns.update(model=eager_models.make_model(), x=x, y=y, tf=tf)
+        yield
+        late = run_module.stop_all(timeout=DEADLINE)
+        assert not late, f"runs did not stop: {late}"
+
+
+def tf2_checkpoint_step(logdir):
+    path = tf.train.latest_checkpoint(logdir)
+    return None if path is None else int(path.rsplit("-", 1)[1])
+
+
+def test_keras_fit_under_supervise_checkpoints_and_resumes(ip, keras_model, tmp_path, capsys):
+    logdir = str(tmp_path / "fit")
+    supervise(ip, f"--logdir {logdir} --wait", FIT)
+    run = jupyter_supervisor.get_run("fit")
+    assert run.status == "finished" and run.exception is None
+    assert run.global_step == tf2_checkpoint_step(logdir) == 24      # 3 epochs of 8 batches
+    assert "sv" in ip.user_ns and ip.user_ns["sv"] is run.supervisor
+    # Re-running the cell (a new model, as after a kernel restart) continues from the step.
+    ip.user_ns["model"] = eager_models.make_model()
+    supervise(ip, f"--logdir {logdir} --wait",
+              "model.fit(x, y, batch_size=8, epochs=5, callbacks=[sv.callback], verbose=0)\n")
+    run = jupyter_supervisor.get_run("fit")
+    assert run.restored_from.endswith("-24")
+    assert run.global_step == tf2_checkpoint_step(logdir) == 40
+    assert int(ip.user_ns["model"].optimizer.iterations.numpy()) == 40
+
+
+def test_max_steps_stops_keras_fit_and_a_custom_loop_exactly(ip, keras_model, tmp_path):
+    supervise(ip, f"--logdir {tmp_path / 'fitmax'} --max-steps 13 --wait", FIT)
+    run = jupyter_supervisor.get_run("fitmax")
+    assert run.status == "finished" and run.global_step == 13
+    assert tf2_checkpoint_step(str(tmp_path / "fitmax")) == 13
+    supervise(ip, f"--logdir {tmp_path / 'loopmax'} --max-steps 21 --wait", CUSTOM)
+    run = jupyter_supervisor.get_run("loopmax")
+    assert run.status == "finished" and run.global_step == 21
+    assert tf2_checkpoint_step(str(tmp_path / "loopmax")) == 21
+    assert run.history.snapshot().scalars["loss"].steps[-1] <= 21
+
+
+def test_stop_ends_a_custom_loop_at_a_step_boundary_with_a_final_checkpoint(ip, keras_model,
+                                                                            tmp_path, wait_for):
+    logdir = str(tmp_path / "loopstop")
+    supervise(ip, f"--logdir {logdir}", CUSTOM)
+    run = jupyter_supervisor.get_run("loopstop")
+    wait_for(lambda: (run.global_step or 0) > 20, timeout=DEADLINE, what="training")
+    assert run.stop(timeout=DEADLINE)
+    assert run.status == "stopped" and run.exception is None
+    assert tf2_checkpoint_step(logdir) == run.global_step > 20
+
+
+def test_fit_without_the_callback_is_told(ip, keras_model, tmp_path):
+    supervise(ip, f"--logdir {tmp_path / 'nocallback'} --wait",
+              "model.fit(x, y, batch_size=8, epochs=1, verbose=0)\n")
+    run = jupyter_supervisor.get_run("nocallback")
+    assert "Warning: The body never called sv.track(...) nor passed sv.callback" in \
+        run.history.snapshot().output
 
 
 def test_max_steps_without_global_step_is_a_clear_error(ip):

@@ -258,11 +258,14 @@ class EagerSupervisor:
             self._writer is not None and thread in self._writer.threads)
 
     def notes(self) -> List[str]:
-        """What this run does differently from what its options suggest."""
-        notes = list(self._notes)
-        if not self._logdir:
-            notes.append("No logdir: nothing is checkpointed or written to event files.")
-        return notes
+        """What this run does differently from what its options suggest (more may come when
+        the session ends: a body that never named what to checkpoint)."""
+        return list(self._notes)
+
+    @property
+    def supervisor(self) -> "EagerSupervisor":
+        """What the body sees as ``sv``: this backend."""
+        return self
 
     @property
     def attached(self) -> Optional[str]:

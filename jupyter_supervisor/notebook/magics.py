@@ -59,7 +59,7 @@ def _cluster_module():
 def _user_errors(run):
     """Errors from starting a run that are the user's to fix: shown as one line."""
     return (run.RunConflictError, run.RunStateError, run.LogdirLockedError,
-            run.CheckpointMismatchError, run.GraphModeError, ValueError, TypeError)
+            run.CheckpointMismatchError, ValueError, TypeError)
 
 
 # -- option types (argparse ``type=``): a refused value names the flag the user typed --------

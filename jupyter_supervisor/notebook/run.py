@@ -35,6 +35,7 @@ import tensorflow as tf
 from .._validate import invalid
 from ..backend import Backend, RunConfig, RunConflictError
 from ..checkpoints import checkpoint_paths, step_of
+from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
 from ..graph.supervisor import CheckpointMismatchError, describe_error
 from ..lockfile import LogdirLockedError
@@ -60,7 +61,7 @@ _TRANSITIONS = {
 WATCH_SECS = 0.25
 
 __all__ = ["TrainingRun", "RunConfig", "RunConflictError", "RunStateError",
-           "IllegalTransitionError", "GraphModeError", "LogdirLockedError",
+           "IllegalTransitionError", "LogdirLockedError",
            "CheckpointMismatchError", "get_run", "runs",
            "stop_all"]
 
@@ -71,10 +72,6 @@ class IllegalTransitionError(RuntimeError):
 
 class RunStateError(RuntimeError):
     """The run's state does not allow what was asked (e.g. saving a run that ended)."""
-
-
-class GraphModeError(RuntimeError):
-    """Eager execution is on; a Supervisor needs graph mode."""
 
 
 def _same_dir_key(logdir: str) -> str:
@@ -243,25 +240,24 @@ class TrainingRun:
     # ---------------------------------------------------------------------------- starting
 
     def start(self, graph=None) -> None:
-        """Starts the run on ``graph`` (default: the default graph of the calling thread).
+        """Starts the run: on ``graph`` (default: the calling thread's default graph) when
+        TensorFlow is in graph mode, else (TensorFlow 2's default, eager execution) on the eager
+        backend, where the body names what to checkpoint (``sv.track``, ``sv.callback``).
 
         The backend checks and builds everything it needs here (so errors are raised to the
         caller, early), then restores or initializes and runs the body in a background thread.
         Also used by ``resume()``, with the run's own graph.
         """
-        if graph is None and tf.executing_eagerly():
-            raise GraphModeError(
-                "%%supervise drives a TensorFlow graph, but eager execution is on (TensorFlow "
-                "2's default). Call tf.compat.v1.disable_eager_execution() at the top of the "
-                "notebook, before building the model, then rebuild the model.")
         with self._lock:
             if self._status not in (None, *FINAL_STATUSES):
                 raise RunStateError(f"Run {self.name!r} is {self._status}; it cannot start again "
                                    "until it ended.")
-        if graph is None:
+        # The mode as TensorFlow decides it for the calling thread (tf.executing_eagerly()).
+        eager = graph is None and tf.executing_eagerly()
+        if not eager and graph is None:
             graph = tf.compat.v1.get_default_graph()
         _REGISTRY.check_free(self, graph)
-        backend = GraphBackend(self.config, graph)
+        backend = EagerSupervisor(self.config) if eager else GraphBackend(self.config, graph)
         code = self._body.compiled()
         if self._status is None:
             self._body.pin(graph)  # as the names are when the cell executes, also on resume
@@ -292,6 +288,7 @@ class TrainingRun:
                     output.threads_routed_to(backend.owns_thread, self.history.append_output):
                 try:
                     self._load_earlier_history()
+                    noted = len(backend.notes())  # the cell printed these when it returned
                     with backend.session() as names:
                         if self._enter_running(backend) and names:
                             self._body.bind(names)
@@ -299,6 +296,8 @@ class TrainingRun:
                                 self._body.execute(
                                     {"sv": backend.supervisor, **names},
                                     repeat=self.config.repeat, should_stop=backend.should_stop)
+                    for note in backend.notes()[noted:]:  # e.g. fit ran without sv.callback
+                        self.history.append_output(f"Warning: {note}\n")
                 except BaseException as e:  # pylint: disable=broad-except
                     error = e
                 finally:

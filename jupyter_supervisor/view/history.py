@@ -65,6 +65,15 @@ class ScalarSeries(NamedTuple):
     maxs: np.ndarray
 
 
+class FitProgress(NamedTuple):
+    """Where a Keras fit is: ``epoch`` (0-based) of ``epochs``, ``batch`` batches done of
+    ``batches`` per epoch; None where fit does not say (a custom loop: all None)."""
+    epoch: Optional[int]
+    epochs: Optional[int]
+    batch: Optional[int]
+    batches: Optional[int]
+
+
 class CheckpointInfo(NamedTuple):
     """A checkpoint written during this run: global step, path, wall time, seconds it took."""
     step: Optional[int]
@@ -115,6 +124,7 @@ class HistorySnapshot:
     restored_from: Optional[str]
     stop_reason: Optional[str]
     kept: Tuple[str, ...] = ()
+    progress: Optional[FitProgress] = None
     rollbacks: Tuple[RollbackInfo, ...] = ()
 
     @property
@@ -157,6 +167,10 @@ class _Series:
     @property
     def first_step(self) -> Optional[int]:
         return self._last[0] if self._last else None
+
+    @property
+    def last_step(self) -> Optional[int]:
+        return self._last[-1] if self._last else None
 
     def add(self, step: int, value: float) -> None:
         """Adds one point; a step lower than the last one first drops the points from it on."""
@@ -299,6 +313,7 @@ class RunHistory:
         self._waiting_for_chief = False
         self._restored_from: Optional[str] = None
         self._kept: Tuple[str, ...] = ()     # what retention keeps, newest first
+        self._progress: Optional[FitProgress] = None
         self._rate_records = 0               # StepRate records since the session started
         self._stop_reason: Optional[str] = None
         self._rollbacks: "collections.deque[RollbackInfo]" = collections.deque(
@@ -334,6 +349,8 @@ class RunHistory:
                 self._on_session_ready(event)
             elif isinstance(event, events.WaitingForChief):
                 self._waiting_for_chief = True
+            elif isinstance(event, events.Progress):
+                self._on_progress(event)
             elif isinstance(event, events.RolledBack):
                 self._on_rolled_back(event)
             elif isinstance(event, events.Stopped):
@@ -392,6 +409,21 @@ class RunHistory:
         if dropped:
             self._scalars_version += 1
         self._rate_samples.append((self._clock(), step))
+
+    def _on_progress(self, event) -> None:
+        # The eager backend's live view, a few times a second: where fit is, and the loop's
+        # latest scalars, plotted at their step (the event file holds them at each summary).
+        self._progress = FitProgress(event.epoch, event.epochs, event.batch, event.batches)
+        step = int(event.step)
+        for tag, value in event.scalars.items():
+            series = self._series.get(tag)
+            if series is None:
+                series = self._series[tag] = _Series(self._max_points)
+            if series.last_step != step:
+                series.add(step, float(value))
+        if event.scalars:
+            self._scalars_version += 1
+        self._note_step(step)
 
     def _on_rolled_back(self, event) -> None:
         self._rollbacks.append(RollbackInfo(
@@ -555,6 +587,7 @@ class RunHistory:
                 restored_from=self._restored_from,
                 stop_reason=self._stop_reason,
                 kept=self._kept,
+                progress=self._progress,
                 rollbacks=tuple(self._rollbacks),
             )
 
