@@ -115,8 +115,9 @@ class SuperviseMagics(Magics):
               help="Stop cleanly (final checkpoint, status 'finished') when the global step "
                    "reaches N; the loop must check sv.should_stop(). Default: no limit.")
     @argument("--init-fn", metavar="NAME", default=None,
-              help="A function of the notebook, fn(sess), called after initialization when "
-                   "there is no checkpoint to restore (e.g. to warm-start). Default: none.")
+              help="A function of the notebook called after initialization when there is no "
+                   "checkpoint to restore (e.g. to warm-start): fn(sess) for graph code, fn() "
+                   "in eager mode (after sv.track or the start of fit). Default: none.")
     @argument("--repeat", action="store_true",
               help="The cell body is one training step: run it again and again until the "
                    "run stops (no while loop needed).")
@@ -184,9 +185,24 @@ class SuperviseMagics(Magics):
     def supervise_cell(self, line, cell):
         """Run the cell under a Supervisor in a background thread; the cell returns at once.
 
-        The cell body trains on the default graph (graph mode: call
-        tf.compat.v1.disable_eager_execution() first) with `sv` (the Supervisor) and `sess`
-        (the managed session) bound in the notebook:
+        TensorFlow 2 (eager execution, the default): `sv` is bound in the notebook, and the
+        body says what to checkpoint. Keras fit passes the run's callback:
+
+            %%supervise --logdir runs/fit
+            model.fit(x, y, epochs=50, callbacks=[sv.callback])
+
+        (re-running the cell resumes at the checkpoint's epoch and batch, with the optimizer's
+        state; a fit without sv.callback saves nothing, and the run's output says so). A custom
+        loop names what to checkpoint and reports each step:
+
+            %%supervise --logdir runs/loop --max-steps 10000
+            sv.track(model=model, optimizer=opt)   # restores the newest checkpoint
+            while not sv.should_stop():
+                loss = train_step(x, y)
+                sv.step(loss=loss)                 # counts, reports, saves when due
+
+        TF1 graph code (tf.compat.v1.disable_eager_execution() first) trains on the default
+        graph with `sv` (the Supervisor) and `sess` (the managed session):
 
             %%supervise --logdir runs/mnist --max-steps 20000
             while not sv.should_stop():
@@ -201,8 +217,9 @@ class SuperviseMagics(Magics):
 
         Stopping (the panel's Stop, %supervise stop, --max-steps) ends the body at a step
         boundary: a loop that checks sv.should_stop() ends there; one that never checks
-        (`while True: sess.run(train_op)`) is ended by its next sess.run of the bound `sess`,
-        then the final checkpoint holds that exact step. A session the body opens itself is
+        (`while True: sess.run(train_op)`) is ended by its next sess.run of the bound `sess`
+        (in eager mode, its next sv.step(); Keras fit at its next batch), then the final
+        checkpoint holds that exact step. A session the body opens itself is
         not reached that way, nor a body busy outside TensorFlow (a long sleep): %supervise
         stop then answers after --stop-grace-secs, saying the run is still stopping, and the
         final checkpoint is written when the body returns. The notebook's own interrupt
