@@ -1,8 +1,8 @@
 """The panel in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright.
 
 One test, one story: a notebook loads the extension, builds a small TensorFlow graph and starts
-``%%supervise --repeat`` on it. In the rendered page the step advances and the plots (SVG drawn by the browser) appear
-and is redrawn; Stop makes the run 'stopped' with its newest checkpoint (read here with
+``%%supervise --repeat`` on it. In the rendered page the step advances and the plots (an SVG
+the browser draws) appear and are redrawn; Stop makes the run 'stopped' with its newest checkpoint (read here with
 TensorFlow) at the step the panel shows; Resume makes it 'running' again from that step, with a
 rate and a plot redrawn from the new session's summaries.
 

@@ -523,7 +523,7 @@ class Panel:
         The refresher calls it about ``1 / interval`` times a second; a call sooner than
         ``interval`` after the previous one does nothing unless forced (a button click forces
         the next one). Plots are re-rendered only when new points arrived (or the selection
-        changed), and at most every ``plot_interval`` seconds.
+        changed), at most every ``plot_interval`` seconds, and within ``render_budget``.
         """
         return self._tick(self._clock() if now is None else now, force, True)
 
