@@ -415,7 +415,7 @@ class Panel:
 
     @property
     def render_cpu(self) -> float:
-        """CPU seconds the plot renders took (measured with ``cpu_clock``)."""
+        """CPU seconds the plot renders took, sending included (measured with ``cpu_clock``)."""
         return self._render_cpu
 
     def _ipython_display_(self):
@@ -706,14 +706,14 @@ class Panel:
         if key == self._plotted_key or now < self._next_render_at:
             return False
         started = self._cpu_clock()
-        image = self._renderer.render(snap.scalars, tags)
+        plot = self._widgets["plot"]
+        self._set(plot, value=self._renderer.render(snap.scalars, tags))
+        # The cost counts the render and the message that takes it to the frontend.
         cost = max(0.0, self._cpu_clock() - started)
         self._render_cpu += cost
         self._next_render_at = now + self._render_pause(cost)
         self._plotted_key = key
         self._renders += 1
-        plot = self._widgets["plot"]
-        self._set(plot, value=image)
         self._set(plot.layout, display="")
         return True
 
