@@ -311,14 +311,19 @@ def main():
               f"{med(r['iopub'] for r in runs['tf']) * 1e3:.2f}); comm to the frontend "
               f"{med(r['comm_kb'] for r in sup):.1f} KB/s in {med(r['comm_msgs'] for r in sup):.1f}"
               " messages/s")
+        share = med((r["panel"] + r["iopub"]) / r["cpu_per_sec"] for r in sup)
+        print(f"  panel share of the kernel's CPU (refresher + IOPub): {share * 100:.2f} %, "
+              f"so supervise >= {1 - share:.3f} of tf as far as the panel goes")
         if BEFORE in runs:
             old = runs[BEFORE]
+            old_share = med((r["panel"] + r["iopub"]) / r["cpu_per_sec"] for r in old)
             print(f"  {BEFORE}   supervise/tf {paired(rates, BEFORE, 'tf'):.3f}, as fast as tf "
                   f"{paired(cpu, 'tf', BEFORE):.3f}; refresher CPU "
                   f"{med(r['panel'] for r in old) * 1e3:.2f} ms/s (renders "
                   f"{med(r['render'] for r in old) * 1e3:.2f} ms/s, "
                   f"{med(r['renders'] for r in old):.2f}/s); comm "
-                  f"{med(r['comm_kb'] for r in old):.1f} KB/s")
+                  f"{med(r['comm_kb'] for r in old):.1f} KB/s; share of the kernel's CPU "
+                  f"{old_share * 100:.2f} %")
     print(f"\nload average now {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     return 0
 
