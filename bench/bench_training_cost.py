@@ -16,7 +16,13 @@ Printed per configuration: median steps/s of each mode, median of the per-round 
 supervise/tf and supervise/bare (target: supervise >= 0.99 of tf), and beside them the kernel's
 CPU time in the panel per second of training: the refresher thread's CPU clock
 (time.pthread_getcpuclockid; CPU time holds up on a loaded machine where wall-clock ratios do
-not), of which plot renders, plus the comm traffic this frontend received. Nothing is asserted.
+not), of which plot renders, the IOPub thread's, the comm traffic this frontend received, and
+the panel's share of the kernel's CPU: the most the panel can take from training, so
+1 - share bounds supervise/tf from below as far as the panel goes. Nothing is asserted.
+
+On a loaded machine the steps/s of one mode can differ from another's by what the scheduler
+gave the kernel ("kernel CPU", in cores): steps/s = that / CPU per step. Read steps/s ratios
+with the load average in mind; the CPU figures are the ones that reproduce.
 
     PYTHONPATH=. .venv/bin/python bench/bench_training_cost.py [--rounds 5] [--window 5]
 """
