@@ -5,7 +5,8 @@ Prints figures, asserts nothing. Each figure comes with a baseline measured in t
   steps a second, against a naive view that sets a widget on every reported step;
   and the fake run's own throughput with the panel refreshing, against without a panel;
 - plot render time: PlotRenderer (one reused figure, palette PNG) against a new Figure per
-  render written as full-colour PNG;
+  render written as full-colour PNG; and SvgRenderer (the panel's default: the browser draws),
+  in CPU time of the rendering thread, against PlotRenderer;
 - memory after 10^6 summary points: history + panel + renderer, against keeping every point.
 
 Targets (issue 4): <= 10 messages/s, <= 100 KB/s, <= 20 MB and flat.
@@ -28,7 +29,7 @@ from comm.base_comm import BaseComm
 from jupyter_supervisor import events
 from jupyter_supervisor.view.history import RunHistory
 from jupyter_supervisor.view.panel import Panel
-from jupyter_supervisor.view.plots import PlotRenderer
+from jupyter_supervisor.view.plots import PlotRenderer, SvgRenderer
 
 TAGS = ("loss", "accuracy", "learning_rate", "grad_norm")
 
@@ -206,6 +207,19 @@ def bench_render():
         print(f"{count:2d} tags: {ours * 1000:6.1f} ms, {size / 1024:5.1f} KB"
               f"   new figure each time: {base_time * 1000:6.1f} ms, {base_size / 1024:5.1f} KB"
               f"   ratio time {ours / base_time:.2f}, size {size / base_size:.2f}")
+        svg, png_cpu = SvgRenderer(), []
+        svg_cpu, svg_sizes = [], []
+        for _ in range(15):     # CPU time: what the render takes from the kernel's cores
+            started = time.thread_time()
+            svg_sizes.append(len(svg.render(scalars, tags).encode()))
+            svg_cpu.append(time.thread_time() - started)
+            started = time.thread_time()
+            renderer.render(scalars, tags)
+            png_cpu.append(time.thread_time() - started)
+        svg_time, png_time = statistics.median(svg_cpu), statistics.median(png_cpu)
+        print(f"         SVG (browser draws): {svg_time * 1000:5.2f} ms CPU, "
+              f"{statistics.median(svg_sizes) / 1024:5.1f} KB   PNG: {png_time * 1000:6.1f} ms CPU"
+              f"   ratio CPU SVG/PNG {svg_time / png_time:.3f}")
 
 
 def bench_memory(points):

@@ -1,8 +1,8 @@
 """The panel in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright.
 
 One test, one story: a notebook loads the extension, builds a small TensorFlow graph and starts
-``%%supervise --repeat`` on it. In the rendered page the step advances and a plot image appears
-and is redrawn; Stop makes the run 'stopped' with its newest checkpoint (read here with
+``%%supervise --repeat`` on it. In the rendered page the step advances and the plots (an SVG
+the browser draws) appear and are redrawn; Stop makes the run 'stopped' with its newest checkpoint (read here with
 TensorFlow) at the step the panel shows; Resume makes it 'running' again from that step, with a
 rate and a plot redrawn from the new session's summaries.
 
@@ -70,18 +70,22 @@ STEP_JS = """() => {
     const e = document.querySelector('.jsv-panel .jsv-step');
     return e && e.dataset.step !== '' ? Number(e.dataset.step) : null;
 }"""
-# The plot: an <img> with a decoded PNG behind a blob: or data: URL; its src when so, else null.
+# The plot: an <svg> the browser drew (SvgRenderer), laid out with a size and at least one curve
+# or dot; its data-render (which drawing it is) when so, else null.
 PLOT_SRC_JS = """() => {
-    const img = document.querySelector('.jsv-panel img.jsv-plot');
-    if (!img || !/^(blob|data):/.test(img.src) || !img.complete || img.naturalWidth === 0
-        || getComputedStyle(img).display === 'none') return null;
-    return img.src;
+    const plot = document.querySelector('.jsv-panel .jsv-plot');
+    const svg = plot && plot.querySelector('svg.jsv-plot-svg');
+    if (!svg || getComputedStyle(plot).display === 'none') return null;
+    const box = svg.getBoundingClientRect();
+    const drawn = svg.querySelector('path.jsv-plot-line, circle');
+    if (box.width === 0 || box.height === 0 || !drawn) return null;
+    return svg.dataset.render;
 }"""
 # From now on, records every (status, step) the header shows into window.__jsvShown, and the
 # step the header shows at each redraw of the plot into window.__jsvRedrawnAt.
 RECORD_JS = """() => {
     const header = document.querySelector('.jsv-panel .jsv-header');
-    const plot = document.querySelector('.jsv-panel img.jsv-plot');
+    const plot = document.querySelector('.jsv-panel .jsv-plot');
     const shownStep = () => {
         const step = header.querySelector('.jsv-step');
         return step && step.dataset.step !== '' ? Number(step.dataset.step) : null;
@@ -93,7 +97,7 @@ RECORD_JS = """() => {
         window.__jsvShown.push([status ? status.textContent : null, shownStep()]);
     }).observe(header, {subtree: true, childList: true, characterData: true, attributes: true});
     new MutationObserver(() => window.__jsvRedrawnAt.push(shownStep()))
-        .observe(plot, {attributes: true, attributeFilter: ['src']});
+        .observe(plot, {subtree: true, childList: true});
 }"""
 # What .jsv-rate reads while running: a rate, and not a zero one.
 RUNNING_RATE = re.compile(r"^(?!0 )[\d,.]+ steps/s$")

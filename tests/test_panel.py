@@ -170,7 +170,7 @@ def test_widget_states_follow_the_events_of_a_run(make_panel, clock):
     assert text_of(w["header"], "jsv-status") == "starting"
     assert text_of(w["header"], "jsv-step") == "-"
     assert "No checkpoint yet" in w["checkpoint"].value
-    assert w["plot"].layout.display == "none" and bytes(w["plot"].value) == b""
+    assert w["plot"].layout.display == "none" and w["plot"].value == ""
     assert (w["stop"].disabled, w["resume"].disabled, w["save"].disabled) == (False, True, False)
 
     history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
@@ -190,7 +190,8 @@ def test_widget_states_follow_the_events_of_a_run(make_panel, clock):
     assert text_of(w["header"], "jsv-eta") == "ETA 1 min 52 s"         # 900 steps at 8/s
     assert text_of(w["checkpoint"], "jsv-checkpoint-step") == "100"
     assert "20 s ago" in w["checkpoint"].value and "written in 0.42 s" in w["checkpoint"].value
-    assert w["plot"].layout.display == "" and bytes(w["plot"].value).startswith(b"\x89PNG")
+    assert w["plot"].layout.display == "" and w["plot"].value.startswith("<svg")
+    assert parts(w["plot"].value)["jsv-plot-title"][0][0] == "loss = 0.01  (step 100)"
     assert w["output"].value == "" and w["error"].value == ""
 
     history.append_output("epoch 1\nloss 0.5\n")
@@ -371,6 +372,62 @@ def test_plots_render_at_most_once_a_second_and_only_with_new_points(make_panel,
     assert panel.renders == renders + 2
 
 
+class CpuClock:
+    """A CPU clock for the renders: each render costs ``cost`` seconds (two readings)."""
+
+    def __init__(self, cost):
+        self.cost = cost
+        self.readings = 0
+
+    def __call__(self):
+        self.readings += 1
+        return (self.readings // 2) * self.cost
+
+
+def test_a_render_is_skipped_while_the_budget_says_so(make_panel, clock):
+    # A render costing 50 ms of CPU with a 1 % budget: the next one waits 5 s, not 1 s.
+    panel, run = make_panel(plot_interval=1.0, render_budget=0.01, cpu_clock=CpuClock(0.05))
+    history = run.history
+    history.on_event(events.SummaryWritten(1, {"loss": 1.0}, 0.0))
+    clock.now += 1
+    panel.tick()
+    assert panel.renders == 1 and panel.render_cpu == pytest.approx(0.05)
+    for step in range(2, 20):                           # new points every quarter second
+        history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step}, 0.0))
+        clock.now += 0.25
+        panel.tick()
+        assert panel.renders == 1, f"rendered {clock.now - 101:.2f} s after the first"
+    history.on_event(events.SummaryWritten(20, {"loss": 0.05}, 0.0))
+    clock.now += 0.6                                    # 5.1 s after the first render
+    panel.tick()
+    assert panel.renders == 2
+    assert "loss = 0.05" in panel.widgets["plot"].value  # the newest points, none lost
+
+
+def test_a_cheap_render_is_paced_by_the_plot_interval_alone(make_panel, clock):
+    panel, run = make_panel(plot_interval=1.0, render_budget=0.01, cpu_clock=CpuClock(0.002))
+    for step in range(1, 13):                           # 3 s of new points
+        run.history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step}, 0.0))
+        clock.now += 0.25
+        panel.tick()
+    assert panel.renders == 3
+
+
+def test_a_png_renderer_still_fills_an_image(make_panel, clock):
+    from jupyter_supervisor.view import plots
+    panel, run = make_panel(renderer=plots.PlotRenderer())
+    run.history.on_event(events.SummaryWritten(1, {"loss": 1.0}, 0.0))
+    clock.now += 1
+    panel.tick()
+    assert bytes(panel.widgets["plot"].value).startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("value", [0, -0.5, True, "1"])
+def test_a_bad_render_budget_is_refused(value):
+    with pytest.raises(ValueError, match="render_budget"):
+        Panel(FakeRun(RunHistory()), render_budget=value)
+
+
 def test_an_unchanged_run_sends_nothing_and_a_change_one_message(comm_log, make_panel, clock):
     panel, run = make_panel()
     run.history.set_status("stopped")                   # elapsed no longer moves
@@ -400,15 +457,16 @@ def test_many_tags_get_a_selector(make_panel, clock):
     assert selector.layout.display == ""
     assert list(selector.options) == tags
     assert list(selector.value) == tags[:panel_module.MAX_PLOTS]
-    figure = panel._renderer.figure
-    assert len([ax for ax in figure.axes if ax.get_visible()]) == panel_module.MAX_PLOTS
+    plotted = [attrs["data-tag"] for _text, attrs in
+               parts(panel.widgets["plot"].value)["jsv-plot-axes"]]
+    assert plotted == tags[:panel_module.MAX_PLOTS]
     renders = panel.renders
     selector.value = ("tag07", "tag09")                 # as the frontend would set it
     clock.now += 1
     panel.tick()
     assert panel.renders == renders + 1
-    assert [ax.get_title(loc="left").split(" =")[0] for ax in figure.axes
-            if ax.get_visible()] == ["tag07", "tag09"]
+    assert [attrs["data-tag"] for _text, attrs in
+            parts(panel.widgets["plot"].value)["jsv-plot-axes"]] == ["tag07", "tag09"]
 
 
 # -- the refresher thread ----------------------------------------------------------------------

@@ -160,3 +160,111 @@ print(sorted(m for m in ("matplotlib.pyplot", "tensorflow") if m in sys.modules)
 """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# -- SvgRenderer: the live plots, drawn by the browser --------------------------------------
+
+import re  # noqa: E402
+import xml.etree.ElementTree as ET  # noqa: E402
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def parse_svg(text):
+    return ET.fromstring(text)                      # well-formed XML, or this raises
+
+
+def axes_of(root):
+    return [g for g in root.iter(SVG + "g") if g.get("class") == "jsv-plot-axes"]
+
+
+def path_points(d):
+    """Absolute (x, y) of every vertex of a path written by SvgRenderer ('M' then 'l')."""
+    points = []
+    for run in re.findall(r"M[^M]*", d):
+        head, _, rest = run[1:].partition("l")
+        x, y = (int(v) for v in head.rstrip("z").split(","))
+        points.append((x, y))
+        for pair in rest.rstrip("z").split():
+            dx, dy = (int(v) for v in pair.split(","))
+            x, y = x + dx, y + dy
+            points.append((x, y))
+    return points
+
+
+def test_svg_one_plot_per_tag_in_a_grid_with_titles():
+    renderer = plots.SvgRenderer(width_px=600, row_height_px=150, columns=2)
+    scalars = {tag: series([0, 10, 20], [3.0, 2.0, 1.0]) for tag in ("c", "a", "b")}
+    root = parse_svg(renderer.render(scalars))
+    assert (root.get("width"), root.get("height")) == ("600", "300")
+    assert [g.get("data-tag") for g in axes_of(root)] == ["a", "b", "c"]
+    titles = [t.text for t in root.iter(SVG + "text") if t.get("class") == "jsv-plot-title"]
+    assert titles == ["a = 1  (step 20)", "b = 1  (step 20)", "c = 1  (step 20)"]
+    again = parse_svg(renderer.render(scalars, tags=["b"]))
+    assert again.get("height") == "150"
+    assert int(again.get("data-render")) == int(root.get("data-render")) + 1
+
+
+def test_svg_tags_are_escaped():
+    root = parse_svg(plots.SvgRenderer().render({'<b>"x"&': series([1], [1.0])}))
+    assert [g.get("data-tag") for g in axes_of(root)] == ['<b>"x"&']
+
+
+def test_svg_line_follows_the_points_and_the_band_only_where_merged():
+    renderer = plots.SvgRenderer()
+    root = parse_svg(renderer.render({"raw": series([0, 1, 2], [1.0, 2.0, 3.0])}))
+    paths = {p.get("class"): p.get("d") for p in root.iter(SVG + "path")}
+    assert set(paths) == {"jsv-plot-line"}
+    xs, ys = zip(*path_points(paths["jsv-plot-line"]))
+    assert xs[0] < xs[1] < xs[2] and ys[0] > ys[1] > ys[2]   # rising values go up
+    root = parse_svg(renderer.render({"raw": series([0, 1, 2], [1.0, 2.0, 3.0],
+                                                    [0.5, 1.5, 2.5], [1.5, 2.5, 3.5])}))
+    paths = {p.get("class"): p.get("d") for p in root.iter(SVG + "path")}
+    assert set(paths) == {"jsv-plot-line", "jsv-plot-band"}
+    _, band_ys = zip(*path_points(paths["jsv-plot-band"]))
+    _, line_ys = zip(*path_points(paths["jsv-plot-line"]))
+    assert min(band_ys) < min(line_ys) and max(band_ys) > max(line_ys)
+
+
+def test_svg_envelope_of_a_million_points_covers_every_value():
+    rng = np.random.default_rng(5)
+    history = RunHistory()
+    values = rng.normal(size=1_000_000)
+    values[123_456] = 9.0                               # one spike must stay in view
+    for step, value in enumerate(values.tolist()):
+        history.on_event(events.SummaryWritten(step, {"noise": value}, 0.0))
+    snap = history.snapshot().scalars["noise"]
+    assert len(snap.steps) <= history.max_points
+    text = plots.SvgRenderer().render({"noise": snap})
+    root = parse_svg(text)
+    band = [p for p in root.iter(SVG + "path") if p.get("class") == "jsv-plot-band"]
+    (ax,) = axes_of(root)
+    height = float(ax.find(SVG + "rect").get("height")) * 2   # half pixels
+    _, ys = zip(*path_points(band[0].get("d")))
+    # The y axis spans the envelope plus 4 % each side: the band reaches both ends of it.
+    assert min(ys) == pytest.approx(height * 0.04 / 1.08, abs=2)
+    assert max(ys) == pytest.approx(height * 1.04 / 1.08, abs=2)
+    assert len(text) < 40_000
+
+
+def test_svg_nan_and_inf_leave_gaps():
+    root = parse_svg(plots.SvgRenderer().render(
+        {"loss": series(range(6), [1.0, 2.0, float("nan"), 3.0, float("inf"), 2.0])}))
+    (line,) = [p for p in root.iter(SVG + "path") if p.get("class") == "jsv-plot-line"]
+    assert line.get("d").count("M") == 3                # three runs of finite values
+    root = parse_svg(plots.SvgRenderer().render({"nan": series([0], [float("nan")])}))
+    assert axes_of(root)
+
+
+def test_svg_a_single_point_is_a_dot_and_nothing_says_so():
+    root = parse_svg(plots.SvgRenderer().render({"loss": series([5], [0.5])}))
+    assert len(list(root.iter(SVG + "circle"))) == 1
+    root = parse_svg(plots.SvgRenderer(width_px=300, row_height_px=100).render(
+        {"empty": series([], [])}))
+    assert [t.text for t in root.iter(SVG + "text")] == ["No scalar summaries yet"]
+
+
+@pytest.mark.parametrize("kwargs", [dict(width_px=10), dict(columns=0), dict(row_height_px=1.5)])
+def test_svg_bad_arguments_are_refused(kwargs):
+    with pytest.raises(ValueError, match="Invalid value for argument"):
+        plots.SvgRenderer(**kwargs)

@@ -9,6 +9,12 @@ that differ (each widget's changes batched into one message with ``hold_sync``),
 the plots at most every ``plot_interval`` seconds and only when new points arrived. So the
 traffic to the browser depends on these intervals, never on how fast the run trains.
 
+The plots are SVG (plots.SvgRenderer): the kernel writes the downsampled points as paths and
+the browser draws them, about 1.5 ms of the kernel's CPU for six plots where a matplotlib
+render took 20-150 ms. Rendering also has a CPU budget (``render_budget``, 1 % of a core): a
+render that cost c seconds puts the next one c / budget seconds later at the earliest, so a
+costlier renderer (``plots.PlotRenderer``, PNG, still available) slows the plots, not training.
+
 Buttons only call the run's ``stop`` / ``resume`` / ``save_now``; a failing call is shown in the
 panel, never raised into the kernel. Every part carries a stable CSS class (``jsv-panel``,
 ``jsv-status``, ``jsv-step``, ``jsv-stop``...) for tests and user styles.
@@ -44,6 +50,10 @@ OUTPUT_TAIL_LINES = 40
 OUTPUT_TAIL_CHARS = 4000
 ERROR_MAX_CHARS = 20_000
 KEPT_SHOWN = 8
+# The most of a core the plot renders may take: after a render that cost c CPU seconds, the next
+# waits c / RENDER_BUDGET seconds (if that is longer than plot_interval). An SVG render of six
+# plots costs about 1.5 ms, so this never slows it; a matplotlib one (20-150 ms) it does.
+RENDER_BUDGET = 0.01
 
 _INSTALL_HINT = ("The jupyter_supervisor panel needs ipywidgets: pip install 'ipywidgets>=8' "
                  "(and JupyterLab 4 or Notebook 7 to see it).")
@@ -288,16 +298,20 @@ class Panel:
     TensorFlow. ``clock`` (monotonic seconds) drives the throttling and ``wall_clock`` (epoch
     seconds) the "how long ago" of checkpoints; tests inject both and call ``tick`` directly.
     ``interval`` is the shortest time between two refreshes (``idle_interval`` once the run has
-    ended), ``plot_interval`` between two plot renders. Build and ``display`` it on the main
+    ended), ``plot_interval`` between two plot renders. ``renderer`` draws the plots
+    (``plots.SvgRenderer()`` by default; a ``plots.PlotRenderer`` gives PNG images);
+    ``render_budget`` is the most of a core its renders may take, as ``cpu_clock`` (CPU
+    seconds of the calling thread) measures them. Build and ``display`` it on the main
     thread; raises ImportError saying what to install when ipywidgets is missing.
     """
 
     def __init__(self, run, clock: Callable[[], float] = time.monotonic, *,
                  wall_clock: Callable[[], float] = time.time, interval: float = 0.25,
                  idle_interval: float = 1.0, plot_interval: float = 1.0,
-                 renderer: Optional[plots.PlotRenderer] = None):
+                 renderer=None, render_budget: float = RENDER_BUDGET,
+                 cpu_clock: Callable[[], float] = time.thread_time):
         for name, value in (("interval", interval), ("idle_interval", idle_interval),
-                            ("plot_interval", plot_interval)):
+                            ("plot_interval", plot_interval), ("render_budget", render_budget)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(
                     f"Invalid value for argument `{name}`. Received: {name}={value!r}. "
@@ -310,7 +324,9 @@ class Panel:
         self._interval = float(interval)
         self._idle_interval = float(idle_interval)
         self._plot_interval = float(plot_interval)
-        self._renderer = renderer or plots.PlotRenderer()
+        self._renderer = renderer or plots.SvgRenderer()
+        self._render_budget = float(render_budget)
+        self._cpu_clock = cpu_clock
 
         # Shared between the main thread (button and selector callbacks, close) and the
         # refresher: the pending message, the tag selection and the forced-refresh flag.
@@ -327,6 +343,7 @@ class Panel:
         self._plotted_key = None
         self._next_render_at = -math.inf
         self._renders = 0
+        self._render_cpu = 0.0
         self._checkpoints_key = None
         self._kept: Optional[List[str]] = None
         self._shown_output = None
@@ -368,8 +385,12 @@ class Panel:
         tags.add_class("jsv-tags")
         tags.observe(self._on_tags_selected, names="value")
         parts["tags"] = tags
-        plot = widgets.Image(format="png", value=b"",
-                             layout=widgets.Layout(display="none", max_width="100%"))
+        if self._renderer.format == "svg":  # drawn by the browser
+            plot = widgets.HTML(value="", layout=widgets.Layout(display="none",
+                                                               max_width="100%"))
+        else:
+            plot = widgets.Image(format=self._renderer.format, value=b"",
+                                 layout=widgets.Layout(display="none", max_width="100%"))
         plot.add_class("jsv-plot")
         parts["plot"] = plot
         buttons = []
@@ -403,6 +424,11 @@ class Panel:
     def renders(self) -> int:
         """How many times the plots were rendered."""
         return self._renders
+
+    @property
+    def render_cpu(self) -> float:
+        """CPU seconds the plot renders took, sending included (measured with ``cpu_clock``)."""
+        return self._render_cpu
 
     def _ipython_display_(self):
         self.display()
@@ -514,7 +540,7 @@ class Panel:
         The refresher calls it about ``1 / interval`` times a second; a call sooner than
         ``interval`` after the previous one does nothing unless forced (a button click forces
         the next one). Plots are re-rendered only when new points arrived (or the selection
-        changed), and at most every ``plot_interval`` seconds.
+        changed), at most every ``plot_interval`` seconds, and within ``render_budget``.
         """
         return self._tick(self._clock() if now is None else now, force, True)
 
@@ -686,6 +712,12 @@ class Panel:
         self._set(selector.layout, display="")
         return chosen
 
+    def _render_pause(self, cost: float) -> float:
+        """Seconds until the next render may start, after one that took ``cost`` CPU seconds:
+        ``plot_interval``, or longer so that rendering takes at most ``render_budget`` of a
+        core (the training thread needs the GIL and the cores more than the plots do)."""
+        return max(self._plot_interval, cost / self._render_budget)
+
     def _update_plot(self, snap, now: float, selected: Tuple[str, ...]) -> bool:
         tags = self._plot_tags(tuple(snap.scalars), selected)
         if not tags:
@@ -693,16 +725,15 @@ class Panel:
         key = (snap.scalars_version, tags)
         if key == self._plotted_key or now < self._next_render_at:
             return False
-        started = self._clock()
-        png = self._renderer.render(snap.scalars, tags)
-        # A slow render (a loaded machine, many tags) spaces the next one out, so plotting
-        # never takes more than about a quarter of a core.
-        cost = max(0.0, self._clock() - started)
-        self._next_render_at = now + max(self._plot_interval, 4 * cost)
+        started = self._cpu_clock()
+        plot = self._widgets["plot"]
+        self._set(plot, value=self._renderer.render(snap.scalars, tags))
+        # The cost counts the render and the message that takes it to the frontend.
+        cost = max(0.0, self._cpu_clock() - started)
+        self._render_cpu += cost
+        self._next_render_at = now + self._render_pause(cost)
         self._plotted_key = key
         self._renders += 1
-        plot = self._widgets["plot"]
-        self._set(plot, value=png)
         self._set(plot.layout, display="")
         return True
 
