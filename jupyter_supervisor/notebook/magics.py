@@ -338,8 +338,9 @@ class SuperviseMagics(Magics):
                 f"is {'an' if kind[:1] in 'aeiouAEIOU' else 'a'} {kind}, not a function"
             raise UsageError(
                 f"Invalid value for argument `--init-fn`. Received: --init-fn={name}, which "
-                f"{found}. Expected the name of a function of the notebook taking the session, "
-                "e.g. `def warm_start(sess): saver.restore(sess, path)`.")
+                f"{found}. Expected the name of a function of the notebook: taking the session "
+                "for graph code, e.g. `def warm_start(sess): saver.restore(sess, path)`; "
+                "taking no argument in eager mode.")
         return fn
 
     def _cluster_task(self, args):
