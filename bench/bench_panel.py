@@ -68,7 +68,7 @@ class Traffic:
 
 
 class FakeRun:
-    """The duck-typed run the panel shows (CONTRACT.md)."""
+    """The duck-typed run the panel shows (see view/panel.py's docstring)."""
 
     def __init__(self, history, max_steps=None):
         self.name, self.logdir, self.max_steps = "bench", "/tmp/bench-logdir", max_steps

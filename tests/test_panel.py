@@ -19,7 +19,8 @@ from helpers import FakeClock, run_isolated
 
 
 class FakeRun:
-    """The attributes and methods CONTRACT.md lists for a TrainingRun, and nothing else."""
+    """The attributes and methods of a TrainingRun that the panel reads (its module docstring
+    lists them), and nothing else."""
 
     def __init__(self, history, *, name="mnist", logdir="/logs/mnist", max_steps=None,
                  role="local", master=""):
@@ -206,7 +207,7 @@ def test_widget_states_follow_the_events_of_a_run(make_panel, clock):
     clock.now += 1
     panel.tick()
     assert text_of(w["header"], "jsv-status") == "failed"
-    assert text_of(w["header"], "jsv-rate") == ""            # no rate once it is not running
+    assert "jsv-rate" not in parts(w["header"].value)         # no rate field once it ended
     assert text_of(w["header"], "jsv-eta") == ""
     assert "ZeroDivisionError: division by zero" in w["error"].value
     assert "File &quot;&lt;cell&gt;&quot;, line 3" in w["error"].value   # escaped, not HTML
@@ -238,7 +239,7 @@ def test_no_progress_bar_without_max_steps(make_panel, clock):
 def test_checkpoints_kept_are_what_the_saver_keeps(make_panel, clock, tmp_path):
     import tensorflow as tf
     logdir = str(tmp_path)
-    paths = []
+    paths, kept = [], []
     with tf.Graph().as_default():
         step = tf.compat.v1.train.get_or_create_global_step()
         increment = tf.compat.v1.assign_add(step, 10)
@@ -249,10 +250,12 @@ def test_checkpoints_kept_are_what_the_saver_keeps(make_panel, clock, tmp_path):
                 value = sess.run(increment)
                 paths.append(saver.save(sess, os.path.join(logdir, "model.ckpt"),
                                         global_step=value))
+                kept.append(tuple(reversed(saver.last_checkpoints)))
     panel, run = make_panel(FakeRun(RunHistory(clock=clock), logdir=logdir))
     for i, path in enumerate(paths):
         run.history.on_event(events.CheckpointSaved(step=10 * (i + 1), path=path,
-                                                    wall_time=1_000_000.0, seconds=0.1))
+                                                    wall_time=1_000_000.0, seconds=0.1,
+                                                    kept=kept[i]))
     clock.now += 1
     panel.tick()
     assert text_of(panel.widgets["checkpoint"], "jsv-kept") == "kept (2): 30, 20"
@@ -265,6 +268,50 @@ def test_a_restored_run_says_where_it_came_from(make_panel, clock):
     clock.now += 1
     panel.tick()
     assert text_of(panel.widgets["checkpoint"], "jsv-restored") == "model.ckpt-400"
+    # Also once it saved again: where the session started stays on the line.
+    run.history.on_event(events.CheckpointSaved(step=500, path="/logs/mnist/model.ckpt-500",
+                                                wall_time=1_000_000.0, seconds=0.1))
+    clock.now += 1
+    panel.tick()
+    assert text_of(panel.widgets["checkpoint"], "jsv-restored") == "model.ckpt-400"
+    assert text_of(panel.widgets["checkpoint"], "jsv-checkpoint-step") == "500"
+
+
+def test_a_fresh_session_says_it_was_initialized(make_panel, clock):
+    panel, run = make_panel()
+    run.history.set_status("starting")
+    clock.now += 1
+    panel.tick()
+    assert "jsv-restored" not in parts(panel.widgets["checkpoint"].value)
+    run.history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
+                                             wall_time=0.0))
+    clock.now += 1
+    panel.tick()
+    assert text_of(panel.widgets["checkpoint"], "jsv-restored") == "initialized"
+
+
+def test_the_rate_says_measuring_until_there_is_one(make_panel, clock):
+    panel, run = make_panel()
+    run.history.set_status("running")
+    clock.now += 1
+    panel.tick()
+    assert text_of(panel.widgets["header"], "jsv-rate") == "measuring…"
+
+
+def test_a_keras_fit_shows_its_epoch_batch_and_eta(make_panel, clock):
+    panel, run = make_panel(FakeRun(RunHistory(clock=clock), max_steps=None))
+    run.history.set_status("running")
+    for second in range(1, 4):
+        clock.now += 1.0
+        run.history.note_step(10 * second)                # 10 steps/s
+    run.history.on_event(events.Progress(step=30, epoch=1, epochs=5, batch=10, batches=20,
+                                         scalars={"loss": 0.5}, wall_time=0.0))
+    clock.now += 1
+    panel.tick()
+    header = panel.widgets["header"]
+    assert text_of(header, "jsv-fit") == "epoch 2/5, batch 10/20"
+    assert attr_of(header, "jsv-progress", "data-fraction") == "0.300"  # 30 of 100 batches
+    assert text_of(header, "jsv-eta") == "ETA 7 s"                       # 70 batches at 10/s
 
 
 def test_without_a_logdir_the_panel_warns_that_nothing_is_saved(make_panel, clock):

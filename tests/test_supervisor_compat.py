@@ -6,7 +6,7 @@ TensorFlow's class is broken on this stack (NumPy 2; TF2 resource variables; TF2
 in eager mode), only its param is a strict xfail naming the cause and the exception it raises, so
 the test still demands the right behaviour of ours.
 
-Ours has documented extensions (CONTRACT.md).  The one these tests can see: a clean stop writes a
+Ours has documented extensions (README, "The Supervisor, as a library").  The one these tests see: a clean stop writes a
 final checkpoint (``save_on_stop=True``) unless the newest checkpoint already holds the current
 global step; tests that can see it branch on ``impl.ours`` and say why.  (The chief's lock file in
 logdir changes nothing they look at: event files and checkpoints.)

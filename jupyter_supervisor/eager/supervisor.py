@@ -639,7 +639,8 @@ class EagerSupervisor:
                 self._save()
 
     def _on_saved(self, step, path, wall_time, seconds) -> None:
-        self._hub.emit(events.CheckpointSaved, step, path, wall_time, seconds)
+        kept = tuple(reversed(self._writer.kept)) if self._writer is not None else ()
+        self._hub.emit(events.CheckpointSaved, step, path, wall_time, seconds, kept)
 
     def _write_scalars(self, scalars: Dict[str, object], step: int, prefix: str = "") -> None:
         values = {}

@@ -125,6 +125,7 @@ class HistorySnapshot:
     stop_reason: Optional[str]
     kept: Tuple[str, ...] = ()
     progress: Optional[FitProgress] = None
+    ready: bool = False
     rollbacks: Tuple[RollbackInfo, ...] = ()
 
     @property
@@ -314,6 +315,7 @@ class RunHistory:
         self._restored_from: Optional[str] = None
         self._kept: Tuple[str, ...] = ()     # what retention keeps, newest first
         self._progress: Optional[FitProgress] = None
+        self._ready = False                  # the current session restored or initialized
         self._rate_records = 0               # StepRate records since the session started
         self._stop_reason: Optional[str] = None
         self._rollbacks: "collections.deque[RollbackInfo]" = collections.deque(
@@ -389,6 +391,7 @@ class RunHistory:
         self._scalars_version += 1
 
     def _on_session_ready(self, event) -> None:
+        self._ready = True
         self._waiting_for_chief = False
         self._rate_records = 0
         self._restored_from = event.restored_from
@@ -486,6 +489,10 @@ class RunHistory:
                 self._active_since = None
             elif is_active and not was_active:
                 self._active_since = now
+            if status == STARTING:  # a new session: not restored or initialized yet
+                self._ready = False
+                self._restored_from = None
+                self._progress = None
             if status != RUNNING or self._status != RUNNING:
                 self._rate_samples.clear()  # a new running period starts a new estimate
                 self._steps_per_sec = None
@@ -588,6 +595,7 @@ class RunHistory:
                 stop_reason=self._stop_reason,
                 kept=self._kept,
                 progress=self._progress,
+                ready=self._ready,
                 rollbacks=tuple(self._rollbacks),
             )
 

@@ -1,6 +1,8 @@
 """The ipywidgets view of one training run, and the text shown where no widget can be.
 
-A ``Panel`` shows a run (duck-typed: the attributes and methods listed in CONTRACT.md) from its
+A ``Panel`` shows a run (duck-typed: ``name``, ``logdir``, ``max_steps``, ``role``, ``master``,
+``history``, ``can_stop``, ``can_resume``, ``can_save``, ``stop(wait=False)``, ``resume()``,
+``save_now()``, and optionally ``config.init_fn``; this module imports no run) from its
 ``RunHistory``. The training thread never touches a widget: it writes the history, and one
 refresher thread per displayed panel reads it. The refresher wakes every ``interval`` seconds
 (a quarter of a second; once a second after the run ended), takes a snapshot only when the
@@ -34,7 +36,7 @@ import re
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from . import plots
 from .history import FINAL_STATUSES
@@ -155,11 +157,33 @@ def _status_label(snap) -> str:
     return snap.status
 
 
+def _done_of_total(snap, max_steps: Optional[int]) -> Tuple[int, Optional[int]]:
+    """(steps done, steps in all) for the progress bar: of --max-steps, or else of a Keras fit's
+    own epochs and batches."""
+    if max_steps:
+        return snap.step or 0, max_steps
+    fit = snap.progress
+    if fit is not None and None not in (fit.epoch, fit.epochs, fit.batch, fit.batches):
+        return fit.epoch * fit.batches + fit.batch, fit.epochs * fit.batches
+    return 0, None
+
+
+def _fit_text(fit) -> str:
+    """'epoch 3/50, batch 120/469' of a Keras fit (1-based, as Keras prints it), or ''."""
+    if fit is None or fit.epoch is None:
+        return ""
+    epoch = f"epoch {fit.epoch + 1}" + (f"/{fit.epochs}" if fit.epochs else "")
+    if fit.batch is None:
+        return epoch
+    return f"{epoch}, batch {fit.batch}" + (f"/{fit.batches}" if fit.batches else "")
+
+
 def _eta(snap, max_steps: Optional[int]) -> Optional[float]:
-    if (max_steps is None or snap.step is None or snap.status != "running"
+    done, total = _done_of_total(snap, max_steps)
+    if (total is None or snap.status != "running"
             or not snap.steps_per_sec or snap.steps_per_sec <= 0):
         return None
-    return max(0, max_steps - snap.step) / snap.steps_per_sec
+    return max(0, total - done) / snap.steps_per_sec
 
 
 def text_status(run) -> str:
@@ -250,22 +274,7 @@ def _panel_box_class():
     return PanelBox
 
 
-_CHECKPOINT_PATH_LINE = re.compile(r'^all_model_checkpoint_paths:\s*"((?:[^"\\]|\\.)*)"\s*$',
-                                   re.MULTILINE)
 _CHECKPOINT_STEP = re.compile(r"-(\d+)$")
-
-
-def _kept_checkpoints(newest_path: str) -> Optional[List[str]]:
-    """The checkpoints TensorFlow's Saver still keeps (its ``checkpoint`` state file next to
-    ``newest_path``), oldest first, as base names; None when the file cannot be read."""
-    state = os.path.join(os.path.dirname(newest_path), "checkpoint")
-    try:
-        with open(state, encoding="utf-8") as file:
-            text = file.read(1 << 20)
-    except (OSError, UnicodeDecodeError):
-        return None
-    return [os.path.basename(re.sub(r"\\(.)", r"\1", path))
-            for path in _CHECKPOINT_PATH_LINE.findall(text)]
 
 
 def _checkpoint_label(name: str) -> str:
@@ -344,8 +353,6 @@ class Panel:
         self._next_render_at = -math.inf
         self._renders = 0
         self._render_cpu = 0.0
-        self._checkpoints_key = None
-        self._kept: Optional[List[str]] = None
         self._shown_output = None
         self._last_failure = ""
 
@@ -605,20 +612,23 @@ class Panel:
             f'step <span class="jsv-step" data-step="{"" if snap.step is None else snap.step}">'
             f'{_step_text(snap.step)}</span>',
         ]
-        if status == "running":
-            pieces.append(f'<span class="jsv-rate">{format_rate(snap.steps_per_sec)}</span>')
-        else:
-            pieces.append('<span class="jsv-rate"></span>')
+        if status == "running":  # no rate field at all when not running; no made-up zero
+            rate = ("measuring…" if snap.steps_per_sec is None
+                    else format_rate(snap.steps_per_sec))
+            pieces.append(f'<span class="jsv-rate">{rate}</span>')
+        fit = _fit_text(snap.progress)
+        if fit:
+            pieces.append(f'<span class="jsv-fit">{fit}</span>')
         pieces.append(f'<span class="jsv-elapsed">{format_duration(elapsed)}</span>')
         role = getattr(run, "role", "local")
         if role != "local":
             pieces.append(f'<span class="jsv-role">{html.escape(str(role))} on '
                           f'{html.escape(str(run.master))}</span>')
         line = ' <span style="color:#9e9e9e">|</span> '.join(pieces)
-        max_steps = run.max_steps
+        done, max_steps = _done_of_total(snap, run.max_steps)
         if not max_steps:
             return f'<div class="jsv-header-line">{line}</div>'
-        fraction = min(1.0, max(0.0, (snap.step or 0) / max_steps))
+        fraction = min(1.0, max(0.0, done / max_steps))
         permille = int(fraction * 1000)  # a new width at most 1000 times per run
         eta = _eta(snap, max_steps)
         eta_text = f"ETA {format_duration(eta)}" if eta is not None else ""
@@ -634,13 +644,6 @@ class Panel:
     def _checkpoint_html(self, snap) -> str:
         if self._run.logdir is None:
             return ""
-        key = (snap.checkpoints[:1], snap.restored_from)
-        if key != self._checkpoints_key:
-            self._checkpoints_key = key
-            # The Saver deletes old checkpoints when it writes a new one: read what it keeps
-            # only when the newest one changed.
-            newest = snap.checkpoints[0].path if snap.checkpoints else snap.restored_from
-            self._kept = _kept_checkpoints(newest) if newest else None
         if snap.checkpoints:
             newest = snap.checkpoints[0]
             when = time.strftime("%H:%M:%S", time.localtime(newest.wall_time))
@@ -649,13 +652,14 @@ class Panel:
                     f'{_step_text(newest.step)}</span> at {when} ({ago}), written in '
                     f'{newest.seconds:.2f} s <span style="color:#757575">'
                     f'{html.escape(os.path.basename(newest.path))}</span>')
-        elif snap.restored_from:
-            text = (f'No new checkpoint yet; restored from <span class="jsv-restored">'
-                    f'{html.escape(os.path.basename(snap.restored_from))}</span>')
         else:
-            text = "No checkpoint yet"
-        kept = self._kept
-        if kept is None and snap.checkpoints:
+            text = "No new checkpoint yet" if snap.ready else "No checkpoint yet"
+        start = self._start_text(snap)
+        if start:
+            text += f' <span style="color:#9e9e9e">|</span> {start}'
+        # What retention keeps, as the last checkpoint record says (oldest first).
+        kept = [os.path.basename(path) for path in reversed(snap.kept)]
+        if not kept and snap.checkpoints:
             kept = [os.path.basename(info.path) for info in reversed(snap.checkpoints)]
         if kept:
             labels = [_checkpoint_label(name) for name in kept[-KEPT_SHOWN:]]
@@ -666,6 +670,18 @@ class Panel:
             text += ('<br><span class="jsv-rollback" style="color:#e65100">'
                      f'{html.escape(rollbacks_text(snap.rollbacks))}</span>')
         return text
+
+    def _start_text(self, snap) -> str:
+        """Where the current session started: a checkpoint, or initialized (by --init-fn)."""
+        if snap.restored_from:
+            return (f'restored from <span class="jsv-restored">'
+                    f'{html.escape(os.path.basename(snap.restored_from))}</span>')
+        if not snap.ready:
+            return ""
+        config = getattr(self._run, "config", None)
+        if getattr(config, "init_fn", None) is not None:
+            return '<span class="jsv-restored">initialized by --init-fn</span>'
+        return '<span class="jsv-restored">initialized</span>'
 
     @staticmethod
     def _output_html(snap) -> str:
