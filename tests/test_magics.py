@@ -9,6 +9,7 @@ import re
 import sys
 import threading
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from IPython.core.error import UsageError
@@ -169,6 +170,33 @@ def test_stop_ends_a_custom_loop_at_a_step_boundary_with_a_final_checkpoint(ip, 
     assert run.stop(timeout=DEADLINE)
     assert run.status == "stopped" and run.exception is None
     assert tf2_checkpoint_step(logdir) == run.global_step > 20
+
+
+def test_a_diverging_keras_fit_never_saves_a_non_finite_model(ip, keras_model, tmp_path):
+    import keras
+    logdir = str(tmp_path / "diverging")
+    supervise(ip, f"--logdir {logdir} --max-steps 8 --wait", FIT)     # a good checkpoint
+    good = tf.train.latest_checkpoint(logdir)
+    ip.user_ns["model"].optimizer.learning_rate.assign(1e6)            # diverges at once
+    with pytest.raises(RunFailedError):
+        supervise(ip, f"--logdir {logdir} --save-model-secs 0 --wait",
+                  "model.fit(x, y * 1e30, batch_size=8, epochs=50, callbacks=[sv.callback],"
+                  " verbose=0)\n")
+    run = jupyter_supervisor.get_run("diverging")
+    assert isinstance(run.exception, jupyter_supervisor.NonFiniteError)
+    assert f"the newest good checkpoint is {good}" in str(run.exception)
+    assert tf.train.latest_checkpoint(logdir) == good                  # nothing newer saved
+    reader = tf.train.load_checkpoint(good)
+    for key in reader.get_variable_to_shape_map():
+        value = reader.get_tensor(key)
+        if getattr(value, "dtype", None) is not None and value.dtype.kind == "f":
+            assert np.isfinite(value).all(), key
+    del keras
+
+
+def test_rollback_is_refused_in_eager_mode_with_the_way_out(ip, keras_model, tmp_path):
+    with pytest.raises(ValueError, match="'stop' or 'ignore' in eager mode"):
+        supervise(ip, f"--logdir {tmp_path / 'rollback'} --on-nan rollback", FIT)
 
 
 def test_fit_without_the_callback_is_told(ip, keras_model, tmp_path):

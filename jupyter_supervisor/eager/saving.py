@@ -47,7 +47,8 @@ def is_variable(obj) -> bool:
         and hasattr(obj, "_serialize_to_tensors")
 
 
-def _base_variable(obj) -> tf.Variable:
+def base_variable(obj) -> tf.Variable:
+    """The tf.Variable of a tf.Variable or of a Keras 3 variable."""
     return obj if isinstance(obj, tf.Variable) else obj.value
 
 
@@ -127,7 +128,7 @@ def misfit(reader, root, graph=None) -> Optional[str]:
             missing.append(f"{path} ({variable_name(var)})")
             continue
         saved = shapes.get(key)
-        shape = list(_base_variable(var).shape)
+        shape = list(base_variable(var).shape)
         if saved is not None and list(saved) != shape:
             reshaped.append(f"{variable_name(var)} (saved {list(saved)}, now {shape})")
     problems = []
@@ -251,7 +252,7 @@ class Snapshot:
             for obj in objects:
                 if not is_variable(obj):
                     continue
-                base = _base_variable(obj)
+                base = base_variable(obj)
                 copy = self._copies.get(obj)
                 if copy is None or copy.shape != base.shape:
                     self._copies[obj] = tf.Variable(base.read_value(), trainable=False,

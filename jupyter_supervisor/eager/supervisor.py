@@ -25,6 +25,7 @@ import contextlib
 import inspect
 import itertools
 import logging
+import math
 import numbers
 import os
 import threading
@@ -38,7 +39,8 @@ import tensorflow as tf
 from tensorflow.core.util import event_pb2
 from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
-from .. import events, services
+from .. import events, finite, services
+from ..checkpoints import checkpoint_paths
 from .._validate import invalid
 from ..backend import RunConfig, StopBody
 from ..graph.supervisor import CheckpointWriteError, Supervisor as _GraphSupervisor
@@ -153,6 +155,32 @@ def _to_float(value) -> Optional[float]:
         return None
 
 
+def _trainable_variables(objects) -> list:
+    """The trainable tf.Variables of what a run tracks (models, layers, modules, variables)."""
+    found, seen = [], set()
+    for obj in objects:
+        if isinstance(obj, tf.Variable):
+            candidates = [obj] if obj.trainable else []
+        else:
+            candidates = list(getattr(obj, "trainable_variables", None) or ())
+        for variable in candidates:
+            if saving.is_variable(variable):
+                variable = saving.base_variable(variable)  # a Keras 3 variable wraps one
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                found.append(variable)
+    return found
+
+
+def _finite_values(scalars) -> Dict[str, float]:
+    values = {}
+    for tag, value in (scalars or {}).items():
+        number = _to_float(value)
+        if number is not None:
+            values[tag] = number
+    return values
+
+
 def _progress_record(step, epoch, epochs, batch, batches, scalars, wall_time):
     numbers_ = {tag: _to_float(value) for tag, value in scalars.items()}
     return events.Progress(step, epoch, epochs, batch, batches, types.MappingProxyType(
@@ -188,6 +216,11 @@ class EagerSupervisor:
                 "init_fn", config.init_fn, "a function taking no argument: in eager mode it "
                 "runs after sv.track(...) (or at the start of fit) when there is no checkpoint, "
                 "with no session to pass", shown=_short(config.init_fn)))
+        if config.on_nan == finite.ROLLBACK:
+            raise ValueError(invalid(
+                "on_nan", config.on_nan, "'stop' or 'ignore' in eager mode (rolling back to the "
+                "newest good checkpoint is for graph code so far): with 'stop', a model that "
+                "is not finite is never saved and the run stops, naming the good checkpoint"))
         self._config = config
         self._async_save = async_save
         self._hub = events.EventHub()
@@ -237,6 +270,7 @@ class EagerSupervisor:
         self._fits = 0
         self._notes: List[str] = []
         self._closed = False
+        self._finite: Optional[finite.VariableCheck] = None   # built by track()
 
     # ------------------------------------------------------------------------- Backend
 
@@ -505,6 +539,8 @@ class EagerSupervisor:
         self._build_for_restore(objects)
         self._items = dict(objects)
         self._attached = kind
+        self._finite = (None if self._config.on_nan == finite.IGNORE else
+                        finite.VariableCheck.eager(_trainable_variables(self._items.values())))
         self._state = _RunState()
         self._root = tf.train.Checkpoint(**self._items, **{STATE_NAME: self._state})
         restored = None
@@ -613,6 +649,7 @@ class EagerSupervisor:
             if self._writer is None:
                 return None
             step = self._step
+            self._check_finite(step)
             fit, epoch, batch = self._fit_position
             self._state.step.assign(step)
             self._state.fit.assign(fit)
@@ -625,6 +662,23 @@ class EagerSupervisor:
                 self._event_file.add_session_log(_SessionLog(
                     status=_SessionLog.CHECKPOINT, checkpoint_path=path), step)
             return path
+
+    def _check_finite(self, step: int) -> None:
+        """Raises NonFiniteError (nothing is saved) when a trainable variable or the newest
+        value of a reported scalar is NaN or infinite; the shared check of ``finite``."""
+        if self._finite is None:
+            return
+        scalars = [finite.NonFiniteScalar(tag, value, None)
+                   for tag, value in sorted(_finite_values(self._scalars).items())
+                   if not math.isfinite(value)]
+        variables = self._finite.run()
+        if not scalars and not variables:
+            return
+        problem = finite.describe_problem(variables, scalars)
+        newest_good = next(iter(checkpoint_paths(self._logdir, self._config.checkpoint_basename)),
+                           None)
+        raise finite.NonFiniteError(finite.non_finite_message(step, problem, newest_good),
+                                    step, problem, newest_good)
 
     def _save_and_wait(self) -> Optional[str]:
         with self._save_lock:
