@@ -1,7 +1,7 @@
 """The panel in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright.
 
-One test, one story: a notebook loads the extension, builds a small TensorFlow graph and starts
-``%%supervise --repeat`` on it. In the rendered page the step advances and the plots (an SVG
+One test, two stories (TF1 graph code, and a TensorFlow 2 Keras fit): a notebook loads the
+extension, builds a small model and starts ``%%supervise`` on it. In the rendered page the step advances and the plots (an SVG
 the browser draws) appear and are redrawn; Stop makes the run 'stopped' with its newest checkpoint (read here with
 TensorFlow) at the step the panel shows; Resume makes it 'running' again from that step, with a
 rate and a plot redrawn from the new session's summaries.
@@ -61,6 +61,28 @@ SUPERVISE_CELL = """\
 sess.run(train_op)
 time.sleep(0.01)
 """
+
+# TensorFlow 2: a small Keras model in eager mode, and its fit under the run's callback (a
+# callback's short sleep keeps the rate modest on 2 cores).
+KERAS_MODEL_CELL = """\
+import time
+import keras
+import eager_models
+x, y = eager_models.data(n=64)
+model = eager_models.make_model()
+slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.01))
+"""
+KERAS_CELL = """\
+%%supervise --logdir {logdir} --save-summaries-secs 0.5 --save-model-secs 5
+model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback, slow], verbose=0)
+"""
+# Each story: the model cell, the %%supervise cell, and how to read a checkpoint's step.
+STORIES = {
+    "graph": (MODEL_CELL, SUPERVISE_CELL, checkpoint_step),
+    "keras": (KERAS_MODEL_CELL, KERAS_CELL, lambda path: int(tf.train.load_checkpoint(path)
+                                                            .get_tensor(TF2_STEP_KEY))),
+}
+TF2_STEP_KEY = "jupyter_supervisor/step/.ATTRIBUTES/VARIABLE_VALUE"
 
 SENTINEL_CELL = f"import sys\nprint({SENTINEL!r}, sys.executable)"
 
@@ -259,15 +281,16 @@ def lab(tmp_path):
         signal.signal(signal.SIGTERM, previous)
 
 
-def _write_notebook(path: Path, logdir: Path) -> None:
+def _write_notebook(path: Path, logdir: Path, story: str) -> None:
     notebook = new_notebook(metadata={
         "kernelspec": {"name": KERNEL_NAME, "display_name": "jupyter_supervisor test",
                        "language": "python"},
         "language_info": {"name": "python"},
     })
+    model_cell, supervise_cell, _ = STORIES[story]
     notebook.cells = [new_code_cell("%load_ext jupyter_supervisor"),
-                      new_code_cell(MODEL_CELL),
-                      new_code_cell(SUPERVISE_CELL.format(logdir=logdir)),
+                      new_code_cell(model_cell),
+                      new_code_cell(supervise_cell.format(logdir=logdir)),
                       new_code_cell(SENTINEL_CELL)]
     nbformat.write(notebook, str(path))
 
@@ -276,14 +299,15 @@ def _step_in_file_name(checkpoint_path: str) -> int:
     return int(checkpoint_path.rsplit("-", 1)[1])
 
 
-def test_panel_live_stop_and_resume_in_jupyterlab(lab, tmp_path):
+@pytest.mark.parametrize("story", sorted(STORIES))
+def test_panel_live_stop_and_resume_in_jupyterlab(lab, tmp_path, story):
     assert os.path.exists(CHROMIUM), (
         f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); "
         "never `playwright install`.")
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "panel-failure.png").unlink(missing_ok=True)  # an older run's
     logdir = tmp_path / "runs" / "b"
-    _write_notebook(lab.root / "panel.ipynb", logdir)
+    _write_notebook(lab.root / "panel.ipynb", logdir, story)
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -295,7 +319,7 @@ def test_panel_live_stop_and_resume_in_jupyterlab(lab, tmp_path):
         page.on("console", lambda message: problems.append(f"console: {message.text}")
                 if message.type == "error" else None)
         try:
-            _drive(page, lab, logdir)
+            _drive(page, lab, logdir, story)
         except BaseException:
             _keep_evidence(page, problems, lab)
             raise
@@ -316,7 +340,7 @@ def _keep_evidence(page, problems, lab) -> None:
         print(f"no failure screenshot: {error}")
 
 
-def _drive(page, lab, logdir: Path) -> None:
+def _drive(page, lab, logdir: Path, story: str) -> None:
     # ?reset drops any saved layout; the token logs in.
     page.goto(f"{lab.base}/lab/tree/panel.ipynb?reset&token={lab.token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell")
@@ -358,7 +382,7 @@ def _drive(page, lab, logdir: Path) -> None:
     newest = tf.train.latest_checkpoint(str(logdir))
     assert newest is not None, f"no checkpoint in {logdir}: {sorted(os.listdir(logdir))}"
     assert _step_in_file_name(newest) == stopped_at, (newest, stopped_at)
-    assert checkpoint_step(newest) == stopped_at
+    assert STORIES[story][2](newest) == stopped_at
     expect(panel.locator(".jsv-checkpoint-step")).to_have_text(f"{stopped_at:,}")
 
     # Resume: running again, continuing from the stopped step (no smaller step is ever shown),
@@ -381,4 +405,5 @@ def _drive(page, lab, logdir: Path) -> None:
     assert page.locator(".jsv-error .widget-html-content").inner_text() == ""
 
     panel.scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "panel.png"))
+    page.screenshot(path=str(ARTIFACTS / ("panel.png" if story == "graph" else
+                                          f"panel-{story}.png")))
