@@ -368,9 +368,7 @@ class RunHistory:
         step = event.step if event.step is not None else (self._step or 0)
         step = int(step)
         for tag, value in event.scalars.items():
-            series = self._series.get(tag)
-            if series is None:
-                series = self._series[tag] = _Series(self._max_points)
+            series = self._series_of(tag)
             series.add(step, float(value))
         if event.scalars:
             self._scalars_version += 1
@@ -384,10 +382,7 @@ class RunHistory:
         if not self._rate_records:
             self._rate_records = 1
             return
-        series = self._series.get(event.tag)
-        if series is None:
-            series = self._series[event.tag] = _Series(self._max_points)
-        series.add(int(event.step), float(event.steps_per_sec))
+        self._series_of(event.tag).add(int(event.step), float(event.steps_per_sec))
         self._scalars_version += 1
 
     def _on_session_ready(self, event) -> None:
@@ -401,17 +396,8 @@ class RunHistory:
         self._steps_per_sec = None
         if event.step is None:
             return
-        step = int(event.step)
-        # The session starts (again) at `step`: what was recorded at or after it belongs to a
-        # timeline that the restore discarded (TensorBoard purges from the START step on, and
-        # the new session records `step` again).
-        self._step = step
-        dropped = False
-        for series in self._series.values():
-            dropped |= series.drop_from(step)
-        if dropped:
-            self._scalars_version += 1
-        self._rate_samples.append((self._clock(), step))
+        self._restart_at(int(event.step))
+        self._rate_samples.append((self._clock(), self._step))
 
     def _on_progress(self, event) -> None:
         # The eager backend's live view, a few times a second: where fit is, and the loop's
@@ -419,9 +405,7 @@ class RunHistory:
         self._progress = FitProgress(event.epoch, event.epochs, event.batch, event.batches)
         step = int(event.step)
         for tag, value in event.scalars.items():
-            series = self._series.get(tag)
-            if series is None:
-                series = self._series[tag] = _Series(self._max_points)
+            series = self._series_of(tag)
             if series.last_step != step:
                 series.add(step, float(value))
         if event.scalars:
@@ -436,16 +420,27 @@ class RunHistory:
             float(event.wall_time)))
         if event.restored_step is None:
             return
-        # As a restart from that checkpoint: the diverged points are dropped (TensorBoard
-        # drops them too, at the SessionLog.START the Supervisor writes).
-        step = int(event.restored_step)
+        # As a restart from that checkpoint (TensorBoard drops the diverged points too, at the
+        # SessionLog.START the Supervisor writes).
+        self._restart_at(int(event.restored_step))
+        self._rate_samples.clear()
+
+    def _restart_at(self, step: int) -> None:
+        # Training starts (again) at `step`: what was recorded at or after it belongs to a
+        # timeline that the restore discarded (TensorBoard purges from the START step on, and
+        # the new session records `step` again).
         self._step = step
         dropped = False
         for series in self._series.values():
             dropped |= series.drop_from(step)
         if dropped:
             self._scalars_version += 1
-        self._rate_samples.clear()
+
+    def _series_of(self, tag: str) -> "_Series":
+        series = self._series.get(tag)
+        if series is None:
+            series = self._series[tag] = _Series(self._max_points)
+        return series
 
     def _note_step(self, step) -> None:
         # Events arrive late (queued on the hub); a later note_step may already be ahead, so
