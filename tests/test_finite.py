@@ -437,13 +437,6 @@ def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path):
 
 # ---------------------------------------------------------------------- through %%supervise
 
-@pytest.fixture(scope="module")
-def ip():
-    from IPython.core.interactiveshell import InteractiveShell  # pylint: disable=import-outside-toplevel
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jupyter_supervisor")
-    yield shell
-    shell.run_line_magic("unload_ext", "jupyter_supervisor")
 
 
 @pytest.fixture
