@@ -133,6 +133,8 @@ w = tf.compat.v1.get_variable("w", initializer=tf.fill([32, 32], 0.5))
 update = tf.compat.v1.assign(w, tf.matmul(w, tf.eye(32) * 0.999))
 with tf.control_dependencies([update]):
     train_op = tf.group(tf.compat.v1.assign_add(count, 1), tf.compat.v1.assign_add(step, 1))
+with tf.control_dependencies([train_op]):  # the step after this one (a read in the same run
+    step_after = tf.identity(step.read_value())  # as the increment may come before it)
 
 ready = []
 sv = Supervisor(logdir=logdir, save_model_secs=0.3, save_summaries_secs=0.3)
@@ -142,7 +144,7 @@ with open(progress_path, "a", buffering=1) as progress, sv.managed_session() as 
     at, counted = sess.run([step, count])
     print("READY", int(at), int(counted), ready[0].restored_from, flush=True)
     while not sv.should_stop():
-        _, at = sess.run([train_op, step])
+        at = sess.run(step_after)
         progress.write(f"{int(at)}\\n")  # line-buffered: the test sees every finished step
         if target and at >= target:
             break

@@ -23,11 +23,9 @@ writes the files (``saving``). Everything is reported as ``events`` records.
 """
 import contextlib
 import inspect
-import itertools
 import logging
 import math
 import numbers
-import os
 import threading
 import time
 import types
@@ -59,9 +57,6 @@ STEP_RATE_TAG = "global_step/sec"
 # At most this often a Progress record (a few times a second: what a panel can show).
 PROGRESS_SECS = 0.25
 
-_writer_numbers = itertools.count()
-
-
 class _RunState(tf.Module):
     """What the run itself checkpoints: the global step, and where a Keras fit is (the index
     of the fit call in the cell body, the epoch, the batches done in that epoch)."""
@@ -75,13 +70,14 @@ class _RunState(tf.Module):
 
 
 class _EventFile:
-    """An event file of its own name (pid and a counter: unique also within one second), with
+    """An event file of its own name (unique, sorting after earlier ones: see
+    ``services.event_file_suffix``), with
     the FileWriter methods the step counter service calls. TF1's FileWriter refuses eager mode;
     its file writer does not."""
 
     def __init__(self, logdir: str):
         self._writer = EventFileWriter(
-            logdir, filename_suffix=f".{os.getpid()}.eager{next(_writer_numbers)}")
+            logdir, filename_suffix=services.event_file_suffix())
 
     def add_summary(self, summary, step) -> None:
         self._writer.add_event(event_pb2.Event(summary=summary, wall_time=time.time(),

@@ -17,7 +17,6 @@ Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest 
 """
 import contextlib
 import glob
-import itertools
 import logging
 import os
 import sys
@@ -1105,13 +1104,9 @@ class Supervisor:
     SummaryComputed = summary_computed
 
 
-_writer_numbers = itertools.count()
-
-
 def _new_file_writer(logdir):
-    """A FileWriter whose event file name is unique, also for writers opened in one second."""
-    return _v1.summary.FileWriter(logdir,
-                                  filename_suffix=f".{os.getpid()}.{next(_writer_numbers)}")
+    """A FileWriter whose event file name is unique and sorts after the earlier ones."""
+    return _v1.summary.FileWriter(logdir, filename_suffix=services.event_file_suffix())
 
 
 def _summary_event(summary, step, wall_time):

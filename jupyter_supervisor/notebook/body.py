@@ -156,21 +156,30 @@ class Body:
 
     def format(self, error: BaseException) -> str:
         """The error as the user sees it: its traceback starts at the cell body's own frame
-        (our machinery above it is noise); a SyntaxError of the body has no frames at all."""
+        (our machinery above it is noise); a SyntaxError of the body has no frames at all.
+
+        The exception itself is left as it is (its traceback is swapped only while it is
+        formatted): it may still be on its way up the run's thread while a listener formats
+        it, and its traceback grows meanwhile."""
+        original = error.__traceback__
         if isinstance(error, SyntaxError) and error is self._code:
-            error = error.with_traceback(None)
+            shown = None
         else:
-            start = error.__traceback__
+            start = original
             while start is not None and start.tb_frame.f_code is not self._code:
                 start = start.tb_next
             if start is None:  # raised outside the body (an --init-fn): from the user's code
-                start = error.__traceback__
+                start = original
                 while start is not None and not is_user_code(start.tb_frame.f_code.co_filename):
                     start = start.tb_next
             if start is None:  # raised by ours or a library's code (a restore, a service)
                 return f"{type(error).__name__}: {error}\n"
-            error = error.with_traceback(_without_our_frames(start))
+            shown = _without_our_frames(start)
         try:
-            return self._format_exception(error)
-        except Exception:  # pylint: disable=broad-except
-            return default_format(error)
+            error.__traceback__ = shown
+            try:
+                return self._format_exception(error)
+            except Exception:  # pylint: disable=broad-except
+                return default_format(error)
+        finally:
+            error.__traceback__ = original

@@ -500,10 +500,13 @@ class RunHistory:
             self._error = self._format_error(error)
 
     def set_failure(self, error: BaseException) -> None:
-        """Records the exception that failed the run; the error shown is its formatted form
-        (the ``format_error`` the history was made with)."""
+        """Records the exception that failed the run, once it reached the run's end; the error
+        shown is its formatted form (the ``format_error`` the history was made with). A Stopped
+        record may have shown it already, formatted while it was still on its way: formatted
+        again here, with its whole traceback."""
         with self._lock:
             before = self._error
+            self._failure = None
             self._set_failure(error)
             if self._error != before:
                 self._version += 1
