@@ -194,9 +194,30 @@ def test_a_diverging_keras_fit_never_saves_a_non_finite_model(ip, keras_model, t
     del keras
 
 
-def test_rollback_is_refused_in_eager_mode_with_the_way_out(ip, keras_model, tmp_path):
-    with pytest.raises(ValueError, match="'stop' or 'ignore' in eager mode"):
-        supervise(ip, f"--logdir {tmp_path / 'rollback'} --on-nan rollback", FIT)
+def test_a_keras_fit_rolls_back_then_stops_after_max_rollbacks(ip, keras_model, tmp_path):
+    """Targets of 1e30 (their squared error overflows float32): every epoch-end save rolls
+    back to the good checkpoint, twice, then the run stops; the panel shows both."""
+    from jupyter_supervisor.view import panel  # pylint: disable=import-outside-toplevel
+    logdir = str(tmp_path / "fitrollback")
+    supervise(ip, f"--logdir {logdir} --max-steps 8 --wait", FIT)     # a good checkpoint
+    good = tf.train.latest_checkpoint(logdir)
+    with pytest.raises(RunFailedError):
+        supervise(ip, f"--logdir {logdir} --save-model-secs 0 --on-nan rollback "
+                      "--max-rollbacks 2 --wait",
+                  "import keras\n"
+                  "save = keras.callbacks.LambdaCallback(on_epoch_end=lambda e, l: "
+                  "sv.save_now())\n"
+                  "model.fit(x, y * 1e30, batch_size=8, epochs=50, verbose=0, "
+                  "callbacks=[sv.callback, save])\n")
+    run = jupyter_supervisor.get_run("fitrollback")
+    assert isinstance(run.exception, jupyter_supervisor.NonFiniteError)
+    assert " again after 2 rollbacks to the newest good checkpoint: " in run.error_line
+    assert f"the newest good checkpoint is {good}" in run.error_line
+    snap = run.history.snapshot()
+    assert [(r.count, r.path, r.restored_step) for r in snap.rollbacks] == [
+        (1, good, 8), (2, good, 8)]
+    assert "Rolled back 2 times (at most 2)" in panel.text_summary(run)
+    assert tf.train.latest_checkpoint(logdir) == good                  # nothing newer saved
 
 
 def test_fit_without_the_callback_is_told(ip, keras_model, tmp_path):

@@ -20,6 +20,12 @@ raises ``backend.StopBody``. ``sv.callback`` does all that for ``model.fit`` (se
 A checkpoint is taken only at a step boundary in the training thread, so it never holds half of
 a step; the training thread waits for the copy of the variables to host memory, a writer thread
 writes the files (``saving``). Everything is reported as ``events`` records.
+
+A model that is not finite is never saved (``finite``): the run stops (``on_nan="stop"``), or
+(``"rollback"``) the newest good checkpoint is restored at that step boundary (model, optimizer,
+global step; a save asked from another thread rolls back at the next boundary) and training
+goes on from it, at most ``max_rollbacks`` times. Inside ``fit`` the data goes on where it was
+(the batches are not replayed) and the model's running metrics restart.
 """
 import contextlib
 import inspect
@@ -41,7 +47,8 @@ from .. import events, finite, services
 from ..checkpoints import checkpoint_paths
 from .._validate import invalid
 from ..backend import RunConfig, StopBody
-from ..graph.supervisor import CheckpointWriteError, Supervisor as _GraphSupervisor
+from ..graph.supervisor import CheckpointWriteError, Supervisor as _GraphSupervisor, \
+    describe_error
 from ..lockfile import LogdirLock
 from . import saving
 
@@ -212,11 +219,6 @@ class EagerSupervisor:
                 "init_fn", config.init_fn, "a function taking no argument: in eager mode it "
                 "runs after sv.track(...) (or at the start of fit) when there is no checkpoint, "
                 "with no session to pass", shown=_short(config.init_fn)))
-        if config.on_nan == finite.ROLLBACK:
-            raise ValueError(invalid(
-                "on_nan", config.on_nan, "'stop' or 'ignore' in eager mode (rolling back to the "
-                "newest good checkpoint is for graph code so far): with 'stop', a model that "
-                "is not finite is never saved and the run stops, naming the good checkpoint"))
         self._config = config
         self._async_save = async_save
         self._hub = events.EventHub()
@@ -267,6 +269,10 @@ class EagerSupervisor:
         self._notes: List[str] = []
         self._closed = False
         self._finite: Optional[finite.VariableCheck] = None   # built by track()
+        # on_nan="rollback": (step, problem) of a refused save whose rollback the training
+        # thread makes at its next step boundary; under _save_lock.
+        self._pending_rollback: Optional[tuple] = None
+        self._rollbacks = 0
 
     # ------------------------------------------------------------------------- Backend
 
@@ -339,8 +345,9 @@ class EagerSupervisor:
                 self._stop_exception = ex
 
     def save_now(self, timeout: Optional[float] = None) -> Optional[str]:
-        """Writes a checkpoint and returns its path once its files are written (None: no logdir
-        or nothing tracked). From another thread while the body trains, the training thread
+        """Writes a checkpoint and returns its path once its files are written (None: no logdir,
+        nothing tracked, or a model that is not finite rolled back instead, with
+        ``on_nan="rollback"``). From another thread while the body trains, the training thread
         saves at its next step boundary (within ``timeout``, default ``stop_grace_secs``, or
         TimeoutError); when it does not train (before, between or after its loops), at once."""
         if not self._logdir:
@@ -607,20 +614,24 @@ class EagerSupervisor:
     def _boundary(self, progress: Optional[tuple] = None) -> bool:
         """The step boundary (training thread): max_steps, summaries, progress, due or asked
         saves. Returns True when the loop must stop."""
-        step = self._step
-        max_steps = self._config.max_steps
-        if max_steps is not None and step >= max_steps:
-            self.request_stop()
+        if self._pending_rollback is not None:  # a save from another thread was refused
+            with self._save_lock:
+                if self._pending_rollback is not None:
+                    self._roll_back()
         now = time.monotonic()
         if now >= self._next_summary:
             self._next_summary = now + self._config.save_summaries_secs
-            self._write_scalars(self._scalars, step)
+            self._write_scalars(self._scalars, self._step)
         if now >= self._next_progress:
             self._next_progress = now + PROGRESS_SECS
             self._emit_progress(progress)
         request = self._save_request
         if request is not None or now >= self._next_save:
             self._save_at_boundary(request)
+        # After the save: a rollback there takes the step back below max_steps.
+        max_steps = self._config.max_steps
+        if max_steps is not None and self._step >= max_steps:
+            self.request_stop()
         return self._stop_requested or self._coord.should_stop()
 
     def _save_at_boundary(self, request: Optional[_SaveRequest]) -> None:
@@ -639,13 +650,21 @@ class EagerSupervisor:
         if self._config.save_model_secs and self._writer is not None:
             self._next_save = time.monotonic() + self._config.save_model_secs
 
-    def _save(self) -> Optional[str]:
-        """Takes a checkpoint of the current step (its files are written in the background)."""
+    def _save(self, final: bool = False) -> Optional[str]:
+        """Takes a checkpoint of the current step (its files are written in the background).
+        None when nothing was saved: the model is not finite and it rolled back (or will, at
+        the training thread's next boundary). ``final``: the checkpoint that ends a fit or the
+        session, which never rolls back."""
         with self._save_lock:
             if self._writer is None:
                 return None
+            if self._pending_rollback is not None and not final:
+                if threading.current_thread() is self._thread:
+                    self._roll_back()
+                return None
             step = self._step
-            self._check_finite(step)
+            if not self._check_finite(step, final):
+                return None
             fit, epoch, batch = self._fit_position
             self._state.step.assign(step)
             self._state.fit.assign(fit)
@@ -659,22 +678,74 @@ class EagerSupervisor:
                     status=_SessionLog.CHECKPOINT, checkpoint_path=path), step)
             return path
 
-    def _check_finite(self, step: int) -> None:
-        """Raises NonFiniteError (nothing is saved) when a trainable variable or the newest
-        value of a reported scalar is NaN or infinite; the shared check of ``finite``."""
+    def _check_finite(self, step: int, final: bool) -> bool:
+        """With ``_save_lock`` held: True when the trainable variables and the newest value of
+        every reported scalar are finite (the shared check of ``finite``), or with
+        ``on_nan="ignore"``. Otherwise nothing may be saved: with ``on_nan="rollback"`` (not
+        ``final``, while rollbacks are left) returns False after the rollback (training
+        thread) or with it scheduled (another thread); else raises NonFiniteError, which also
+        stops the run when raised in another thread than the training thread."""
         if self._finite is None:
-            return
+            return True
         scalars = [finite.NonFiniteScalar(tag, value, None)
                    for tag, value in sorted(_finite_values(self._scalars).items())
                    if not math.isfinite(value)]
         variables = self._finite.run()
         if not scalars and not variables:
-            return
+            return True
         problem = finite.describe_problem(variables, scalars)
-        newest_good = next(iter(checkpoint_paths(self._logdir, self._config.checkpoint_basename)),
-                           None)
-        raise finite.NonFiniteError(finite.non_finite_message(step, problem, newest_good),
-                                    step, problem, newest_good)
+        self._writer.wait()  # the save in flight passed the check: it is the newest good one
+        kept = self._writer.kept
+        newest_good = kept[-1] if kept else None
+        if (self._config.on_nan == finite.ROLLBACK and not final and newest_good
+                and self._rollbacks < self._config.max_rollbacks):
+            self._pending_rollback = (step, problem)
+            logger.info("Training diverged at step %s: %s. Not saved; rolling back to %s.",
+                        step, problem, newest_good)
+            if threading.current_thread() is self._thread:
+                self._roll_back()
+            return False
+        error = finite.NonFiniteError(
+            finite.non_finite_message(step, problem, newest_good, rollbacks=self._rollbacks,
+                                      final=final), step, problem, newest_good)
+        logger.error("%s", error)
+        if threading.current_thread() is not self._thread:
+            self.request_stop(error)
+        raise error
+
+    def _roll_back(self) -> None:
+        """Training thread, ``_save_lock`` held, at a step boundary: restores the newest good
+        checkpoint (an older one if it cannot be read) in place of the diverged model, with
+        the global step and the optimizer's state, and reports it. Keras models' running
+        metrics restart, or fit's mean loss would stay NaN until the epoch ends."""
+        step, problem = self._pending_rollback
+        self._pending_rollback = None
+        paths = list(reversed(self._writer.kept))
+        try:
+            path = saving.restore_newest(self._root, self._logdir,
+                                         self._config.checkpoint_basename, paths)
+        except Exception as e:  # pylint: disable=broad-except
+            path = paths[0] if paths else None
+            raise finite.NonFiniteError(
+                f"Training diverged at step {step}: {problem}. Rolling back to {path} failed "
+                f"({describe_error(e)}), and the run stopped. Nothing was saved for the "
+                "diverged state.", step, problem, path) from e
+        self._step = int(self._state.step.numpy())
+        self._last_saved_step = self._step
+        self._rollbacks += 1
+        self._scalars = {}
+        for value in self._items.values():
+            if callable(getattr(value, "reset_metrics", None)):
+                value.reset_metrics()
+        message = finite.rollback_message(step, problem, path, self._step, self._rollbacks,
+                                          self._config.max_rollbacks)
+        logger.warning("%s", message)
+        if self._event_file is not None:
+            # Like a restart from the checkpoint: TensorBoard drops the diverged points.
+            self._event_file.add_session_log(_SessionLog(status=_SessionLog.START, msg=message),
+                                             self._step)
+        self._hub.emit(events.RolledBack, step, self._step, path, problem, self._rollbacks,
+                       self._config.max_rollbacks, time.time())
 
     def _save_and_wait(self) -> Optional[str]:
         with self._save_lock:
@@ -684,9 +755,10 @@ class EagerSupervisor:
             return path
 
     def _save_if_moved(self) -> None:
+        """The checkpoint that ends a fit or the session, unless this step is saved."""
         with self._save_lock:
             if self._writer is not None and self._step != self._last_saved_step:
-                self._save()
+                self._save(final=True)
 
     def _on_saved(self, step, path, wall_time, seconds) -> None:
         kept = tuple(reversed(self._writer.kept)) if self._writer is not None else ()

@@ -1,0 +1,281 @@
+"""A diverged eager run never checkpoints a non-finite model (issue 15), with real Keras models.
+
+The same promises as the graph Supervisor (test_finite.py): ``on_nan="stop"`` refuses the save
+and names the newest good checkpoint; ``"rollback"`` restores it (model, optimizer, global step)
+at the step boundary where the save was due and goes on, at most ``max_rollbacks`` times; a run
+that never diverges writes exactly the checkpoints it always wrote. A bad batch (a NaN input) at
+a known step makes the divergence exact; the body saves at fixed steps where the step matters.
+"""
+import glob
+import os
+import threading
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_file_loader
+
+from eager_models import data, make_model
+from jupyter_supervisor import events, finite
+from jupyter_supervisor.backend import RunConfig
+from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
+from jupyter_supervisor.eager import EagerSupervisor
+
+from helpers import Recorder
+
+DEADLINE = 60.0   # seconds; never reached when passing
+EVERY_STEP = 1e-9  # save_model_secs that makes every step boundary save
+
+
+@pytest.fixture
+def backends():
+    made = []
+
+    def build(logdir, **options):
+        options.setdefault("save_summaries_secs", 0)
+        options.setdefault("save_model_secs", 0)
+        sv = EagerSupervisor(RunConfig(logdir=os.fspath(logdir), **options))
+        made.append(sv)
+        return sv
+
+    yield build
+    for sv in made:
+        sv.close()
+
+
+def loop_setup():
+    """A seeded linear model trained by SGD on one fixed batch; ``train_step(bad)`` with
+    ``bad=True`` feeds a NaN input (its gradient makes the weights NaN)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD(0.01)
+    x, y = data()
+
+    @tf.function
+    def train_step(scale):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x * scale) - y) ** 2)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                model.trainable_variables))
+        return loss
+    return model, opt, lambda bad=False: train_step(tf.constant(np.nan if bad else 1.0))
+
+
+def bad_batch_body(sv, train_step, poison_at, poison_times, stop_at):
+    """Trains with a checkpoint every 10 steps (sv.save_now() in the body); the batch of step
+    ``poison_at`` is bad the first ``poison_times`` times that step is trained. Returns the
+    steps trained in order and the steps whose save wrote nothing."""
+    steps, refused, poisoned = [], [], 0
+    while not sv.should_stop():
+        assert len(steps) < 1000, "the run did not end"
+        bad = sv.read_step() + 1 == poison_at and poisoned < poison_times
+        poisoned += bad
+        step = sv.step(loss=train_step(bad))
+        steps.append(step)
+        if step % 10 == 0:
+            try:
+                if sv.save_now() is None:
+                    refused.append(step)
+            except finite.NonFiniteError:
+                refused.append(step)
+                raise
+            finally:
+                steps.append(("saved", step))
+        if sv.read_step() >= stop_at:
+            sv.request_stop()
+    return [s for s in steps if not isinstance(s, tuple)], refused
+
+
+def assert_every_checkpoint_finite(logdir):
+    paths = sorted(p[:-len(".index")] for p in glob.glob(os.path.join(str(logdir),
+                                                                       "model.ckpt-*.index")))
+    assert paths, "no checkpoint at all"
+    for path in paths:
+        reader = tf.train.load_checkpoint(path)
+        for key, dtype in reader.get_variable_to_dtype_map().items():
+            if dtype.is_floating:
+                assert np.all(np.isfinite(reader.get_tensor(key))), (path, key)
+
+
+def file_steps(logdir):
+    return sorted(step_of(p[:-len(".index")])
+                  for p in glob.glob(os.path.join(str(logdir), "model.ckpt-*.index")))
+
+
+def start_logs(logdir):
+    found = []
+    for path in glob.glob(os.path.join(str(logdir), "events.out.tfevents.*")):
+        found.extend(e for e in event_file_loader.LegacyEventFileLoader(path).Load()
+                     if e.WhichOneof("what") == "session_log"
+                     and e.session_log.status == tf.compat.v1.SessionLog.START)
+    return sorted(((e.step, e.session_log.msg) for e in found), key=lambda s: s[0])
+
+
+# ------------------------------------------------------------------------------ custom loops
+
+def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, backends):
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, keep=3, on_nan=finite.ROLLBACK)
+    recorder = Recorder()
+    sv.add_listener(recorder)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        steps, refused = bad_batch_body(sv, train_step, poison_at=25, poison_times=1,
+                                        stop_at=50)
+    assert refused == [30]
+    # It went on from step 20: steps 21..30 were trained twice, and it ended at 50.
+    assert steps == list(range(1, 31)) + list(range(21, 51))
+    assert sv.read_step() == 50 == int(opt.iterations)  # the optimizer was restored too
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [50, 40, 30]
+    assert file_steps(tmp_path) == [30, 40, 50]
+    assert_every_checkpoint_finite(tmp_path)
+    assert sv.flush_events(DEADLINE)
+    (rolled,) = recorder.of(events.RolledBack)
+    newest = os.path.join(str(tmp_path), "model.ckpt-20")
+    assert (rolled.step, rolled.restored_step, rolled.path, rolled.count, rolled.limit) == (
+        30, 20, newest, 1, 3)
+    assert "summary 'loss' is NaN" in rolled.problem
+    assert recorder.of(events.Stopped)[-1].reason == events.REQUESTED
+    # In the event file, as a restart at the restored step (TensorBoard drops the bad points).
+    starts = start_logs(tmp_path)
+    assert len(starts) == 2 and starts[1][0] == 20 and "rollback 1 of 3" in starts[1][1]
+
+
+def test_rollback_stops_after_max_rollbacks(tmp_path, backends):
+    """The bad batch comes back every time step 25 is trained: 2 rollbacks, then a stop."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, keep=3, on_nan=finite.ROLLBACK, max_rollbacks=2)
+    recorder = Recorder()
+    sv.add_listener(recorder)
+    trained = []
+    with pytest.raises(finite.NonFiniteError) as raised:
+        with sv.session():
+            sv.track(model=model, optimizer=opt)
+            trained.append(bad_batch_body(sv, train_step, poison_at=25, poison_times=100,
+                                          stop_at=50))
+    error = raised.value
+    newest = os.path.join(str(tmp_path), "model.ckpt-20")
+    assert error.step == 30 and error.newest_good == newest
+    assert str(error).startswith(
+        "Training diverged at step 30 again after 2 rollbacks to the newest good checkpoint: "
+        "summary 'loss' is NaN")
+    assert "the newest good checkpoint is " + newest in str(error)
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [20, 10]
+    assert file_steps(tmp_path) == [10, 20]
+    assert_every_checkpoint_finite(tmp_path)
+    assert sv.flush_events(DEADLINE)
+    assert [(r.step, r.restored_step, r.count) for r in recorder.of(events.RolledBack)] == [
+        (30, 20, 1), (30, 20, 2)]
+    assert recorder.of(events.Stopped)[-1].exception is error
+
+
+def test_a_save_asked_from_another_thread_rolls_back_at_the_next_step(tmp_path, backends):
+    """The Save button's path: the training thread serves it at a boundary and rolls back
+    there; the caller gets None (nothing was saved)."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, on_nan=finite.ROLLBACK)
+    answers, steps, asker = [], [], None
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        while not sv.should_stop():
+            steps.append(sv.step(loss=train_step()))
+            if asker is None and steps[-1] == 10:
+                sv.save_now()
+                model.layers[0].kernel.assign(tf.fill([4, 1], np.inf))  # diverged, quietly
+                asker = threading.Thread(target=lambda: answers.append(sv.save_now(DEADLINE)))
+                asker.start()
+                # The next boundary serves the save: the thread is then done.
+                steps.append(sv.step(loss=train_step()))
+                asker.join(DEADLINE)
+            if steps[-1] == 15:
+                sv.request_stop()
+    assert answers == [None]
+    # The boundary after step 11 rolled back to step 10, and training went on from there.
+    assert steps == list(range(1, 11)) + [10] + list(range(11, 16))
+    assert sv.read_step() == 15 == int(opt.iterations)
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [15, 10]
+    assert_every_checkpoint_finite(tmp_path)
+
+
+@pytest.mark.parametrize("on_nan", [finite.STOP, finite.ROLLBACK, finite.IGNORE])
+def test_a_healthy_run_writes_the_same_checkpoints_in_every_mode(tmp_path, backends, on_nan):
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, keep=3, on_nan=on_nan)
+    recorder = Recorder()
+    sv.add_listener(recorder)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        while sv.read_step() < 47:
+            if sv.step(loss=train_step()) % 10 == 0:
+                sv.save_now()
+    assert sv.flush_events(DEADLINE)
+    assert [r.step for r in recorder.of(events.CheckpointSaved)] == [10, 20, 30, 40, 47]
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [47, 40, 30]
+    assert file_steps(tmp_path) == [30, 40, 47]
+    assert recorder.of(events.RolledBack) == []
+
+
+def test_the_final_checkpoint_never_rolls_back(tmp_path, backends):
+    """A stop with a diverged model: the final checkpoint is refused, the good ones stay."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, on_nan=finite.ROLLBACK)
+    with pytest.raises(finite.NonFiniteError) as raised:
+        with sv.session():
+            sv.track(model=model, optimizer=opt)
+            for step in range(1, 13):
+                sv.step(loss=train_step(bad=step == 11))
+                if step == 10:
+                    sv.save_now()
+    assert "The final checkpoint was not written" in str(raised.value)
+    assert raised.value.step == 12
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [10]
+
+
+# --------------------------------------------------------------------------------- Keras fit
+
+def poisoned_dataset(bad_batch, batches=24, batch_size=8):
+    """``batches`` batches of the seeded data, one dataset pass for the whole fit (fit with
+    steps_per_epoch reads on across epochs), batch ``bad_batch`` (0-based) a NaN input."""
+    x, y = data(n=batches * batch_size)
+    x = x.copy()
+    x[bad_batch * batch_size] = np.nan
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+
+
+def test_fit_rolls_back_past_a_bad_batch_and_finishes(tmp_path, backends):
+    model = make_model()
+    sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3, on_nan=finite.ROLLBACK)
+    recorder = Recorder()
+    sv.add_listener(recorder)
+    with sv.session():
+        history = model.fit(poisoned_dataset(bad_batch=10), epochs=3, steps_per_epoch=8,
+                            verbose=0, callbacks=[sv.callback])
+    assert sv.flush_events(DEADLINE)
+    (rolled,) = recorder.of(events.RolledBack)
+    # Batch 11 (step 11) made the model NaN; the checkpoint of step 10 came back, and the
+    # data went on: 24 batches trained, one of them undone.
+    assert (rolled.step, rolled.restored_step) == (11, 10)
+    assert rolled.path == os.path.join(str(tmp_path), "model.ckpt-10")
+    assert sv.read_step() == 23 == int(model.optimizer.iterations)
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    # The running mean restarted at the rollback: the epoch's loss is finite.
+    assert np.isfinite(history.history["loss"]).all()
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [23, 22, 21]
+    assert_every_checkpoint_finite(tmp_path)
+    assert recorder.of(events.Stopped)[-1].exception is None
+
+
+def test_fit_stop_mode_keeps_the_good_checkpoints(tmp_path, backends):
+    model = make_model()
+    sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3)
+    with pytest.raises(finite.NonFiniteError) as raised:
+        with sv.session():
+            model.fit(poisoned_dataset(bad_batch=10), epochs=3, steps_per_epoch=8, verbose=0,
+                      callbacks=[sv.callback])
+    newest = os.path.join(str(tmp_path), "model.ckpt-10")
+    assert raised.value.step == 11 and raised.value.newest_good == newest
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [10, 9, 8]
+    assert_every_checkpoint_finite(tmp_path)
