@@ -122,6 +122,8 @@ def measure(warmup, seconds):
     panels = _threads("jupyter_supervisor-panel-")
     iopub = _threads("IOPub")
     shown = _panels()
+    everyone = [t for t in threading.enumerate() if t.ident is not None]
+    all0 = {t: _cpu(t) for t in everyone}
     cpu0 = [_cpu(t) for t in panels]
     render0 = sum(p.render_cpu for p in shown)
     renders0 = sum(p.renders for p in shown)
@@ -132,13 +134,20 @@ def measure(warmup, seconds):
     cpu1 = [_cpu(t) for t in panels]
     io1 = [_cpu(t) for t in iopub]
     wall = t1 - t0
+    threads = {}  # CPU seconds per second of each kind of Python thread (numbers stripped)
+    for t, before in all0.items():
+        kind = t.name.rstrip("0123456789").rstrip("-_ (").split(" (")[0]
+        if t.name.startswith("jupyter_supervisor-panel-"):
+            kind = "jupyter_supervisor-panel"
+        threads[kind] = threads.get(kind, 0.0) + (_cpu(t) - before) / wall
     return {"rate": (n1 - n0) / wall, "from": w0, "to": w1,
             "cpu_per_step": (p1 - p0) / max(1, n1 - n0),
             "cpu_per_sec": (p1 - p0) / wall,
             "panel": (sum(cpu1) - sum(cpu0)) / wall,
             "render": (sum(p.render_cpu for p in shown) - render0) / wall,
             "renders": (sum(p.renders for p in shown) - renders0) / wall,
-            "iopub": (sum(io1) - sum(io0)) / wall}
+            "iopub": (sum(io1) - sum(io0)) / wall,
+            "threads": threads}
 
 _PANEL_DEFAULTS = dict(_panel_module.Panel.__init__.__kwdefaults__)
 
@@ -317,6 +326,12 @@ def main():
               f"{med(r['iopub'] for r in runs['tf']) * 1e3:.2f}); comm to the frontend "
               f"{med(r['comm_kb'] for r in sup):.1f} KB/s in {med(r['comm_msgs'] for r in sup):.1f}"
               " messages/s")
+        for mode in ("tf", "supervise"):
+            kinds = sorted({k for r in runs[mode] for k in r["threads"]})
+            per_kind = {k: med(r["threads"].get(k, 0.0) for r in runs[mode]) for k in kinds}
+            shown = sorted(per_kind.items(), key=lambda kv: -kv[1])
+            print(f"  {mode} threads (ms CPU per s): " + ", ".join(
+                f"{k} {v * 1e3:.1f}" for k, v in shown if v * 1e3 >= 0.05))
         share = med((r["panel"] + r["iopub"]) / r["cpu_per_sec"] for r in sup)
         print(f"  panel share of the kernel's CPU (refresher + IOPub): {share * 100:.2f} %, "
               f"so supervise >= {1 - share:.3f} of tf as far as the panel goes")
