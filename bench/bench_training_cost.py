@@ -42,7 +42,7 @@ MODES = ("bare", "tf", "supervise")
 BEFORE = "mpl-panel"   # --with-matplotlib: %%supervise with the former matplotlib render path
 
 SETUP = r'''
-import logging, threading, time
+import logging, re, threading, time
 import tensorflow as tf
 import jupyter_supervisor
 from jupyter_supervisor.view import panel as _panel_module
@@ -77,7 +77,7 @@ def start_bare(tags):
                 sess.run(op)
                 count[0] += 1
     done.clear()
-    thread = threading.Thread(target=loop, daemon=True)
+    thread = threading.Thread(target=loop, daemon=True, name="train-bare")
     thread.start()
     return thread
 
@@ -92,7 +92,7 @@ def start_tf(tags, logdir, secs):
                 sess.run(op)
                 count[0] += 1
     done.clear()
-    thread = threading.Thread(target=loop, daemon=True)
+    thread = threading.Thread(target=loop, daemon=True, name="train-tf")
     thread.start()
     return thread
 
@@ -136,9 +136,10 @@ def measure(warmup, seconds):
     wall = t1 - t0
     threads = {}  # CPU seconds per second of each kind of Python thread (numbers stripped)
     for t, before in all0.items():
-        kind = t.name.rstrip("0123456789").rstrip("-_ (").split(" (")[0]
-        if t.name.startswith("jupyter_supervisor-panel-"):
-            kind = "jupyter_supervisor-panel"
+        kind = re.sub(r"[-_ ]*\d+", "", t.name.split(" (")[0])
+        if t.name.startswith(("jupyter_supervisor-panel-", "jupyter_supervisor-run-",
+                              "train-")):
+            kind = t.name.rsplit("-", 1)[0] if not t.name.startswith("train-") else "train"
         threads[kind] = threads.get(kind, 0.0) + (_cpu(t) - before) / wall
     return {"rate": (n1 - n0) / wall, "from": w0, "to": w1,
             "cpu_per_step": (p1 - p0) / max(1, n1 - n0),
@@ -332,6 +333,12 @@ def main():
             shown = sorted(per_kind.items(), key=lambda kv: -kv[1])
             print(f"  {mode} threads (ms CPU per s): " + ", ".join(
                 f"{k} {v * 1e3:.1f}" for k, v in shown if v * 1e3 >= 0.05))
+        own = {"tf": "train", "supervise": "jupyter_supervisor-run"}
+        per_step = {m: med(r["threads"].get(own[m], 0.0) / r["rate"] for r in runs[m])
+                    for m in own}
+        print(f"  training thread's own CPU per step: tf {per_step['tf'] * 1e6:.1f} us, "
+              f"supervise {per_step['supervise'] * 1e6:.1f} us (the body's Python and the "
+              "session call; TensorFlow's op threads not included)")
         share = med((r["panel"] + r["iopub"]) / r["cpu_per_sec"] for r in sup)
         print(f"  panel share of the kernel's CPU (refresher + IOPub): {share * 100:.2f} %, "
               f"so supervise >= {1 - share:.3f} of tf as far as the panel goes")

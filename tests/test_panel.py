@@ -482,11 +482,11 @@ def test_an_unchanged_run_sends_nothing_and_a_change_one_message(comm_log, make_
     panel.tick()
     before = len(comm_log)
     for _ in range(20):
-        clock.now += 0.3
+        clock.now += 0.6
         panel.tick()
     assert len(comm_log) == before
     run.history.note_step(42)
-    clock.now += 0.3
+    clock.now += 0.6
     panel.tick()
     sent = comm_log[before:]
     assert [(m.comm_id, m.msg_type) for m in sent] == [

@@ -61,8 +61,8 @@ _SessionLog = tf.compat.v1.SessionLog
 STATE_NAME = "jupyter_supervisor"
 # Tag of the step rate in the event files, as the graph Supervisor writes it.
 STEP_RATE_TAG = "global_step/sec"
-# At most this often a Progress record (a few times a second: what a panel can show).
-PROGRESS_SECS = 0.25
+# At most this often a Progress record (twice a second: what a panel shows).
+PROGRESS_SECS = 0.5
 
 class _RunState(tf.Module):
     """What the run itself checkpoints: the global step, and where a Keras fit is (the index

@@ -58,7 +58,7 @@ _TRANSITIONS = {
 }
 
 # How often the history learns the live step (for the panel; --max-steps does not depend on it).
-WATCH_SECS = 0.25
+WATCH_SECS = 0.5
 
 __all__ = ["TrainingRun", "RunConfig", "RunConflictError", "RunStateError",
            "IllegalTransitionError", "LogdirLockedError",

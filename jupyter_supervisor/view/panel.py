@@ -5,7 +5,7 @@ A ``Panel`` shows a run (duck-typed: ``name``, ``logdir``, ``max_steps``, ``role
 ``save_now()``, and optionally ``config.init_fn``; this module imports no run) from its
 ``RunHistory``. The training thread never touches a widget: it writes the history, and one
 refresher thread per displayed panel reads it. The refresher wakes every ``interval`` seconds
-(a quarter of a second; once a second after the run ended), takes a snapshot only when the
+(half a second; once a second after the run ended), takes a snapshot only when the
 history's version moved, changes only the widget values
 that differ (each widget's changes batched into one message with ``hold_sync``), and re-renders
 the plots at most every ``plot_interval`` seconds and only when new points arrived. So the
@@ -315,7 +315,7 @@ class Panel:
     """
 
     def __init__(self, run, clock: Callable[[], float] = time.monotonic, *,
-                 wall_clock: Callable[[], float] = time.time, interval: float = 0.25,
+                 wall_clock: Callable[[], float] = time.time, interval: float = 0.5,
                  idle_interval: float = 1.0, plot_interval: float = 1.0,
                  renderer=None, render_budget: float = RENDER_BUDGET,
                  cpu_clock: Callable[[], float] = time.thread_time):
