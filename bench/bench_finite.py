@@ -13,6 +13,10 @@ the files), the check alone (``finite.VariableCheck.eager``, one tf.function cal
 snapshot alone (``saving.Snapshot.copy``: what the training thread waits for without a check;
 TensorFlow shares the buffers until the next update, so it is cheap).
 
+Both modes run twice: every saved byte a weight (plain SGD, no optimizer state: the worst case,
+the check reads the whole checkpoint), and each weight saved with two slots of its size (Adam's
+moments: the check reads a third of the checkpoint, since it covers the trainable variables).
+
 Printed: per-round figures, the medians and the fastest of the rounds; the check's cost as a
 share of a save: (guarded - plain) / plain for graph mode, check / whole save for eager mode.
 Target: under 2 %. A save's time swings by a factor of 3 to 5 from round to round (page cache,
@@ -42,22 +46,27 @@ v1 = tf.compat.v1
 SAVERS = ("plain", "guarded")
 
 
-def build(mb, count):
+def build(mb, count, slots):
+    """``count`` weights (trainable) and ``slots`` optimizer-like slots per weight (not
+    trainable, saved, not checked), ``mb`` megabytes saved in all."""
     graph = tf.Graph()
     with graph.as_default():
-        rows = max(1, int(mb * 2**20 / 4 / count / 1000))
-        variables = [v1.get_variable(f"layer{i}/kernel", shape=[rows, 1000],
-                                     initializer=v1.random_normal_initializer(stddev=0.1))
-                     for i in range(count)]
-        names = [v.op.name for v in variables]
+        rows = max(1, int(mb * 2**20 / 4 / count / (1 + slots) / 1000))
+        init = v1.random_normal_initializer(stddev=0.1)
+        weights = [v1.get_variable(f"layer{i}/kernel", shape=[rows, 1000], initializer=init)
+                   for i in range(count)]
+        extra = [v1.get_variable(f"layer{i}/kernel/slot{j}", shape=[rows, 1000],
+                                 initializer=init, trainable=False)
+                 for i in range(count) for j in range(slots)]
+        names = [v.op.name for v in weights]
         savers = {}
         for name in SAVERS:
-            savers[name] = v1.train.Saver(variables, max_to_keep=2)
+            savers[name] = v1.train.Saver(weights + extra, max_to_keep=2)
             if name == "guarded":
                 assert finite.guard_saver(savers[name], graph, names) == set(names)
-        check = finite.VariableCheck.in_graph(variables, graph)
+        check = finite.VariableCheck.in_graph(weights, graph)
         init = v1.global_variables_initializer()
-    size = sum(rows * 1000 * 4 for _ in variables) / 2**20
+    size = rows * 1000 * 4 * count * (1 + slots) / 2**20
     return graph, savers, check, init, size
 
 
@@ -72,10 +81,11 @@ def rotated(names, round_):
     return names[round_ % len(names):] + names[:round_ % len(names)]
 
 
-def graph_mode(args, where):
-    graph, savers, check, init, size = build(args.mb, args.variables)
-    print(f"{size:.0f} MB in {args.variables} float32 variables; TensorFlow {tf.__version__}, "
-          f"{platform.machine()}, {os.cpu_count()} CPUs; writing to {where}")
+def graph_mode(args, where, slots):
+    graph, savers, check, init, size = build(args.mb, args.variables, slots)
+    print(f"\ngraph mode: {size:.0f} MB saved, {args.variables} float32 weights"
+          + (f" and {slots} slots per weight (as Adam's two moments), only the weights checked"
+             if slots else ", all checked (no optimizer slots: the worst case)"))
     figures = {name: [] for name in SAVERS + ("check",)}
     with v1.Session(graph=graph) as sess:
         sess.run(init)
@@ -103,16 +113,20 @@ def graph_mode(args, where):
         print(f"  [{label}] the Supervisor's save (guarded) vs TensorFlow's (plain): "
               f"{(fig['guarded'] - fig['plain']) / fig['plain'] * 100:+.1f} % (target < 2 %)")
     print(f"  the check alone: {med['check'] * 1000:.1f} ms, {med['check'] / low['plain'] * 100:.1f}"
-          f" % of the fastest plain save; it reads {size:.0f} MB at "
-          f"{size / 1024 / med['check']:.0f} GB/s")
+          f" % of the fastest plain save; it reads {size / (1 + slots):.0f} MB at "
+          f"{size / (1 + slots) / 1024 / med['check']:.0f} GB/s")
 
 
-def eager_mode(args, where):
-    rows = int(args.mb * 2**20 / 4 / args.variables / 1000)
+def eager_mode(args, where, slots):
+    rows = int(args.mb * 2**20 / 4 / args.variables / (1 + slots) / 1000)
     variables = [tf.Variable(tf.random.normal([rows, 1000]), name=f"layer{i}")
                  for i in range(args.variables)]
     module = tf.Module()
     module.layers = variables
+    module.slots = [tf.Variable(tf.zeros([rows, 1000]), trainable=False)
+                    for _ in range(args.variables * slots)]
+    print(f"\neager mode: {rows * 4000 * args.variables * (1 + slots) / 2**20:.0f} MB saved, "
+          f"{slots} slots per weight")
     check = finite.VariableCheck.eager(variables)
     snapshot = saving.Snapshot({"model": module})
     assert snapshot.copy() and check.run() == []  # traced here, once
@@ -148,9 +162,12 @@ def main():
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     args = parser.parse_args()
     where = tempfile.mkdtemp(prefix="bench_finite_", dir=args.dir)
+    print(f"TensorFlow {tf.__version__}, {platform.machine()}, {os.cpu_count()} CPUs; writing "
+          f"to {where}; {args.rounds} rounds")
     try:
-        graph_mode(args, where)
-        eager_mode(args, where)
+        for slots in (0, 2):
+            graph_mode(args, where, slots)
+            eager_mode(args, where, slots)
     finally:
         shutil.rmtree(where, ignore_errors=True)
 

@@ -25,6 +25,7 @@ gave the kernel ("kernel CPU", in cores): steps/s = that / CPU per step. Read st
 with the load average in mind; the CPU figures are the ones that reproduce.
 
     PYTHONPATH=. .venv/bin/python bench/bench_training_cost.py [--rounds 5] [--window 5]
+        [--configs 1x1,10x8] [--diagnose] [--with-matplotlib]
 """
 import argparse
 import ast
@@ -40,6 +41,8 @@ from jupyter_client.manager import KernelManager
 CONFIGS = ((1.0, 1), (1.0, 8), (10.0, 1), (10.0, 8))   # (summary seconds, scalar tags)
 MODES = ("bare", "tf", "supervise")
 BEFORE = "mpl-panel"   # --with-matplotlib: %%supervise with the former matplotlib render path
+# --diagnose: %%supervise without one of its parts, to see what each costs.
+DIAGNOSTIC = ("sup-nopanel", "sup-ignore")
 
 SETUP = r'''
 import logging, re, threading, time
@@ -232,7 +235,12 @@ def run_one(kernel, mode, secs, tags, logdir, warmup, window):
         kernel.execute(f"_t = start_tf({tags}, {logdir!r}, {secs})")
     else:
         kernel.execute(f"build({tags})\npanel_renders({'png' if mode == BEFORE else 'svg'!r})")
-        kernel.execute(BODY.format(logdir=logdir, secs=secs))
+        body = BODY.format(logdir=logdir, secs=secs)
+        if mode == "sup-ignore":  # no finiteness check before a checkpoint
+            body = body.replace("%%supervise ", "%%supervise --on-nan ignore ", 1)
+        kernel.execute(body)
+        if mode == "sup-nopanel":  # the panel closed: no refresher, no comm traffic
+            kernel.execute("_panel_module.close_all()")
     kernel.comm.clear()
     result = kernel.value(f"measure({warmup}, {window})")
     kernel._drain()
@@ -240,7 +248,7 @@ def run_one(kernel, mode, secs, tags, logdir, warmup, window):
     sizes = [size for sent, size in kernel.comm if result["from"] <= sent <= result["to"]]
     result["comm_kb"] = sum(sizes) / 1024 / window
     result["comm_msgs"] = len(sizes) / window
-    if mode in ("supervise", BEFORE):
+    if mode not in ("bare", "tf"):
         name = os.path.basename(logdir)
         failed = kernel.value(f"jupyter_supervisor.get_run({name!r}).error_text")
         if failed:
@@ -259,21 +267,33 @@ def main():
     parser.add_argument("--warmup", type=float, default=1.5)
     parser.add_argument("--with-matplotlib", action="store_true",
                         help=f"add the mode {BEFORE}: the panel's former matplotlib render path")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="TensorFlow's inter- and intra-op threads for every mode (0: its "
+                             "default, one per core); 1 leaves a core to the other threads and "
+                             "makes the figures much less noisy on a 2-core machine")
+    parser.add_argument("--diagnose", action="store_true",
+                        help=f"add the modes {', '.join(DIAGNOSTIC)}: %%%%supervise without its "
+                             "panel, and without the finiteness check")
     parser.add_argument("--configs", default="all",
                         help="'all' or e.g. '1x1,10x8' (summary seconds x tags)")
     args = parser.parse_args()
     configs = CONFIGS if args.configs == "all" else tuple(
         (float(s), int(t)) for s, t in (c.split("x") for c in args.configs.split(",")))
 
-    modes = MODES + ((BEFORE,) if args.with_matplotlib else ())
+    modes = (MODES + ((BEFORE,) if args.with_matplotlib else ())
+             + (DIAGNOSTIC if args.diagnose else ()))
     workdir = tempfile.mkdtemp(prefix="bench_training_cost-")
     kernel = Kernel(workdir)
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.rounds} rounds, "
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; TensorFlow threads "
+          f"{args.threads or 'default'}; {args.rounds} rounds, "
           f"modes alternated (order rotating), windows {args.window:g} s at 1 s summaries, "
           f"{2.2 * args.window:g} s at 10 s", flush=True)
     results = {(c, m): [] for c in configs for m in modes}
     try:
         kernel.execute("%load_ext jupyter_supervisor\n" + SETUP)
+        if args.threads:
+            kernel.execute(f"tf.config.threading.set_inter_op_parallelism_threads({args.threads})"
+                           f"\ntf.config.threading.set_intra_op_parallelism_threads({args.threads})")
         run_one(kernel, "supervise", 1.0, 1, os.path.join(workdir, "warm"), 0.5, 0.5)
         run_one(kernel, "tf", 1.0, 1, os.path.join(workdir, "warmtf"), 0.5, 0.5)
         for rnd in range(args.rounds):
@@ -342,6 +362,11 @@ def main():
         share = med((r["panel"] + r["iopub"]) / r["cpu_per_sec"] for r in sup)
         print(f"  panel share of the kernel's CPU (refresher + IOPub): {share * 100:.2f} %, "
               f"so supervise >= {1 - share:.3f} of tf as far as the panel goes")
+        for mode in DIAGNOSTIC:
+            if mode in runs:
+                print(f"  {mode:12s} supervise/tf {paired(rates, mode, 'tf'):.3f}, as fast as tf "
+                      f"{paired(cpu, 'tf', mode):.3f}; training thread's CPU per step "
+                      f"{med(r['threads'].get('jupyter_supervisor-run', 0) / r['rate'] for r in runs[mode]) * 1e6:.1f} us")
         if BEFORE in runs:
             old = runs[BEFORE]
             old_share = med((r["panel"] + r["iopub"]) / r["cpu_per_sec"] for r in old)

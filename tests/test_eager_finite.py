@@ -279,3 +279,28 @@ def test_fit_stop_mode_keeps_the_good_checkpoints(tmp_path, backends):
     assert raised.value.step == 11 and raised.value.newest_good == newest
     assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [10, 9, 8]
     assert_every_checkpoint_finite(tmp_path)
+
+
+def test_a_lower_learning_rate_set_for_the_resume_is_kept(tmp_path, backends, caplog):
+    """The message's advice, followed: lower the learning rate and resume. A Keras optimizer's
+    learning rate is a variable the checkpoint holds; the one set in the notebook wins."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        for _ in range(5):
+            sv.step(loss=train_step())
+    lower = keras.optimizers.SGD(0.001)
+    sv2 = backends(tmp_path)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"), sv2.session():
+        assert sv2.track(model=model, optimizer=lower) == os.path.join(str(tmp_path),
+                                                                        "model.ckpt-5")
+        sv2.save_now()
+    assert float(lower.learning_rate.numpy()) == pytest.approx(0.001)
+    assert int(lower.iterations) == 5  # the rest of the optimizer's state is restored
+    assert any("holds the learning rate 0.01 for 'optimizer'; the run keeps 0.001" in
+               r.getMessage() for r in caplog.records)
+    # Saved with the next checkpoint (here of the same step): a later resume finds it.
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path)))
+    key = next(k for k in reader.get_variable_to_shape_map() if "learning_rate" in k)
+    assert reader.get_tensor(key) == pytest.approx(0.001)

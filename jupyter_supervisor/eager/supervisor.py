@@ -175,6 +175,31 @@ def _trainable_variables(objects) -> list:
     return found
 
 
+def _learning_rates(objects: Dict[str, object]) -> List[tuple]:
+    """[(name, variable, value now)] for the tracked optimizers whose learning rate is a
+    variable (a Keras optimizer given a number; a schedule is computed from the step)."""
+    found = []
+    for name, obj in objects.items():
+        rate = getattr(obj, "learning_rate", None) if hasattr(obj, "apply_gradients") else None
+        if rate is not None and saving.is_variable(rate):
+            found.append((name, rate, float(np.asarray(rate.numpy()))))
+    return found
+
+
+def _keep_learning_rates(rates: List[tuple], path: str) -> None:
+    """After a restore from ``path``: puts back each learning rate of ``rates`` (from
+    ``_learning_rates`` before the restore) that the checkpoint changed. The rate in memory is
+    the one the notebook set (a lower one after a divergence, the usual fix) or the one
+    training reached; the checkpoint's would silently undo it."""
+    for name, variable, value in rates:
+        restored = float(np.asarray(variable.numpy()))
+        if restored != value:
+            variable.assign(value)
+            logger.warning("The checkpoint %s holds the learning rate %g for %r; the run keeps "
+                           "%g, the value the optimizer had (it is saved with the next "
+                           "checkpoint).", path, restored, name, value)
+
+
 def _finite_values(scalars) -> Dict[str, float]:
     values = {}
     for tag, value in (scalars or {}).items():
@@ -443,8 +468,10 @@ class EagerSupervisor:
         models, layers, optimizers, tf.Variables, tf.Modules) and restores the newest checkpoint
         of the logdir into it; without one, calls ``init_fn()``. Returns the restored path, or
         None. A Keras model must be built (its variables exist); an unbuilt Keras optimizer is
-        built for the trainable variables of the tracked models. Calling it again with the same
-        objects does nothing."""
+        built for the trainable variables of the tracked models. An optimizer keeps the
+        learning rate it has (a lower one set to get past a divergence), not the checkpoint's,
+        with a warning when they differ. Calling it again with the same objects does
+        nothing."""
         self._check_active("sv.track()")
         return self._track(objects, "track")
 
@@ -550,8 +577,11 @@ class EagerSupervisor:
         existing = []
         if self._logdir:
             existing = saving.candidates(self._logdir, self._config.checkpoint_basename)
+            rates = _learning_rates(self._items)
             restored = saving.restore_newest(self._root, self._logdir,
                                              self._config.checkpoint_basename, existing)
+            if restored is not None:
+                _keep_learning_rates(rates, restored)
             self._writer = saving.CheckpointWriter(
                 {**self._items, STATE_NAME: self._state}, self._logdir,
                 self._config.checkpoint_basename, self._config.keep, existing,
@@ -721,6 +751,7 @@ class EagerSupervisor:
         step, problem = self._pending_rollback
         self._pending_rollback = None
         paths = list(reversed(self._writer.kept))
+        rates = _learning_rates(self._items)
         try:
             path = saving.restore_newest(self._root, self._logdir,
                                          self._config.checkpoint_basename, paths)
@@ -730,6 +761,7 @@ class EagerSupervisor:
                 f"Training diverged at step {step}: {problem}. Rolling back to {path} failed "
                 f"({describe_error(e)}), and the run stopped. Nothing was saved for the "
                 "diverged state.", step, problem, path) from e
+        _keep_learning_rates(rates, path)
         self._step = int(self._state.step.numpy())
         self._last_saved_step = self._step
         self._rollbacks += 1
