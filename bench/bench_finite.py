@@ -77,6 +77,15 @@ def timed(fn, repeat=1):
     return (time.perf_counter() - start) / repeat
 
 
+def summarize(label, figures):
+    """Prints and returns the medians and the fastest of each figure's rounds."""
+    med = {name: statistics.median(values) for name, values in figures.items()}
+    low = {name: min(values) for name, values in figures.items()}
+    for kind, fig in (("medians", med), ("fastest", low)):
+        print(f"{label}, {kind}: " + ", ".join(f"{n} {v * 1000:.1f} ms" for n, v in fig.items()))
+    return med, low
+
+
 def rotated(names, round_):
     return names[round_ % len(names):] + names[:round_ % len(names)]
 
@@ -105,10 +114,7 @@ def graph_mode(args, where, slots):
                 figures[name].append(seconds)
             print(f"round {round_ + 1}: " + ", ".join(
                 f"{name} {figures[name][-1] * 1000:.1f} ms" for name in figures))
-    med = {name: statistics.median(values) for name, values in figures.items()}
-    low = {name: min(values) for name, values in figures.items()}
-    print("graph mode, medians: " + ", ".join(f"{n} {v * 1000:.1f} ms" for n, v in med.items()))
-    print("graph mode, fastest: " + ", ".join(f"{n} {v * 1000:.1f} ms" for n, v in low.items()))
+    med, low = summarize("graph mode", figures)
     for label, fig in (("fastest", low), ("median", med)):
         print(f"  [{label}] the Supervisor's save (guarded) vs TensorFlow's (plain): "
               f"{(fig['guarded'] - fig['plain']) / fig['plain'] * 100:+.1f} % (target < 2 %)")
@@ -145,10 +151,7 @@ def eager_mode(args, where, slots):
             figures[name].append(seconds)
         print(f"eager round {round_ + 1}: " + ", ".join(
             f"{name} {figures[name][-1] * 1000:.1f} ms" for name in figures))
-    med = {name: statistics.median(values) for name, values in figures.items()}
-    low = {name: min(values) for name, values in figures.items()}
-    print("eager mode, medians: " + ", ".join(f"{n} {v * 1000:.1f} ms" for n, v in med.items()))
-    print("eager mode, fastest: " + ", ".join(f"{n} {v * 1000:.1f} ms" for n, v in low.items()))
+    med, low = summarize("eager mode", figures)
     print(f"  the check / a whole save: {med['check'] / low['save'] * 100:.1f} % of the fastest, "
           f"{med['check'] / med['save'] * 100:.1f} % of the median (target < 2 %); the training "
           f"thread waits for check + snapshot: {(med['check'] + med['copy']) * 1000:.1f} ms per save")

@@ -23,3 +23,22 @@ def ip():
     shell.run_line_magic("load_ext", "jupyter_supervisor")
     yield shell
     shell.run_line_magic("unload_ext", "jupyter_supervisor")
+
+
+@pytest.fixture
+def backends():
+    """``backends(logdir, **RunConfig options)``: EagerSupervisors (summaries off unless
+    given), all closed at the end of the test."""
+    from jupyter_supervisor.backend import RunConfig  # pylint: disable=C0415
+    from jupyter_supervisor.eager import EagerSupervisor  # pylint: disable=C0415
+    made = []
+
+    def build(logdir, **options):
+        options.setdefault("save_summaries_secs", 0)
+        sv = EagerSupervisor(RunConfig(logdir=os.fspath(logdir), **options))
+        made.append(sv)
+        return sv
+
+    yield build
+    for sv in made:
+        sv.close()

@@ -27,22 +27,6 @@ ROOT = os.path.dirname(HERE)
 EVERY_STEP = 1e-9
 
 
-@pytest.fixture
-def backends():
-    """Builds backends and closes them all at the end of the test."""
-    made = []
-
-    def build(logdir, **options):
-        options.setdefault("save_summaries_secs", 0)
-        sv = EagerSupervisor(RunConfig(logdir=os.fspath(logdir), **options))
-        made.append(sv)
-        return sv
-
-    yield build
-    for sv in made:
-        sv.close()
-
-
 class Recorder:
     """A listener keeping every record."""
 

@@ -18,30 +18,12 @@ from tensorboard.backend.event_processing import event_file_loader
 
 from eager_models import data, make_model
 from jupyter_supervisor import events, finite
-from jupyter_supervisor.backend import RunConfig
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
-from jupyter_supervisor.eager import EagerSupervisor
 
 from helpers import Recorder
 
 DEADLINE = 60.0   # seconds; never reached when passing
 EVERY_STEP = 1e-9  # save_model_secs that makes every step boundary save
-
-
-@pytest.fixture
-def backends():
-    made = []
-
-    def build(logdir, **options):
-        options.setdefault("save_summaries_secs", 0)
-        options.setdefault("save_model_secs", 0)
-        sv = EagerSupervisor(RunConfig(logdir=os.fspath(logdir), **options))
-        made.append(sv)
-        return sv
-
-    yield build
-    for sv in made:
-        sv.close()
 
 
 def loop_setup():
@@ -116,7 +98,7 @@ def start_logs(logdir):
 
 def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, backends):
     model, opt, train_step = loop_setup()
-    sv = backends(tmp_path, keep=3, on_nan=finite.ROLLBACK)
+    sv = backends(tmp_path, save_model_secs=0, keep=3, on_nan=finite.ROLLBACK)
     recorder = Recorder()
     sv.add_listener(recorder)
     with sv.session():
@@ -146,7 +128,7 @@ def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, back
 def test_rollback_stops_after_max_rollbacks(tmp_path, backends):
     """The bad batch comes back every time step 25 is trained: 2 rollbacks, then a stop."""
     model, opt, train_step = loop_setup()
-    sv = backends(tmp_path, keep=3, on_nan=finite.ROLLBACK, max_rollbacks=2)
+    sv = backends(tmp_path, save_model_secs=0, keep=3, on_nan=finite.ROLLBACK, max_rollbacks=2)
     recorder = Recorder()
     sv.add_listener(recorder)
     trained = []
@@ -175,7 +157,7 @@ def test_a_save_asked_from_another_thread_rolls_back_at_the_next_step(tmp_path, 
     """The Save button's path: the training thread serves it at a boundary and rolls back
     there; the caller gets None (nothing was saved)."""
     model, opt, train_step = loop_setup()
-    sv = backends(tmp_path, on_nan=finite.ROLLBACK)
+    sv = backends(tmp_path, save_model_secs=0, on_nan=finite.ROLLBACK)
     answers, steps, asker = [], [], None
     with sv.session():
         sv.track(model=model, optimizer=opt)
@@ -203,7 +185,7 @@ def test_a_save_asked_from_another_thread_rolls_back_at_the_next_step(tmp_path, 
 @pytest.mark.parametrize("on_nan", [finite.STOP, finite.ROLLBACK, finite.IGNORE])
 def test_a_healthy_run_writes_the_same_checkpoints_in_every_mode(tmp_path, backends, on_nan):
     model, opt, train_step = loop_setup()
-    sv = backends(tmp_path, keep=3, on_nan=on_nan)
+    sv = backends(tmp_path, save_model_secs=0, keep=3, on_nan=on_nan)
     recorder = Recorder()
     sv.add_listener(recorder)
     with sv.session():
@@ -221,7 +203,7 @@ def test_a_healthy_run_writes_the_same_checkpoints_in_every_mode(tmp_path, backe
 def test_the_final_checkpoint_never_rolls_back(tmp_path, backends):
     """A stop with a diverged model: the final checkpoint is refused, the good ones stay."""
     model, opt, train_step = loop_setup()
-    sv = backends(tmp_path, on_nan=finite.ROLLBACK)
+    sv = backends(tmp_path, save_model_secs=0, on_nan=finite.ROLLBACK)
     with pytest.raises(finite.NonFiniteError) as raised:
         with sv.session():
             sv.track(model=model, optimizer=opt)
@@ -285,13 +267,13 @@ def test_a_lower_learning_rate_set_for_the_resume_is_kept(tmp_path, backends, ca
     """The message's advice, followed: lower the learning rate and resume. A Keras optimizer's
     learning rate is a variable the checkpoint holds; the one set in the notebook wins."""
     model, opt, train_step = loop_setup()
-    sv = backends(tmp_path)
+    sv = backends(tmp_path, save_model_secs=0)
     with sv.session():
         sv.track(model=model, optimizer=opt)
         for _ in range(5):
             sv.step(loss=train_step())
     lower = keras.optimizers.SGD(0.001)
-    sv2 = backends(tmp_path)
+    sv2 = backends(tmp_path, save_model_secs=0)
     with caplog.at_level("WARNING", logger="jupyter_supervisor"), sv2.session():
         assert sv2.track(model=model, optimizer=lower) == os.path.join(str(tmp_path),
                                                                         "model.ckpt-5")

@@ -1,10 +1,12 @@
 """A run's cell body: compiled once from the cell that started it, executed in the notebook's
 namespace with the run's own ``sv`` and ``sess``, its errors shown from the user's frames."""
+import ast
 import os
+import symtable
 import sysconfig
 import traceback
 import types
-from typing import Callable, Dict
+from typing import Callable, Dict, Sequence
 
 # Where library code lives (the standard library, site-packages, this package): a traceback
 # shown to the user starts at the first frame outside them (a notebook cell, the user's code).
@@ -89,6 +91,54 @@ class _BodyLocals(dict):
             raise KeyError(key)
 
 
+def _function_of(source: str, code, own: Sequence[str]):
+    """The body as a function of the run's own names, ``scope(*own) -> body()``, or None when
+    it cannot be one. ``code``: the body compiled as a module (its file name and lines are
+    kept, so that tracebacks read the same).
+
+    Why: executed as module code with the run's names in a dict subclass, every name the body
+    reads costs a dict miss and a KeyError, and every one it binds a Python call, on each
+    step: 1-2 % of a fast training step (bench/bench_interleaved.py). As a function, the
+    names it binds are declared ``global`` (they go to the notebook, as in any cell), the
+    others are read from the notebook as globals, and the run's own are closure variables.
+    Not for a body that binds one of the run's own names, uses ``from m import *``, or does
+    not compile as a function (a ``global`` after use): those run as module code.
+    """
+    try:
+        tree = ast.parse(source, code.co_filename, "exec")
+        table = symtable.symtable(source, code.co_filename, "exec")
+    except SyntaxError:
+        return None
+    bound = {sym.get_name() for sym in table.get_symbols()
+             if sym.is_assigned() or sym.is_imported() or sym.is_global()}
+    if bound & set(own) or not tree.body:
+        return None
+    first = next((line for _, _, line in code.co_lines() if line), None)
+    if first is not None:
+        ast.increment_lineno(tree, first - tree.body[0].lineno)
+    # Our nodes span the body's lines, so that every line a traceback names is the cell's.
+    span = {"lineno": tree.body[0].lineno, "col_offset": 0,
+            "end_lineno": tree.body[-1].end_lineno, "end_col_offset": 0}
+    statements = ([ast.Global(names=sorted(bound), **span)] if bound else []) + tree.body
+    inner = ast.FunctionDef(name="body", args=_no_arguments(), body=statements,
+                            decorator_list=[], returns=None, **span)
+    outer = ast.FunctionDef(
+        name="scope", args=_no_arguments([ast.arg(arg=name, **span) for name in own]),
+        body=[inner, ast.Return(value=ast.Name(id="body", ctx=ast.Load(), **span), **span)],
+        decorator_list=[], returns=None, **span)
+    module = ast.Module(body=[outer], type_ignores=[])
+    try:
+        wrapper = compile(module, code.co_filename, "exec", dont_inherit=True)
+    except SyntaxError:
+        return None
+    return wrapper
+
+
+def _no_arguments(args=()) -> ast.arguments:
+    return ast.arguments(posonlyargs=[], args=list(args), vararg=None, kwonlyargs=[],
+                         kw_defaults=[], kwarg=None, defaults=[])
+
+
 class Body:
     """The source of a ``%%supervise`` cell, run by a TrainingRun.
 
@@ -107,6 +157,8 @@ class Body:
         self._format_exception = format_exception
         self._code = None  # the compiled body, or its SyntaxError
         self._pinned: Dict[str, object] = {}
+        self._wrappers: Dict[tuple, object] = {}   # own names -> _function_of's code, or None
+        self._frames = set()                        # the code objects a body frame runs
 
     def compiled(self):
         """The code object, or the SyntaxError the source raised. Compiled once, from the cell
@@ -147,12 +199,40 @@ class Body:
                 should_stop: Callable[[], bool]) -> None:
         """Runs the body once, or with ``repeat`` again and again until ``should_stop()``."""
         code = self.compiled()
-        local_ns = _BodyLocals(self._namespace, {**self._pinned, **names})
+        own = {**self._pinned, **names}
+        function = self._function(own)
+        if function is not None:
+            if not repeat:
+                function()
+                return
+            while not should_stop():
+                function()
+            return
+        local_ns = _BodyLocals(self._namespace, own)
         if not repeat:
             exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
             return
         while not should_stop():
             exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
+
+    def _function(self, own: Dict[str, object]):
+        """The body as a function with ``own`` as its closure (see ``_function_of``), or
+        None: then it runs as module code."""
+        code = self.compiled()
+        if isinstance(code, SyntaxError):
+            return None
+        self._frames.add(code)
+        key = tuple(own)
+        if key not in self._wrappers:
+            self._wrappers[key] = _function_of(self.source, code, key)
+        wrapper = self._wrappers[key]
+        if wrapper is None:
+            return None
+        scope: Dict[str, object] = {}
+        exec(wrapper, self._namespace, scope)  # pylint: disable=exec-used  (the cell body)
+        function = scope["scope"](*own.values())
+        self._frames.add(function.__code__)
+        return function
 
     def format(self, error: BaseException) -> str:
         """The error as the user sees it: its traceback starts at the cell body's own frame
@@ -166,7 +246,8 @@ class Body:
             shown = None
         else:
             start = original
-            while start is not None and start.tb_frame.f_code is not self._code:
+            while start is not None and start.tb_frame.f_code is not self._code and \
+                    start.tb_frame.f_code not in self._frames:
                 start = start.tb_next
             if start is None:  # raised outside the body (an --init-fn): from the user's code
                 start = original
