@@ -67,6 +67,15 @@ def test_own_names_reach_nested_functions_classes_and_comprehensions():
     assert namespace["result"] == (8, "the run's sv", [1, 2, 3])
 
 
+def test_a_loop_using_its_own_names_at_top_level_runs_as_a_function():
+    """The usual body (sv and sess read at top level, names bound): the function path, which
+    a comprehension over an own name shows (module code would raise NameError there)."""
+    namespace, _ = run("steps = []\nwhile len(steps) < 3:\n    steps.append(sess(len(steps)))"
+                       "\nshifted = [sess(s) for s in steps]\nwho = sv\n")
+    assert namespace["steps"] == [1, 2, 3] and namespace["shifted"] == [2, 3, 4]
+    assert namespace["who"] == "the run's sv"
+
+
 def test_a_body_that_rebinds_an_own_name_runs_and_the_notebook_sees_it():
     namespace, _ = run("sess = sess(1)\nafter = sess\n")
     assert namespace["sess"] == 2 and namespace["after"] == 2

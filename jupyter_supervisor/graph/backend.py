@@ -221,9 +221,8 @@ class _BoundSession(tf_session.SessionInterface):
             self._sv.step_boundary(self._sess)
         if self._coord.should_stop() and not self._sv.stop_seen:
             raise StopBody("The run was asked to stop.")
-        if self._step_tensor is None:
-            return self._sess.run(fetches, feed_dict=feed_dict, options=options,
-                                  run_metadata=run_metadata)
+        if self._step_tensor is None:  # positional: a step's Python path is kept short
+            return self._sess.run(fetches, feed_dict, options, run_metadata)
         result, step = self._sess.run([fetches, self._step_tensor], feed_dict=feed_dict,
                                       options=options, run_metadata=run_metadata)
         step = step_value(step)

@@ -109,16 +109,18 @@ def _function_of(source: str, code, own: Sequence[str]):
         table = symtable.symtable(source, code.co_filename, "exec")
     except SyntaxError:
         return None
+    # (At module level every name "is global"; what counts is what the body binds.)
     bound = {sym.get_name() for sym in table.get_symbols()
-             if sym.is_assigned() or sym.is_imported() or sym.is_global()}
+             if sym.is_assigned() or sym.is_imported() or sym.is_declared_global()}
     if bound & set(own) or not tree.body:
         return None
     first = next((line for _, _, line in code.co_lines() if line), None)
     if first is not None:
         ast.increment_lineno(tree, first - tree.body[0].lineno)
-    # Our nodes span the body's lines, so that every line a traceback names is the cell's.
-    span = {"lineno": tree.body[0].lineno, "col_offset": 0,
-            "end_lineno": tree.body[-1].end_lineno, "end_col_offset": 0}
+    # Our nodes start at line 1, as module code does (a traceback lists the cell's lines from
+    # the code's first line), and end with the body.
+    span = {"lineno": 1, "col_offset": 0, "end_lineno": tree.body[-1].end_lineno,
+            "end_col_offset": 0}
     statements = ([ast.Global(names=sorted(bound), **span)] if bound else []) + tree.body
     inner = ast.FunctionDef(name="body", args=_no_arguments(), body=statements,
                             decorator_list=[], returns=None, **span)
@@ -231,6 +233,10 @@ class Body:
         scope: Dict[str, object] = {}
         exec(wrapper, self._namespace, scope)  # pylint: disable=exec-used  (the cell body)
         function = scope["scope"](*own.values())
+        # Named as the module code it stands for: IPython's tracebacks then show the cell's
+        # lines around the failing one, as for any cell (it looks for a def of "body").
+        function.__code__ = function.__code__.replace(co_name="<module>",
+                                                      co_qualname="<module>")
         self._frames.add(function.__code__)
         return function
 
