@@ -98,3 +98,25 @@ def test_an_error_is_shown_from_the_body_with_the_cells_line_numbers():
     assert frames[-1].lineno == 3 and frames[-1].filename == "<supervise test>"
     assert shown.startswith("Traceback") and "line 3" in shown and "ValueError: 2" in shown
     assert "body.py" not in shown  # our machinery is trimmed
+
+
+@pytest.mark.parametrize("first", [
+    "@staticmethod\ndef f():\n    pass\n",            # a decorated def first
+    "values = [\n    1,\n    2,\n]\n",                 # a statement over several lines first
+    "global g\ng = 1\n",                               # a global statement first
+])
+def test_line_numbers_are_the_cells_whatever_comes_first(first):
+    """As the magic compiles a body: one line in front (the %%supervise line)."""
+    source = first + "who = sess\nraise ValueError(who)\n"
+    line = source.count("\n") + 1  # the raise, counting the %%supervise line
+    body = Body(source, {"__builtins__": __builtins__}, "test",
+                compile_source=lambda text, name: compile("\n" + text, "<cell>", "exec"))
+    with pytest.raises(ValueError) as raised:
+        body.execute({"sess": 1}, repeat=False, should_stop=lambda: True)
+    assert traceback.extract_tb(raised.value.__traceback__)[-1].lineno == line
+
+
+def test_exec_eval_and_locals_see_the_notebook_as_in_any_cell():
+    namespace, _ = run("exec('def helper():\\n    return 5\\ndef main():\\n    return helper()')\n"
+                       "result = main(), eval('sv'), 'sess' in locals()\n")
+    assert namespace["result"] == (5, "the run's sv", True)

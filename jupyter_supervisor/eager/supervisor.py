@@ -664,12 +664,12 @@ class EagerSupervisor:
             self.request_stop()
         return self._stop_requested or self._coord.should_stop()
 
-    def _save_at_boundary(self, request: Optional[_SaveRequest]) -> None:
+    def _save_at_boundary(self, request: Optional[_SaveRequest], final: bool = False) -> None:
         if request is not None:
             with self._mutex:
                 self._save_request = None
             try:
-                request.path = self._save_and_wait()
+                request.path = self._save_and_wait(final)
             except BaseException as e:  # pylint: disable=broad-except
                 request.error = e
                 raise
@@ -779,9 +779,9 @@ class EagerSupervisor:
         self._hub.emit(events.RolledBack, step, self._step, path, problem, self._rollbacks,
                        self._config.max_rollbacks, time.time())
 
-    def _save_and_wait(self) -> Optional[str]:
+    def _save_and_wait(self, final: bool = False) -> Optional[str]:
         with self._save_lock:
-            path = self._save()
+            path = self._save(final)
             if path is not None:
                 self._writer.wait()
             return path
@@ -825,8 +825,9 @@ class EagerSupervisor:
                 request = self._save_request if not value else None
         if request is None:
             return
-        if error is None:  # the loop ended: a waiting save_now() is served now
-            self._save_at_boundary(request)
+        if error is None:
+            # The loop ended: a waiting save_now() is served now, as the checkpoint ending it.
+            self._save_at_boundary(request, final=True)
             return
         with self._mutex:
             self._save_request = None

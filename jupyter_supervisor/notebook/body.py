@@ -3,6 +3,7 @@ namespace with the run's own ``sv`` and ``sess``, its errors shown from the user
 import ast
 import os
 import symtable
+import sys
 import sysconfig
 import traceback
 import types
@@ -101,8 +102,9 @@ def _function_of(source: str, code, own: Sequence[str]):
     step: 1-2 % of a fast training step (bench/bench_interleaved.py). As a function, the
     names it binds are declared ``global`` (they go to the notebook, as in any cell), the
     others are read from the notebook as globals, and the run's own are closure variables.
-    Not for a body that binds one of the run's own names, uses ``from m import *``, or does
-    not compile as a function (a ``global`` after use): those run as module code.
+    Not for a body that binds one of the run's own names, calls exec, eval, locals, vars or
+    dir at top level, uses ``from m import *``, or does not compile as a function (a
+    ``global`` after use): those run as module code.
     """
     try:
         tree = ast.parse(source, code.co_filename, "exec")
@@ -112,11 +114,13 @@ def _function_of(source: str, code, own: Sequence[str]):
     # (At module level every name "is global"; what counts is what the body binds.)
     bound = {sym.get_name() for sym in table.get_symbols()
              if sym.is_assigned() or sym.is_imported() or sym.is_declared_global()}
-    if bound & set(own) or not tree.body:
+    # exec, eval, locals, vars and dir() at top level see a function's locals, not the notebook.
+    if bound & set(own) or not tree.body or _NAMESPACE_CALLS & set(code.co_names):
         return None
-    first = next((line for _, _, line in code.co_lines() if line), None)
-    if first is not None:
-        ast.increment_lineno(tree, first - tree.body[0].lineno)
+    # The lines compile_source put in front of the source (the %%supervise line).
+    shift = _first_line(code) - _first_line(compile(source, code.co_filename, "exec",
+                                                    dont_inherit=True))
+    ast.increment_lineno(tree, shift)
     # Our nodes start at line 1, as module code does (a traceback lists the cell's lines from
     # the code's first line), and end with the body.
     span = {"lineno": 1, "col_offset": 0, "end_lineno": tree.body[-1].end_lineno,
@@ -134,6 +138,13 @@ def _function_of(source: str, code, own: Sequence[str]):
     except SyntaxError:
         return None
     return wrapper
+
+
+_NAMESPACE_CALLS = {"exec", "eval", "locals", "vars", "dir"}
+
+
+def _first_line(code) -> int:
+    return next((line for _, _, line in code.co_lines() if line), 1)
 
 
 def _no_arguments(args=()) -> ast.arguments:
@@ -235,8 +246,10 @@ class Body:
         function = scope["scope"](*own.values())
         # Named as the module code it stands for: IPython's tracebacks then show the cell's
         # lines around the failing one, as for any cell (it looks for a def of "body").
-        function.__code__ = function.__code__.replace(co_name="<module>",
-                                                      co_qualname="<module>")
+        names = {"co_name": "<module>"}
+        if sys.version_info >= (3, 11):
+            names["co_qualname"] = "<module>"
+        function.__code__ = function.__code__.replace(**names)
         self._frames.add(function.__code__)
         return function
 

@@ -168,8 +168,9 @@ class SuperviseMagics(Magics):
                    "checkpoint (lower the learning rate, then resume from it). 'rollback': "
                    "nothing is saved; the newest good checkpoint is restored at the body's next "
                    "step and training goes on, at most --max-rollbacks times (each shown in "
-                   "the panel and the event file), then as 'stop'. In a Keras fit the data goes "
-                   "on where it was (the bad batch is not trained again). 'ignore': no check "
+                   "the panel and the event file), then as 'stop'; the checkpoint that ends a "
+                   "fit or the run stops it too. In a Keras fit the data goes on where it "
+                   "was (the bad batch is not trained again). 'ignore': no check "
                    "(TensorFlow's behaviour: a diverged model is saved and pushes good "
                    "checkpoints out). A checkpoint that was not written never removes an "
                    "older one. Default: %(default)s.")
