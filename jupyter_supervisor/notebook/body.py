@@ -125,13 +125,15 @@ def _function_of(source: str, code, own: Sequence[str]):
     # the code's first line), and end with the body.
     span = {"lineno": 1, "col_offset": 0, "end_lineno": tree.body[-1].end_lineno,
             "end_col_offset": 0}
+    # Python 3.12 added type parameters to a def; an empty list is a plain def.
+    plain = {"type_params": []} if "type_params" in ast.FunctionDef._fields else {}
     statements = ([ast.Global(names=sorted(bound), **span)] if bound else []) + tree.body
     inner = ast.FunctionDef(name="body", args=_no_arguments(), body=statements,
-                            decorator_list=[], returns=None, **span)
+                            decorator_list=[], returns=None, **plain, **span)
     outer = ast.FunctionDef(
         name="scope", args=_no_arguments([ast.arg(arg=name, **span) for name in own]),
         body=[inner, ast.Return(value=ast.Name(id="body", ctx=ast.Load(), **span), **span)],
-        decorator_list=[], returns=None, **span)
+        decorator_list=[], returns=None, **plain, **span)
     module = ast.Module(body=[outer], type_ignores=[])
     try:
         wrapper = compile(module, code.co_filename, "exec", dont_inherit=True)
