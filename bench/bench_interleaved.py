@@ -68,8 +68,7 @@ def interleave(cycles, slice_secs):
     by kind over the whole measurement."""
     pause = threading.Event()
     modes = list(gates)
-    threads = [t for t in threading.enumerate() if t.ident is not None]
-    cpu0 = {t: _cpu(t) for t in threads}
+    cpu0 = cpu_clocks()
     start = time.perf_counter()
     rates = []
     for i in range(cycles):
@@ -83,16 +82,9 @@ def interleave(cycles, slice_secs):
             row[m] = (n1 - n0) / (t1 - t0)
         rates.append(row)
     wall = time.perf_counter() - start
-    if not all(t.is_alive() for t in threads if t.name.startswith("train-")):
+    if not all(t.is_alive() for t in cpu0 if t.name.startswith("train-")):
         raise RuntimeError("a training loop ended during the measurement")
-    kinds = {}
-    for t, before in cpu0.items():
-        if not t.is_alive():  # an earlier configuration's, ended since
-            continue
-        kind = re.sub(r"[-_ ]*\d+", "", t.name.split(" (")[0])
-        if t.name.startswith(("jupyter_supervisor-panel-", "jupyter_supervisor-run-")):
-            kind = t.name.rsplit("-", 1)[0]
-        kinds[kind] = kinds.get(kind, 0.0) + (_cpu(t) - before) / wall
+    kinds = cpu_by_kind(cpu0, wall)
     return {"rates": rates, "threads": kinds}
 '''
 

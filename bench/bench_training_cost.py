@@ -105,6 +105,26 @@ def _cpu(thread):
     except (OSError, TypeError, AttributeError):
         return 0.0
 
+def cpu_clocks():
+    """{thread: its CPU seconds so far} of every live Python thread."""
+    return {t: _cpu(t) for t in threading.enumerate() if t.ident is not None}
+
+def cpu_by_kind(before, wall):
+    """CPU seconds per second of wall time since `before` (cpu_clocks()), by kind of thread:
+    the name without its numbers; a run's thread without the run's name; "train" for the
+    bench's loops. Threads that ended since are left out."""
+    kinds = {}
+    for t, start in before.items():
+        if not t.is_alive():
+            continue
+        kind = re.sub(r"[-_ ]*\d+", "", t.name.split(" (")[0])
+        if t.name.startswith("train-"):
+            kind = "train"
+        elif t.name.startswith(("jupyter_supervisor-panel-", "jupyter_supervisor-run-")):
+            kind = t.name.rsplit("-", 1)[0]
+        kinds[kind] = kinds.get(kind, 0.0) + (_cpu(t) - start) / wall
+    return kinds
+
 def _threads(prefix):
     return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
@@ -125,8 +145,7 @@ def measure(warmup, seconds):
     panels = _threads("jupyter_supervisor-panel-")
     iopub = _threads("IOPub")
     shown = _panels()
-    everyone = [t for t in threading.enumerate() if t.ident is not None]
-    all0 = {t: _cpu(t) for t in everyone}
+    all0 = cpu_clocks()
     cpu0 = [_cpu(t) for t in panels]
     render0 = sum(p.render_cpu for p in shown)
     renders0 = sum(p.renders for p in shown)
@@ -137,13 +156,7 @@ def measure(warmup, seconds):
     cpu1 = [_cpu(t) for t in panels]
     io1 = [_cpu(t) for t in iopub]
     wall = t1 - t0
-    threads = {}  # CPU seconds per second of each kind of Python thread (numbers stripped)
-    for t, before in all0.items():
-        kind = re.sub(r"[-_ ]*\d+", "", t.name.split(" (")[0])
-        if t.name.startswith(("jupyter_supervisor-panel-", "jupyter_supervisor-run-",
-                              "train-")):
-            kind = t.name.rsplit("-", 1)[0] if not t.name.startswith("train-") else "train"
-        threads[kind] = threads.get(kind, 0.0) + (_cpu(t) - before) / wall
+    threads = cpu_by_kind(all0, wall)
     return {"rate": (n1 - n0) / wall, "from": w0, "to": w1,
             "cpu_per_step": (p1 - p0) / max(1, n1 - n0),
             "cpu_per_sec": (p1 - p0) / wall,
