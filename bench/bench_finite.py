@@ -1,31 +1,33 @@
 """What the finiteness check costs a checkpoint, at 100 MB of variables (issue 15).
 
 Graph mode: one graph of float32 variables (``--mb`` megabytes in ``--variables`` variables)
-and two Savers over them, writing to the same file system, alternated each round (the order
+and three Savers over them, writing to the same file system, alternated each round (the order
 rotates):
-  plain    tf.compat.v1.train.Saver().save, what TensorFlow's Supervisor does
-  guarded  the same Saver after finite.guard_saver, what the Supervisor does: the check runs in
-           the save's own session run, over the tensors it writes, before the write
+  plain      tf.compat.v1.train.Saver().save, what TensorFlow's Supervisor does
+  supervisor the Supervisor's own Saver: sharded (its parts merged under the checkpoint's
+             name) and guarded by finite.guard_saver, whose check gates the merge and runs
+             beside the write, over the tensors it writes
+  guarded    a user's plain Saver after guard_saver: the check must run before the write
 plus the check alone (``VariableCheck.run``: one fused op, one session run).
 
-Eager mode: a whole save (``saving.CheckpointWriter``: the check, the snapshot of the variables,
-the files), the check alone (``finite.VariableCheck.eager``, one tf.function call) and the
-snapshot alone (``saving.Snapshot.copy``: what the training thread waits for without a check;
-TensorFlow shares the buffers until the next update, so it is cheap).
+Eager mode: whole saves (``saving.CheckpointWriter``: the snapshot in the calling thread, the
+files in the writer thread) with the trainable variables checked (beside the write, on the
+snapshot) and without, and what the training thread waits for (``save()`` returning) in each;
+plus the check alone (``finite.VariableCheck.eager``, one tf.function call).
 
 Both modes run twice: every saved byte a weight (plain SGD, no optimizer state: the worst case,
 the check reads the whole checkpoint), and each weight saved with two slots of its size (Adam's
 moments: the check reads a third of the checkpoint, since it covers the trainable variables).
 
-Printed: per-round figures, the medians and the fastest of the rounds; the check's cost as a
-share of a save: (guarded - plain) / plain for graph mode, check / whole save for eager mode.
-Target: under 2 %. A save's time swings by a factor of 3 to 5 from round to round (page cache,
-file deletions), so the fastest round, the save's own cost, is the figure that reproduces; the
-medians are printed beside it. Also printed: the memory bandwidth the check runs at (it reads
-every byte once; nothing exact can read less). Files go to a temp dir (``--dir /dev/shm``:
-memory, no disk: the worst case for the share). Figures only.
+Printed: per-round figures; for each mode the median of the per-round ratios (checked /
+unchecked, measured next to each other, so that the page cache's slow swings cancel) and the
+ratio of the fastest rounds. Target: under 2 % (a ratio below 1.02). A save's time swings by
+a factor of 3 to 5 from round to round (page cache, file deletions), so single rounds mean
+little. Also printed: the memory bandwidth the check runs at (it reads every byte once), which
+is what a check before the write costs. Files go to a temp dir (``--dir /dev/shm``: memory, no
+disk: the worst case for the share). Figures only.
 
-    .venv/bin/python bench/bench_finite.py [--rounds 15] [--dir /dev/shm] [--mb 100] [--variables 25]
+    .venv/bin/python bench/bench_finite.py [--rounds 30] [--dir /dev/shm] [--mb 100] [--variables 25]
 """
 import argparse
 import os
@@ -43,7 +45,7 @@ from jupyter_supervisor import finite  # noqa: E402
 from jupyter_supervisor.eager import saving  # noqa: E402
 
 v1 = tf.compat.v1
-SAVERS = ("plain", "guarded")
+SAVERS = ("plain", "supervisor", "guarded")
 
 
 def build(mb, count, slots):
@@ -61,8 +63,10 @@ def build(mb, count, slots):
         names = [v.op.name for v in weights]
         savers = {}
         for name in SAVERS:
-            savers[name] = v1.train.Saver(weights + extra, max_to_keep=2)
-            if name == "guarded":
+            # The Supervisor's own Saver is sharded where that writes the same files.
+            sharded = name == "supervisor" and finite.sharded_where_plain_writes(weights + extra)
+            savers[name] = v1.train.Saver(weights + extra, max_to_keep=2, sharded=sharded)
+            if name != "plain":
                 assert finite.guard_saver(savers[name], graph, names) == set(names)
         check = finite.VariableCheck.in_graph(weights, graph)
         init = v1.global_variables_initializer()
@@ -77,17 +81,26 @@ def timed(fn, repeat=1):
     return (time.perf_counter() - start) / repeat
 
 
-def summarize(label, figures):
-    """Prints and returns the medians and the fastest of each figure's rounds."""
-    med = {name: statistics.median(values) for name, values in figures.items()}
-    low = {name: min(values) for name, values in figures.items()}
-    for kind, fig in (("medians", med), ("fastest", low)):
-        print(f"{label}, {kind}: " + ", ".join(f"{n} {v * 1000:.1f} ms" for n, v in fig.items()))
-    return med, low
-
-
 def rotated(names, round_):
     return names[round_ % len(names):] + names[:round_ % len(names)]
+
+
+def ratios(figures, pairs):
+    """{(a, b): (median of the per-round a/b, fastest a / fastest b)}; prints them."""
+    found = {}
+    for a, b, label in pairs:
+        paired = statistics.median(x / y for x, y in zip(figures[a], figures[b]))
+        fastest = min(figures[a]) / min(figures[b])
+        found[a, b] = (paired, fastest)
+        print(f"  {label}: {(paired - 1) * 100:+.1f} % (median of the rounds' ratios), "
+              f"{(fastest - 1) * 100:+.1f} % (fastest rounds); target < 2 %")
+    return found
+
+
+def medians(label, figures):
+    print(f"{label}: " + ", ".join(
+        f"{n} {statistics.median(v) * 1000:.1f} ms (fastest {min(v) * 1000:.1f})"
+        for n, v in figures.items()))
 
 
 def graph_mode(args, where, slots):
@@ -112,15 +125,18 @@ def graph_mode(args, where, slots):
                     seconds = timed(lambda: savers[name].save(  # pylint: disable=cell-var-from-loop
                         sess, prefix, global_step=step, write_meta_graph=False))
                 figures[name].append(seconds)
-            print(f"round {round_ + 1}: " + ", ".join(
-                f"{name} {figures[name][-1] * 1000:.1f} ms" for name in figures))
-    med, low = summarize("graph mode", figures)
-    for label, fig in (("fastest", low), ("median", med)):
-        print(f"  [{label}] the Supervisor's save (guarded) vs TensorFlow's (plain): "
-              f"{(fig['guarded'] - fig['plain']) / fig['plain'] * 100:+.1f} % (target < 2 %)")
-    print(f"  the check alone: {med['check'] * 1000:.1f} ms, {med['check'] / low['plain'] * 100:.1f}"
-          f" % of the fastest plain save; it reads {size / (1 + slots):.0f} MB at "
-          f"{size / (1 + slots) / 1024 / med['check']:.0f} GB/s")
+            if args.verbose:
+                print(f"round {round_ + 1}: " + ", ".join(
+                    f"{name} {figures[name][-1] * 1000:.1f} ms" for name in figures))
+    medians("graph mode, medians", figures)
+    ratios(figures, [
+        ("supervisor", "plain", "the Supervisor's save (check beside the write) vs TensorFlow's"),
+        ("guarded", "plain", "a user's plain Saver, guarded (check before the write) vs "
+                             "TensorFlow's")])
+    check_ms = statistics.median(figures["check"])
+    print(f"  the check alone: {check_ms * 1000:.1f} ms, "
+          f"{check_ms / statistics.median(figures['plain']) * 100:.1f} % of a plain save; it "
+          f"reads {size / (1 + slots):.0f} MB at {size / (1 + slots) / 1024 / check_ms:.0f} GB/s")
 
 
 def eager_mode(args, where, slots):
@@ -134,32 +150,54 @@ def eager_mode(args, where, slots):
     print(f"\neager mode: {rows * 4000 * args.variables * (1 + slots) / 2**20:.0f} MB saved, "
           f"{slots} slots per weight")
     check = finite.VariableCheck.eager(variables)
-    snapshot = saving.Snapshot({"model": module})
-    assert snapshot.copy() and check.run() == []  # traced here, once
-    writer = saving.CheckpointWriter({"model": module}, where, "eager", keep=2, existing=[])
-    figures = {"save": [], "check": [], "copy": []}
+    assert check.run() == []  # traced here, once
+    writers = {name: saving.CheckpointWriter(
+        {"model": module}, os.path.join(where, name), "eager", keep=2, existing=[],
+        checked=variables if name == "checked" else ()) for name in ("checked", "unchecked")}
+    figures = {name: [] for name in ("checked", "unchecked", "checked waits",
+                                     "unchecked waits", "check")}
     step = 0
+
+    def save(name):
+        nonlocal step
+        step += 1
+        writer = writers[name]
+        start = time.perf_counter()
+        writer.save(step)
+        returned = time.perf_counter()
+        writer.wait()
+        verdict = writer.verdict()
+        assert verdict is None or not verdict.variables
+        end = time.perf_counter()
+        figures[name].append(end - start)
+        figures[name + " waits"].append(returned - start)
+
+    for name in writers:  # warm up: the check of the copies is traced at the first save
+        os.makedirs(os.path.join(where, name), exist_ok=True)
+        save(name)
+        figures[name].clear()
+        figures[name + " waits"].clear()
     for round_ in range(args.rounds):
-        for name in rotated(list(figures), round_):
-            if name == "copy":
-                seconds = timed(snapshot.copy, repeat=3)
-            elif name == "check":
-                seconds = timed(check.run, repeat=3)
+        for name in rotated(["checked", "unchecked", "check"], round_):
+            if name == "check":
+                figures["check"].append(timed(check.run, repeat=3))
             else:
-                step += 1
-                seconds = timed(lambda: (check.run(), writer.save(step), writer.wait()))  # pylint: disable=cell-var-from-loop
-            figures[name].append(seconds)
-        print(f"eager round {round_ + 1}: " + ", ".join(
-            f"{name} {figures[name][-1] * 1000:.1f} ms" for name in figures))
-    med, low = summarize("eager mode", figures)
-    print(f"  the check / a whole save: {med['check'] / low['save'] * 100:.1f} % of the fastest, "
-          f"{med['check'] / med['save'] * 100:.1f} % of the median (target < 2 %); the training "
-          f"thread waits for check + snapshot: {(med['check'] + med['copy']) * 1000:.1f} ms per save")
+                save(name)
+        if args.verbose:
+            print(f"eager round {round_ + 1}: " + ", ".join(
+                f"{name} {figures[name][-1] * 1000:.1f} ms" for name in figures))
+    medians("eager mode, medians", figures)
+    ratios(figures, [("checked", "unchecked", "a whole save, checked vs not")])
+    print(f"  the training thread waits {statistics.median(figures['checked waits']) * 1000:.1f}"
+          f" ms per save checked, {statistics.median(figures['unchecked waits']) * 1000:.1f} ms "
+          f"not (the snapshot); the check alone: {statistics.median(figures['check']) * 1000:.1f}"
+          " ms (in the writer thread, beside the write)")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--verbose", action="store_true", help="print every round")
     parser.add_argument("--mb", type=float, default=100)
     parser.add_argument("--variables", type=int, default=25)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")

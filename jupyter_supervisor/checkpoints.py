@@ -1,15 +1,21 @@
 """The checkpoints of a logdir, shared by both backends: which exist (newest first), with a
-fallback to the checkpoint files when the ``checkpoint`` state file is damaged, and the step a
-checkpoint path names.
+fallback to the checkpoint files when the ``checkpoint`` state file is damaged, the step a
+checkpoint path names, and the removal of what saves cut short left.
 
 TensorFlow 1 (Saver) and TensorFlow 2 (CheckpointManager) write the same state file and the same
 ``<prefix>-<step>`` names, so one listing serves both.
 """
+import contextlib
+import glob
+import logging
 import os
 import re
+import shutil
 from typing import List, Optional, Tuple
 
 import tensorflow as tf
+
+logger = logging.getLogger("jupyter_supervisor")
 
 # TensorFlow's name of the state file that lists a logdir's checkpoints.
 STATE_FILE = "checkpoint"
@@ -67,3 +73,19 @@ def _checkpoint_files(logdir: str, basename: str) -> List[str]:
         elif suffix[:1] == "-" and suffix[1:].isdigit():
             found.append((int(suffix[1:]), os.path.join(logdir, basename + suffix)))
     return [path for _, path in sorted(found, reverse=True)]
+
+
+def remove_partial_saves(prefix: str) -> None:
+    """Deletes what saves cut short (a killed process) left next to the ``<prefix>-<step>``
+    checkpoints: TensorFlow's ``.tempstate`` files of a write in progress, and the
+    ``<checkpoint>_temp`` directories where sharded saves (every TF2 save, a sharded Saver)
+    write their parts before merging them under the checkpoint's name. Only with the logdir's
+    lock held: then no live writer owns them. Local file systems only (as the lock)."""
+    pattern = glob.escape(prefix)
+    for path in glob.glob(pattern + "-*.tempstate*") + glob.glob(pattern + "-*_temp*"):
+        logger.info("Removing %s, left by a checkpoint write that was cut short.", path)
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)

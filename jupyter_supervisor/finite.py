@@ -1,20 +1,21 @@
-"""The finiteness check made before every checkpoint, shared by both backends.
+"""The finiteness check made with every checkpoint, shared by both backends.
 
 A diverged run (a NaN or infinite loss or weight) must never be checkpointed: with the default
 retention every good checkpoint would be pushed out minutes after the divergence. So before a
-checkpoint is written, a backend checks
+checkpoint gets its name, a backend checks
 
 * the trainable variables: one fused TensorFlow computation per save (per variable, on its
   device: its sum is finite, else ``reduce_all(is_finite)``, see ``_all_finite``; stacked into
-  one bool vector and fetched at once), never a Python loop over arrays. In graph mode
-  ``VariableCheck.in_graph`` builds it once in the Supervisor's graph, before the graph is
-  finalized, and ``run(sess)`` runs it; in eager mode ``VariableCheck.eager`` wraps the same
-  computation in a ``tf.function``, called with no argument (an eager backend saves at step
-  boundaries, so it checks right before the save). A graph Supervisor saves while the
-  training thread goes on, so a check run before the save could pass on values a step older
-  than those written: ``guard_saver`` puts the same computation, over the very tensors the
-  Saver writes, in front of its save op (an Assert as a control input), so the check and the
-  write happen in the save's one session run, and a failing check writes nothing;
+  one bool vector and fetched at once), never a Python loop over arrays, over the very values
+  the save writes, and beside the write where the writer can hold the files back until it
+  passed (so that the check costs a save almost no time). In graph mode ``guard_saver`` puts it
+  in the Saver's own session run: as the gate of the merge of a sharded Saver's parts (the
+  Supervisor's own Saver is sharded where that writes the same files), or before the write of
+  a plain Saver; ``VariableCheck.in_graph`` builds it once in the Supervisor's graph, before
+  the graph is finalized, for the variables a guard cannot cover. In eager mode
+  ``VariableCheck.eager`` wraps the same computation in a ``tf.function``; the eager writer
+  (``eager/saving.py``) runs it on the snapshot it writes, beside the write, and renames the
+  files to the checkpoint's name only when it passed;
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
   is usually the first sign.
 
@@ -188,13 +189,20 @@ _GUARD_TEXT = "jupyter_supervisor: a tensor to be saved is not finite"
 
 
 def guard_saver(saver, graph, names: Sequence[str]) -> set:
-    """Makes ``saver``'s save op(s) fail, writing nothing, unless the tensors they write for
-    the variables ``names`` (their checkpoint keys: the trainable variables) are finite: an
-    Assert over exactly those tensors (``finite_flags``) becomes a control input of each
-    SaveV2 op, so that what is checked is what is written, in the one session run of
-    ``Saver.save``. Then ``Saver.save`` raises InvalidArgumentError (``is_guard_failure``),
-    and neither the checkpoint state file nor the retention changes. Other saved tensors
-    (optimizer slots, a "best loss" that starts at +inf) are not checked.
+    """Makes ``saver``'s saves fail, putting nothing under the checkpoint's name, unless the
+    tensors they write for the variables ``names`` (their checkpoint keys: the trainable
+    variables) are finite: an Assert over exactly those tensors (``finite_flags``), in the one
+    session run of ``Saver.save``, so that what is checked is what is written. Then
+    ``Saver.save`` raises InvalidArgumentError (``is_guard_failure``), and neither the
+    checkpoint state file nor the retention changes. Other saved tensors (optimizer slots, a
+    "best loss" that starts at +inf) are not checked.
+
+    A sharded Saver (``sharded_where_plain_writes``) writes its parts into a temporary
+    directory and then merges them under the checkpoint's name: there the Assert gates the
+    merge, so the check runs beside the write and costs a save no time (the check only starts
+    once every tensor is read, so that the write is not queued behind it). The temporary
+    directory of a refused save is left for ``remove_refused_save``. A plain Saver writes
+    under the final name at once: there the Assert must run before the write.
 
     Call it before the graph is finalized. Returns the names it guards (also those an earlier
     call guarded, on a finalized graph); the others (not saved under their own name, as the
@@ -206,7 +214,9 @@ def guard_saver(saver, graph, names: Sequence[str]) -> set:
     from tensorflow.python.framework import tensor_util  # pylint: disable=import-outside-toplevel
     wanted = set(names)
     covered = set()
-    for op in _save_ops(graph.get_tensor_by_name(saver.saver_def.save_tensor_name).op):
+    save_tensor_op = graph.get_tensor_by_name(saver.saver_def.save_tensor_name).op
+    merges = _ops_before(save_tensor_op, "MergeV2Checkpoints")
+    for op in _ops_before(save_tensor_op, "SaveV2"):
         keys = tensor_util.constant_value(op.inputs[1])  # prefix, keys, slices, tensors...
         slices = tensor_util.constant_value(op.inputs[2])
         if keys is None or slices is None:
@@ -218,33 +228,58 @@ def guard_saver(saver, graph, names: Sequence[str]) -> set:
                 chosen[key] = tensor
         if not chosen:
             continue
-        if any(c.name.startswith(_GUARD) for c in op.control_inputs):
+        gated = merges if merges else [op]
+        if any(c.name.startswith(_GUARD) and op.name in c.name
+               for gate in gated for c in gate.control_inputs):
             covered.update(chosen)  # guarded by an earlier call
             continue
         if graph.finalized:
             continue
-        with graph.as_default(), graph.name_scope(None), graph.name_scope(_GUARD), \
+        tensors = list(chosen.values())
+        with graph.as_default(), graph.name_scope(None), \
+                graph.name_scope(f"{_GUARD}/{op.name}"), \
                 tf.device(op.device) if op.device else contextlib.nullcontext():
-            guard = tf.debugging.Assert(tf.reduce_all(finite_flags(list(chosen.values()))),
-                                        [_GUARD_TEXT], name="check")
+            # Beside the write: start when the write can (every tensor read), not before.
+            with tf.control_dependencies([tf.group(*tensors)] if merges else []):
+                guard = tf.debugging.Assert(tf.reduce_all(finite_flags(tensors)),
+                                            [_GUARD_TEXT], name="check")
         if hasattr(guard, "mark_used"):
             guard.mark_used()  # used, as a control input (tf_should_use cannot see that)
-        op._add_control_input(guard)  # pylint: disable=protected-access
+        for gate in gated:
+            gate._add_control_input(guard)  # pylint: disable=protected-access
         covered.update(chosen)
     return covered
 
 
-def _save_ops(op) -> list:
-    """The SaveV2 ops that ``op`` (a Saver's save tensor's op) depends on."""
+def sharded_where_plain_writes(variables) -> bool:
+    """True when a sharded Saver of ``variables`` writes where a plain one does: none is
+    placed on a task of a cluster (there each task would write its own part, on its own
+    machine). Then a Supervisor's Saver is sharded, so that ``guard_saver`` can check beside
+    the write."""
+    return all("/job:" not in (getattr(v, "device", "") or "") for v in variables)
+
+
+def remove_refused_save(checkpoint_path: str) -> None:
+    """Deletes the parts a sharded save refused by ``guard_saver`` wrote before its merge (the
+    ``<checkpoint_path>_temp`` directory of TensorFlow's Saver)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    temp = checkpoint_path + "_temp"
+    if tf.io.gfile.exists(temp):
+        tf.io.gfile.rmtree(temp)
+
+
+def _ops_before(op, op_type: str) -> list:
+    """The ops of type ``op_type`` that ``op`` (a Saver's save tensor's op) depends on."""
     found, seen, todo = [], set(), [op]
     while todo:
         op = todo.pop()
         if op.name in seen:
             continue
         seen.add(op.name)
-        if op.type == "SaveV2":
+        if op.type == op_type:
             found.append(op)
-            continue
+            if op_type == "SaveV2":
+                continue
         todo.extend(t.op for t in op.inputs)
         todo.extend(op.control_inputs)
     return found

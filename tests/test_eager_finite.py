@@ -182,6 +182,92 @@ def test_a_save_asked_from_another_thread_rolls_back_at_the_next_step(tmp_path, 
     assert_every_checkpoint_finite(tmp_path)
 
 
+def quiet_body(sv, train_step, poison_at, stop_at):
+    """Trains without reporting a loss, so that only the check of the weights can see the
+    divergence; the batch of step ``poison_at`` is bad once. Returns the steps trained."""
+    steps, poisoned = [], False
+    while not sv.should_stop():
+        assert len(steps) < 1000, "the run did not end"
+        bad = sv.read_step() + 1 == poison_at and not poisoned
+        poisoned = poisoned or bad
+        train_step(bad)
+        steps.append(sv.step())
+        if steps[-1] >= stop_at:
+            sv.request_stop()
+    return steps
+
+
+def weights_problem(model):
+    """How the message names a Dense layer's weights (Keras numbers its layers per process)."""
+    kernel, bias = (w.path for w in model.trainable_weights)
+    return f"variables {kernel!r}, {bias!r} hold NaN or infinite values"
+
+
+def leftovers(logdir):
+    """What a refused or cut-short save may have left: temporary files and directories."""
+    return [n for n in os.listdir(str(logdir)) if "_temp" in n or "tempstate" in n]
+
+
+@pytest.mark.parametrize("async_save", [True, False], ids=["beside the write", "before it"])
+def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
+    """No loss reported; every step saves. With a snapshot, the writer checks the snapshot
+    while it writes the files under a temporary name: the step-25 save is refused (nothing
+    under its name, retention untouched) and the training thread, which did not wait for the
+    check, stops at the next boundary naming step 25. Saving synchronously, the check runs
+    before the write; the stop is the same."""
+    from jupyter_supervisor.backend import RunConfig  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.eager import EagerSupervisor  # pylint: disable=import-outside-toplevel
+    model, opt, train_step = loop_setup()
+    sv = EagerSupervisor(RunConfig(logdir=str(tmp_path), save_model_secs=EVERY_STEP, keep=3,
+                                   save_summaries_secs=0), async_save=async_save)
+    recorder = Recorder()
+    sv.add_listener(recorder)
+    steps = []
+    try:
+        with pytest.raises(finite.NonFiniteError) as raised:
+            with sv.session():
+                sv.track(model=model, optimizer=opt)
+                steps = quiet_body(sv, train_step, poison_at=25, stop_at=50)
+    finally:
+        sv.close()
+    error = raised.value
+    newest = os.path.join(str(tmp_path), "model.ckpt-24")
+    assert (error.step, error.newest_good) == (25, newest)
+    assert str(error).startswith(
+        f"Training diverged at step 25: {weights_problem(model)}. This checkpoint was not "
+        "written")
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [24, 23, 22]
+    assert file_steps(tmp_path) == [22, 23, 24]
+    assert_every_checkpoint_finite(tmp_path)
+    assert not leftovers(tmp_path)
+    assert sv.flush_events(DEADLINE)
+    assert max(r.step for r in recorder.of(events.CheckpointSaved)) == 24
+    assert recorder.of(events.Stopped)[-1].exception is error
+
+
+def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
+    """The check beside the write refuses the step-25 save; its verdict reaches the training
+    thread at the next boundary (step 26: one step later, always), which rolls back to 24."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3, on_nan=finite.ROLLBACK)
+    recorder = Recorder()
+    sv.add_listener(recorder)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        steps = quiet_body(sv, train_step, poison_at=25, stop_at=30)
+    # The boundary of step 26 rolled back: sv.step() returned 24 there; step 26 was discarded.
+    assert steps == list(range(1, 26)) + [24] + list(range(25, 31))
+    assert sv.read_step() == 30 == int(opt.iterations)
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [30, 29, 28]
+    assert_every_checkpoint_finite(tmp_path)
+    assert not leftovers(tmp_path)
+    assert sv.flush_events(DEADLINE)
+    (rolled,) = recorder.of(events.RolledBack)
+    assert (rolled.step, rolled.restored_step, rolled.count) == (25, 24, 1)
+    assert rolled.problem == weights_problem(model)
+
+
 @pytest.mark.parametrize("on_nan", [finite.STOP, finite.ROLLBACK, finite.IGNORE])
 def test_a_healthy_run_writes_the_same_checkpoints_in_every_mode(tmp_path, backends, on_nan):
     model, opt, train_step = loop_setup()

@@ -64,12 +64,19 @@ def diverging_model(lr=DIVERGING_LR, summaries=True):
                                  summary=summary, step_after=step_after)
 
 
-def make_supervisor(model, logdir, keep=3, **kwargs):
+def make_supervisor(model, logdir, keep=3, sharded=False, **kwargs):
+    """``sharded``: a Saver that merges its parts under the checkpoint's name (the guard gates
+    the merge and checks beside the write), else a plain one (the guard checks before)."""
     kwargs.setdefault("save_model_secs", 0)
     kwargs.setdefault("save_summaries_secs", 0)
     with model.graph.as_default():
         return Supervisor(graph=model.graph, logdir=str(logdir),
-                          saver=v1.train.Saver(max_to_keep=keep), **kwargs)
+                          saver=v1.train.Saver(max_to_keep=keep, sharded=sharded), **kwargs)
+
+
+def leftovers(logdir):
+    """What a refused or cut-short save may have left: temporary files and directories."""
+    return [n for n in os.listdir(str(logdir)) if "_temp" in n or "tempstate" in n]
 
 
 def train_step(model, sess, sv, feed=None):
@@ -212,9 +219,12 @@ def test_a_diverged_run_stops_with_its_good_checkpoints_kept(tmp_path, caplog):
     assert not glob.glob(os.path.join(str(tmp_path), "*tempstate*"))
 
 
-def test_without_summaries_the_variables_are_named(tmp_path):
+@pytest.mark.parametrize("sharded", [False, True], ids=["plain", "sharded"])
+def test_without_summaries_the_variables_are_named(tmp_path, sharded):
+    """Only the guard sees the bad variable: the refused save writes nothing, whether the
+    check ran before the write (plain Saver) or beside it (sharded: the merge is refused)."""
     model = diverging_model(summaries=False)
-    sv = make_supervisor(model, tmp_path)
+    sv = make_supervisor(model, tmp_path, sharded=sharded)
     with pytest.raises(finite.NonFiniteError) as raised:
         with sv.managed_session() as sess:
             while not sv.should_stop():
@@ -223,14 +233,16 @@ def test_without_summaries_the_variables_are_named(tmp_path):
     # w is finite at step 30 (2^122) and infinite from step 32 on.
     assert raised.value.step == 35
     assert "variable 'w' holds NaN or infinite values" in str(raised.value)
-    assert listed_steps(tmp_path) == [20, 25, 30]
+    assert listed_steps(tmp_path) == file_steps(tmp_path) == [20, 25, 30]
     assert_every_checkpoint_finite(tmp_path)
+    assert not leftovers(tmp_path)
 
 
-def test_the_final_checkpoint_is_checked_too(tmp_path):
+@pytest.mark.parametrize("sharded", [False, True], ids=["plain", "sharded"])
+def test_the_final_checkpoint_is_checked_too(tmp_path, sharded):
     """A clean end (the block returns) after the divergence writes no final checkpoint."""
     model = diverging_model(summaries=False)
-    sv = make_supervisor(model, tmp_path)
+    sv = make_supervisor(model, tmp_path, sharded=sharded)
     with pytest.raises(finite.NonFiniteError) as raised:
         with sv.managed_session() as sess:
             for _ in range(10):
@@ -241,6 +253,7 @@ def test_the_final_checkpoint_is_checked_too(tmp_path):
     assert raised.value.step == 40
     assert "The final checkpoint was not written" in str(raised.value)
     assert listed_steps(tmp_path) == file_steps(tmp_path) == [10]
+    assert not leftovers(tmp_path)
 
 
 def test_the_periodic_service_refuses_and_stops_the_run(tmp_path):
@@ -408,19 +421,29 @@ def test_ignore_saves_the_diverged_model_as_tensorflow_does(tmp_path):
     assert not np.all(np.isfinite(reader.get_tensor("w")))
 
 
-def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path):
-    """guard_saver: a save of a NaN model writes no file and leaves the state file alone, in
-    the Saver's own session run (no window between a check and the write)."""
+@pytest.mark.parametrize("sharded", [False, True], ids=["plain", "sharded"])
+def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path, sharded):
+    """guard_saver: a save of a NaN model writes nothing under the checkpoint's name and
+    leaves the state file alone, in the Saver's own session run (no window between a check
+    and the write). A plain Saver writes under the final name: the check goes before the
+    write. A sharded one merges its parts under it: the check gates the merge and starts with
+    the write (once the tensors are read), so it costs the save no time."""
     model = diverging_model(summaries=False)
     with model.graph.as_default():
         v1.get_variable("best_loss", initializer=np.inf, trainable=False)
-        saver = v1.train.Saver()
+        saver = v1.train.Saver(sharded=sharded)
         assert finite.guard_saver(saver, model.graph, ["w"]) == {"w"}
         assert finite.guard_saver(saver, model.graph, ["w"]) == {"w"}  # not guarded twice
         guards = [op for op in model.graph.get_operations() if op.type == "Assert"]
         poison = v1.assign(model.w, [np.nan, 1.0, 1.0])
         init = v1.global_variables_initializer()
     assert len(guards) == 1
+    gated = [op for op in model.graph.get_operations()
+             if guards[0] in op.control_inputs]
+    assert [op.type for op in gated] == ["MergeV2Checkpoints" if sharded else "SaveV2"]
+    if sharded:  # beside the write: the check waits for what the write waits for, no more
+        save = next(op for op in model.graph.get_operations() if op.type == "SaveV2")
+        assert save not in _upstream(guards[0]) and guards[0] not in _upstream(save)
     prefix = os.path.join(str(tmp_path), "model.ckpt")
     with v1.Session(graph=model.graph) as sess:
         sess.run(init)
@@ -432,7 +455,35 @@ def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path):
             saver.save(sess, prefix, global_step=2)
     assert finite.is_guard_failure(raised.value)
     assert file_steps(tmp_path) == [1] and (tmp_path / "checkpoint").read_bytes() == state
+    finite.remove_refused_save(prefix + "-2")
     assert not [name for name in os.listdir(tmp_path) if "-2" in name]
+
+
+def _upstream(op):
+    """Every op ``op`` waits for (inputs and control inputs, transitively)."""
+    seen, todo = set(), [op]
+    while todo:
+        after = todo.pop()
+        for before in [t.op for t in after.inputs] + list(after.control_inputs):
+            if before not in seen:
+                seen.add(before)
+                todo.append(before)
+    return seen
+
+
+def test_the_supervisors_saver_is_sharded_where_that_writes_the_same_files():
+    """Its default Saver (and the magic's) is sharded, so that its guard checks beside the
+    write; with variables placed on a cluster's tasks it stays plain (a sharded Saver would
+    have every task write its own part on its own machine)."""
+    model = diverging_model(summaries=False)
+    with model.graph.as_default():
+        local = Supervisor(graph=model.graph, logdir=None)
+    assert local.saver.saver_def.sharded
+    assert finite.sharded_where_plain_writes(model.graph.get_collection("variables"))
+    with tf.Graph().as_default():
+        with tf.device("/job:ps/task:0"):
+            placed = v1.get_variable("w", initializer=1.0)
+    assert not finite.sharded_where_plain_writes([placed])
 
 
 # ---------------------------------------------------------------------- through %%supervise

@@ -1,6 +1,7 @@
 """The object-based checkpoints of an eager run: restore the newest readable one, write new ones
 (asynchronously: a snapshot in the training thread, the files in a writer thread), keep the
-``checkpoint`` state file and the retention of a ``tf.train.CheckpointManager``.
+``checkpoint`` state file and the retention of a ``tf.train.CheckpointManager``; a model that
+is not finite is never put under a checkpoint's name (``CheckpointWriter``'s ``checked``).
 
 What is written is a plain ``tf.train.Checkpoint`` of the tracked objects, named
 ``<logdir>/<basename>-<step>``, listed in ``<logdir>/checkpoint``: readable without this package
@@ -30,6 +31,7 @@ from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.trackable import base as trackable_base
 from tensorflow.python.util import object_identity
 
+from .. import finite
 from ..checkpoints import STATE_FILE, checkpoint_listing
 from ..graph.supervisor import CheckpointMismatchError, CheckpointWriteError, describe_error
 
@@ -215,18 +217,6 @@ def _warn_fallback(paths, path, error) -> None:
                        describe_error(error), paths[paths.index(path) + 1])
 
 
-def remove_partial_saves(logdir: str, basename: str) -> None:
-    """Deletes what saves cut short by a killed process left (TensorFlow's ``<prefix>_temp``
-    directories). Only with the logdir's lock held: then no live writer owns them."""
-    for path in glob.glob(os.path.join(glob.escape(logdir), glob.escape(basename)) + "-*_temp*"):
-        logger.info("Removing %s, left by a checkpoint write that was cut short.", path)
-        with contextlib.suppress(FileNotFoundError):
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            else:
-                os.remove(path)
-
-
 # ------------------------------------------------------------------------------------ save
 
 class Snapshot:
@@ -239,6 +229,14 @@ class Snapshot:
         _ = self.writer.save_counter  # created now, so that it is saved (and restores cleanly)
         self._copies = object_identity.ObjectIdentityDictionary()
         self.writer._saver._object_map = self._copies  # pylint: disable=protected-access
+
+    def copies_of(self, variables) -> list:
+        """The host copies of ``variables`` (tf.Variables), in their order; None for one
+        without a copy (not saved, or before the first ``copy()``)."""
+        by_base = object_identity.ObjectIdentityDictionary()
+        for obj, copy in self._copies.items():
+            by_base[base_variable(obj)] = copy
+        return [by_base.get(variable) for variable in variables]
 
     def copy(self) -> bool:
         """Copies every variable to its host copy; False (nothing copied) when an object saves
@@ -262,6 +260,23 @@ class Snapshot:
         return True
 
 
+# What a checkpoint checked beside its write is named until the check passed; then its files
+# are renamed to the checkpoint's name. Contains "_temp": what a killed process left is removed
+# as a partial save (checkpoints.remove_partial_saves), and it never looks like a step.
+_UNCHECKED = "_temp_unchecked"
+
+
+class Refusal:
+    """The verdict of the finiteness check of one save: ``step``; ``variables``: the names of
+    the checked variables that held a NaN or an infinity ([] when all were finite)."""
+
+    def __init__(self, step: int):
+        self.step = step
+        self.variables: List[str] = []
+        self.error: Optional[BaseException] = None
+        self.done = threading.Event()
+
+
 class CheckpointWriter:
     """Writes ``<logdir>/<basename>-<step>`` checkpoints of ``items``, one at a time.
 
@@ -270,10 +285,18 @@ class CheckpointWriter:
     retention sweep (``keep`` newest), and ``on_saved(step, path, wall_time, seconds)``. A write
     that fails is reported to ``on_error(CheckpointWriteError)`` and raised by the next
     ``save()`` or ``wait()``; the checkpoints written before are not touched.
+
+    ``checked``: tf.Variables (the trainable ones) that must be finite for a save to count
+    (``finite.VariableCheck``). With a snapshot, the writer thread checks the snapshot's copies
+    of them while it writes the files under a temporary name, and renames them to the
+    checkpoint's name only when the check passed: the check costs neither the training thread
+    nor the write any time. Without one, the calling thread checks before writing. Either way
+    a refused save writes nothing under the checkpoint's name and changes neither the state
+    file nor the retention; ``verdict()`` says which variables were not finite.
     """
 
     def __init__(self, items: Dict[str, object], logdir: str, basename: str, keep: int,
-                 existing: List[str], *, async_save: bool = True,
+                 existing: List[str], *, async_save: bool = True, checked=(),
                  on_saved: Callable = lambda *a: None, on_error: Callable = lambda e: None):
         self._items = items
         self._logdir = logdir
@@ -285,6 +308,10 @@ class CheckpointWriter:
         self._sync_writer = None
         self._on_saved = on_saved
         self._on_error = on_error
+        self._checked = list(checked)
+        self._live_check = finite.VariableCheck.eager(self._checked) if self._checked else None
+        self._copy_check: Optional[tuple] = None   # (the copies, their VariableCheck)
+        self._verdict: Optional[Refusal] = None    # of the newest save, until verdict() took it
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self.last_path: Optional[str] = None
@@ -296,7 +323,28 @@ class CheckpointWriter:
         """The checkpoints kept, oldest first."""
         return list(self._kept)
 
+    @property
+    def verdict_pending(self) -> bool:
+        """True from a checked ``save()`` until ``verdict()`` took its verdict."""
+        return self._verdict is not None
+
+    def verdict(self) -> Optional[Refusal]:
+        """The verdict of the newest checked save, once its check is done (a snapshot's check
+        takes milliseconds; the write goes on), and only once; None when there is none to
+        take. Raises what the check raised."""
+        verdict, self._verdict = self._verdict, None
+        if verdict is None:
+            return None
+        verdict.done.wait()
+        if verdict.error is not None:
+            raise verdict.error
+        return verdict
+
     def save(self, step: int) -> str:
+        """Starts the checkpoint of ``step`` (see the class); returns its path. The verdict of
+        the save before must have been taken."""
+        if self._verdict is not None:
+            raise RuntimeError("save(): the verdict of the save before was not taken")
         self.wait()
         path = f"{self._prefix}-{step}"
         start = time.time()
@@ -307,6 +355,13 @@ class CheckpointWriter:
                                 "not a variable (a dataset iterator, a table), which cannot be "
                                 "copied aside.")
             logger.info(self.sync_reason)
+        verdict = Refusal(step) if self._checked else None
+        self._verdict = verdict
+        check = self._copies_check() if snapped and verdict is not None else None
+        if verdict is not None and check is None:  # no copies to check: the live variables
+            self._judge(verdict, self._live_check)
+            if verdict.variables or verdict.error:
+                return path
         if not snapped:
             if self._sync_writer is None:
                 self._sync_writer = tf.train.Checkpoint(**self._items)
@@ -315,11 +370,32 @@ class CheckpointWriter:
             self.wait()
             return path
         thread = threading.Thread(target=self._write, name="jupyter_supervisor-checkpoint",
-                                  args=(self._snapshot.writer, path, step, start), daemon=True)
+                                  args=(self._snapshot.writer, path, step, start,
+                                        verdict if check else None, check), daemon=True)
         self._thread = thread
         self.threads.append(thread)
         thread.start()
         return path
+
+    def _copies_check(self) -> Optional[finite.VariableCheck]:
+        """The check of the snapshot's copies of the checked variables (rebuilt when the
+        copies change); None when one has no copy."""
+        copies = self._snapshot.copies_of(self._checked)
+        if any(copy is None for copy in copies):
+            return None
+        if self._copy_check is None or any(
+                a is not b for a, b in zip(self._copy_check[0], copies)):
+            self._copy_check = (copies, finite.VariableCheck.eager(copies))
+        return self._copy_check[1]
+
+    @staticmethod
+    def _judge(verdict: Refusal, check) -> None:
+        try:
+            verdict.variables = check.run()
+        except BaseException as e:  # pylint: disable=broad-except
+            verdict.error = e
+        finally:
+            verdict.done.set()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
@@ -335,13 +411,32 @@ class CheckpointWriter:
             raise error
         return True
 
-    def _write(self, writer, path: str, step: int, start: float) -> None:
+    def _write(self, writer, path: str, step: int, start: float,
+               verdict: Optional[Refusal] = None, check=None) -> None:
+        target = path + _UNCHECKED if verdict is not None else path
         try:
+            checker = None
+            if verdict is not None:
+                checker = threading.Thread(target=self._judge, args=(verdict, check),
+                                           name="jupyter_supervisor-finite-check", daemon=True)
+                checker.start()
             try:
-                writer.write(path)
+                writer.write(target)
             except (tf.errors.OpError, OSError) as e:
-                shutil.rmtree(path + "_temp", ignore_errors=True)  # TensorFlow's partial files
+                _remove_checkpoint(target)
                 raise CheckpointWriteError(self._failure(path, e)) from e
+            finally:
+                if checker is not None:
+                    checker.join()
+            if verdict is not None:
+                if verdict.variables or verdict.error:
+                    _remove_checkpoint(target)  # refused: the state file and retention stay
+                    return
+                try:
+                    _rename_checkpoint(target, path)
+                except (tf.errors.OpError, OSError) as e:
+                    _remove_checkpoint(target)
+                    raise CheckpointWriteError(self._failure(path, e)) from e
             self._record(path)
         except BaseException as e:  # pylint: disable=broad-except
             self._error = e
@@ -358,7 +453,7 @@ class CheckpointWriter:
         self._kept.append(path)
         self._write_state()
         for old in self._kept[:-self._keep]:
-            for name in tf.io.gfile.glob(glob.escape(old) + ".*"):
+            for name in _checkpoint_files(old):
                 with contextlib.suppress(tf.errors.NotFoundError):
                     tf.io.gfile.remove(name)
         del self._kept[:-self._keep]
@@ -384,3 +479,23 @@ class CheckpointWriter:
                 f"Writing {what} failed and the run stopped. {safe} Fix the cause (free disk "
                 "space, permissions), then resume from the newest checkpoint (re-run the cell, "
                 "or `%supervise resume`).")
+
+
+def _checkpoint_files(path: str) -> List[str]:
+    return tf.io.gfile.glob(glob.escape(path) + ".*")
+
+
+def _remove_checkpoint(path: str) -> None:
+    """Deletes the files of the checkpoint ``path`` and TensorFlow's partial ones of it."""
+    shutil.rmtree(path + "_temp", ignore_errors=True)
+    for name in _checkpoint_files(path):
+        with contextlib.suppress(tf.errors.NotFoundError):
+            tf.io.gfile.remove(name)
+
+
+def _rename_checkpoint(source: str, path: str) -> None:
+    """Gives the checkpoint ``source`` the name ``path``: its data files first, its index last
+    (a reader finds a checkpoint by its index, which then finds its data)."""
+    names = sorted(_checkpoint_files(source), key=lambda name: name.endswith(".index"))
+    for name in names:
+        tf.io.gfile.rename(name, path + name[len(source):], overwrite=True)

@@ -32,6 +32,7 @@ import inspect
 import logging
 import math
 import numbers
+import os
 import threading
 import time
 import types
@@ -44,7 +45,7 @@ from tensorflow.core.util import event_pb2
 from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
 from .. import events, finite, services
-from ..checkpoints import checkpoint_paths
+from ..checkpoints import remove_partial_saves
 from .._validate import invalid
 from ..backend import RunConfig, StopBody
 from ..graph.supervisor import CheckpointWriteError, Supervisor as _GraphSupervisor, \
@@ -421,7 +422,7 @@ class EagerSupervisor:
         self._thread = threading.current_thread()
         self._active = True
         if self._lock is not None:
-            saving.remove_partial_saves(self._logdir, self._config.checkpoint_basename)
+            remove_partial_saves(os.path.join(self._logdir, self._config.checkpoint_basename))
         if self._logdir:
             self._event_file = _EventFile(self._logdir)
         error = None
@@ -586,6 +587,8 @@ class EagerSupervisor:
                 {**self._items, STATE_NAME: self._state}, self._logdir,
                 self._config.checkpoint_basename, self._config.keep, existing,
                 async_save=self._async_save, on_saved=self._on_saved,
+                checked=(_trainable_variables(self._items.values())
+                         if self._config.on_nan != finite.IGNORE else ()),
                 on_error=self.request_stop)
         if restored is not None:
             self._step = int(self._state.step.numpy())
@@ -644,6 +647,10 @@ class EagerSupervisor:
     def _boundary(self, progress: Optional[tuple] = None) -> bool:
         """The step boundary (training thread): max_steps, summaries, progress, due or asked
         saves. Returns True when the loop must stop."""
+        if self._writer is not None and self._writer.verdict_pending:
+            # The check of the save before ran beside its write: its verdict, one step later.
+            with self._save_lock:
+                self._take_verdict(final=False)
         if self._pending_rollback is not None:  # a save from another thread was refused
             with self._save_lock:
                 if self._pending_rollback is not None:
@@ -658,10 +665,14 @@ class EagerSupervisor:
         request = self._save_request
         if request is not None or now >= self._next_save:
             self._save_at_boundary(request)
-        # After the save: a rollback there takes the step back below max_steps.
+        # After the save, and its verdict: a rollback takes the step back below max_steps.
         max_steps = self._config.max_steps
         if max_steps is not None and self._step >= max_steps:
-            self.request_stop()
+            if self._writer is not None and self._writer.verdict_pending:
+                with self._save_lock:
+                    self._take_verdict(final=False)
+            if self._step >= max_steps:
+                self.request_stop()
         return self._stop_requested or self._coord.should_stop()
 
     def _save_at_boundary(self, request: Optional[_SaveRequest], final: bool = False) -> None:
@@ -688,6 +699,8 @@ class EagerSupervisor:
         with self._save_lock:
             if self._writer is None:
                 return None
+            if not self._take_verdict(final):
+                return None
             if self._pending_rollback is not None and not final:
                 if threading.current_thread() is self._thread:
                     self._roll_back()
@@ -703,28 +716,38 @@ class EagerSupervisor:
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
             path = self._writer.save(step)
             self._last_saved_step = step
-            if self._event_file is not None:
-                self._event_file.add_session_log(_SessionLog(
-                    status=_SessionLog.CHECKPOINT, checkpoint_path=path), step)
             return path
 
     def _check_finite(self, step: int, final: bool) -> bool:
-        """With ``_save_lock`` held: True when the trainable variables and the newest value of
-        every reported scalar are finite (the shared check of ``finite``), or with
-        ``on_nan="ignore"``. Otherwise nothing may be saved: with ``on_nan="rollback"`` (not
-        ``final``, while rollbacks are left) returns False after the rollback (training
-        thread) or with it scheduled (another thread); else raises NonFiniteError, which also
-        stops the run when raised in another thread than the training thread."""
+        """With ``_save_lock`` held, before a save: True when the newest value of every
+        reported scalar is finite, or with ``on_nan="ignore"``; else ``_refuse``. The trainable
+        variables are checked by the writer (``saving.CheckpointWriter``: beside the write,
+        its verdict taken by ``_take_verdict``); here only to name them."""
         if self._finite is None:
             return True
         scalars = [finite.NonFiniteScalar(tag, value, None)
                    for tag, value in sorted(_finite_values(self._scalars).items())
                    if not math.isfinite(value)]
-        variables = self._finite.run()
-        if not scalars and not variables:
+        if not scalars:
             return True
-        problem = finite.describe_problem(variables, scalars)
-        self._writer.wait()  # the save in flight passed the check: it is the newest good one
+        return self._refuse(step, finite.describe_problem(self._finite.run(), scalars), final)
+
+    def _take_verdict(self, final: bool) -> bool:
+        """With ``_save_lock`` held: takes the verdict of the newest save's check of the
+        variables (waiting for the check, not the write). True when there was none or it
+        passed; else (the save wrote nothing) ``_refuse`` at the step of that save."""
+        verdict = self._writer.verdict() if self._writer is not None else None
+        if verdict is None or not verdict.variables:
+            return True
+        self._last_saved_step = None
+        return self._refuse(verdict.step, finite.describe_problem(verdict.variables, []), final)
+
+    def _refuse(self, step: int, problem: str, final: bool) -> bool:
+        """With ``_save_lock`` held, nothing saved for ``step``: with ``on_nan="rollback"``
+        (not ``final``, while rollbacks are left) returns False after the rollback (training
+        thread) or with it scheduled (another thread); else raises NonFiniteError, which also
+        stops the run when raised in another thread than the training thread."""
+        self._writer.wait()  # a save in flight that passes is the newest good one
         kept = self._writer.kept
         newest_good = kept[-1] if kept else None
         if (self._config.on_nan == finite.ROLLBACK and not final and newest_good
@@ -784,15 +807,25 @@ class EagerSupervisor:
             path = self._save(final)
             if path is not None:
                 self._writer.wait()
+                if not self._take_verdict(final):
+                    return None
             return path
 
     def _save_if_moved(self) -> None:
-        """The checkpoint that ends a fit or the session, unless this step is saved."""
+        """The checkpoint that ends a fit or the session, unless this step is saved; the
+        verdicts of the checks of this step's save and of that one."""
         with self._save_lock:
-            if self._writer is not None and self._step != self._last_saved_step:
-                self._save(final=True)
+            if self._writer is None:
+                return
+            self._take_verdict(final=True)
+            if self._step != self._last_saved_step and self._save(final=True) is not None:
+                self._take_verdict(final=True)
 
     def _on_saved(self, step, path, wall_time, seconds) -> None:
+        """Writer thread: the checkpoint's files are under its name."""
+        if self._event_file is not None:
+            self._event_file.add_session_log(_SessionLog(
+                status=_SessionLog.CHECKPOINT, checkpoint_path=path), step)
         kept = tuple(reversed(self._writer.kept)) if self._writer is not None else ()
         self._hub.emit(events.CheckpointSaved, step, path, wall_time, seconds, kept)
 

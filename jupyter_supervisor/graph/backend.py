@@ -71,7 +71,8 @@ class GraphBackend:
         with graph.as_default():
             saveables = _v1.global_variables() + _v1.get_collection(
                 _v1.GraphKeys.SAVEABLE_OBJECTS)
-            saver = (_v1.train.Saver(max_to_keep=cfg.keep)
+            saver = (_v1.train.Saver(max_to_keep=cfg.keep,
+                                     sharded=finite.sharded_where_plain_writes(saveables))
                      if saveables and cfg.saves else None)
             return Supervisor(
                 graph=graph,

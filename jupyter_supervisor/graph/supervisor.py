@@ -16,7 +16,6 @@ Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest 
 (``max_to_keep=5``); pass your own ``saver`` to keep more or fewer.
 """
 import contextlib
-import glob
 import logging
 import os
 import sys
@@ -36,7 +35,7 @@ from tensorflow.python.util import deprecation
 
 from .. import events, finite
 from .._validate import check_number, invalid
-from ..checkpoints import STATE_FILE, checkpoint_listing
+from ..checkpoints import STATE_FILE, checkpoint_listing, remove_partial_saves
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from .. import services
 
@@ -293,7 +292,11 @@ class Supervisor:
 
     @staticmethod
     def _make_saver():
-        return _v1.train.Saver() if _v1.global_variables() else None
+        # Sharded where that writes the same files: the finiteness guard then runs beside the
+        # write (see finite.guard_saver). TensorFlow's Supervisor makes a plain Saver.
+        variables = _v1.global_variables()
+        return (_v1.train.Saver(sharded=finite.sharded_where_plain_writes(variables))
+                if variables else None)
 
     def _make_finite_check(self, on_nan, is_chief, logdir) -> Optional[finite.VariableCheck]:
         """For a chief that saves: guards the Saver's save op (what it writes must be finite,
@@ -674,16 +677,9 @@ class Supervisor:
         return existing, listed
 
     def _remove_partial_saves(self):
-        """Deletes the temporary files of saves a killed process left half-written.
-
-        Only with the logdir's lock held: then no live writer can own them.
-        """
-        if self._lock is None or not self._lock.held:
-            return
-        for path in glob.glob(glob.escape(self._save_path) + "-*.tempstate*"):
-            logger.info("Removing %s, left by a checkpoint write that was cut short.", path)
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
+        """Only with the logdir's lock held: then no live writer can own them."""
+        if self._lock is not None and self._lock.held:
+            remove_partial_saves(self._save_path)
 
     def _prepare_chief_session(self, master, config, wait_for_checkpoint, max_wait_secs):
         self._remove_partial_saves()
@@ -805,7 +801,10 @@ class Supervisor:
             except tf.errors.InvalidArgumentError as e:
                 if not finite.is_guard_failure(e):
                     raise CheckpointWriteError(self._write_failure(step, e)) from e
-                # The guard refused what the save would have written: nothing was written.
+                # The guard refused what the save would have written: nothing is under the
+                # checkpoint's name (a sharded Saver's parts are in a temporary directory).
+                finite.remove_refused_save(self._save_path if step is None
+                                           else f"{self._save_path}-{step}")
                 # The step now: the values refused were read after the step read above.
                 step = self.read_global_step(sess)
                 variables = (self._finite_check.run(sess) if self._finite_check is not None
