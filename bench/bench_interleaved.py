@@ -4,8 +4,9 @@ per-step cost of the training loop, with the noise of a shared machine averaged 
 Why: on a 2-core VM the steps/s of one mode swing by 10-20 % between windows of a few seconds
 (bench_training_cost.py shows it: a tight single-threaded loop varies as much), far more than
 the 1 % this measures. Here the three loops run at once in one real kernel, each on its own
-graph, each gated by an Event; a controller lets exactly one train at a time for ``--slice``
-seconds, rotating (bare, tf, supervise, bare, ...), hundreds of times. A machine that slows down
+graph, each gated by an Event, each written as its user writes it (under a Supervisor,
+``while not sv.should_stop(): sess.run(op)``); a controller lets exactly one train at a time
+for ``--slice`` seconds, rotating (bare, tf, supervise, bare, ...), hundreds of times. A machine that slows down
 slows the three alike within a cycle, so the per-cycle ratios are precise.
 
 What it does not measure by itself: the background work of each run (checkpoint, summary and
@@ -35,11 +36,13 @@ gates = {m: threading.Event() for m in ("bare", "tf", "supervise")}
 ready = {m: threading.Event() for m in gates}   # the loop's session (and services) started
 counts = {m: 0 for m in gates}
 finished = threading.Event()
+tf_supervisors = []
 
-def _loop_in(mode, sess, op):
+def _loop_in(mode, sess, op, should_stop):
+    """The loop as its user writes it: under a Supervisor, ``while not sv.should_stop()``."""
     gate = gates[mode]
     ready[mode].set()
-    while not finished.is_set():
+    while not should_stop():
         gate.wait()
         sess.run(op)
         counts[mode] += 1
@@ -51,12 +54,13 @@ def start_gated(mode, tags, logdir=None, secs=None):
         if mode == "bare":
             with v1.Session(graph=graph) as sess:
                 sess.run(v1.global_variables_initializer())
-                _loop_in(mode, sess, op)
+                _loop_in(mode, sess, op, finished.is_set)
         else:
             sv = v1.train.Supervisor(graph=graph, logdir=logdir, save_summaries_secs=secs,
                                      save_model_secs=secs)
+            tf_supervisors.append(sv)
             with sv.managed_session() as sess:
-                _loop_in(mode, sess, op)
+                _loop_in(mode, sess, op, sv.should_stop)
     thread = threading.Thread(target=loop, daemon=True, name=f"train-{mode}")
     thread.start()
     if not ready[mode].wait(120):
@@ -129,7 +133,8 @@ def main():
             failed = kernel.value(f"jupyter_supervisor.get_run({name!r}).error_text")
             if failed:
                 raise RuntimeError(f"run {name} failed:\n{failed}")
-            kernel.execute("finished.set()\nfor g in gates.values(): g.set()\n"
+            kernel.execute("finished.set()\nfor s in tf_supervisors: s.request_stop()\n"
+                           "tf_supervisors.clear()\nfor g in gates.values(): g.set()\n"
                            f"%supervise stop {name}\n_b.join(60)\n_t.join(60)\n"
                            "_panel_module.close_all()")
             report(secs, tags, result)

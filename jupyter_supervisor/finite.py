@@ -165,14 +165,17 @@ class VariableCheck:
         return cls(names, lambda sess: sess.run(op))
 
     @classmethod
-    def eager(cls, variables: Sequence) -> "VariableCheck":
+    def eager(cls, variables: Sequence, *, trace_now: bool = False) -> "VariableCheck":
         """The check of ``variables`` (tf.Variables) as one ``tf.function``, traced at its
-        first run."""
+        first run, or now with ``trace_now`` (then a run from another thread executes it
+        without building a graph there)."""
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         variables = _float_variables(variables)
         if not variables:
             return cls([], lambda: [])
         fn = tf.function(lambda: finite_flags(variables), autograph=False)
+        if trace_now:
+            fn = fn.get_concrete_function()
         return cls([_name(v) for v in variables], lambda: fn().numpy())
 
     def run(self, *sess) -> List[str]:

@@ -385,7 +385,11 @@ class CheckpointWriter:
             return None
         if self._copy_check is None or any(
                 a is not b for a, b in zip(self._copy_check[0], copies)):
-            self._copy_check = (copies, finite.VariableCheck.eager(copies))
+            # Traced here, in the training thread: the writer's thread only runs it. (A graph
+            # built in a background thread, at the end of a Keras fit, deadlocked once: the
+            # garbage collector freed a tf.data iterator there, whose destructor waits for
+            # threads of its own.)
+            self._copy_check = (copies, finite.VariableCheck.eager(copies, trace_now=True))
         return self._copy_check[1]
 
     @staticmethod

@@ -202,7 +202,7 @@ class _BoundSession(tf_session.SessionInterface):
         self._sess = sess
         self._sv = sv
         self._rollback = rollback
-        self._coord = sv.coord
+        self._stop_is_set = sv.stop_is_set
         self._step_tensor = step_tensor if max_steps is not None else None
         self._limit = max_steps
         self.step: Optional[int] = None   # the step fetched by the last run (max_steps only)
@@ -220,7 +220,7 @@ class _BoundSession(tf_session.SessionInterface):
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._rollback:
             self._sv.step_boundary(self._sess)
-        if self._coord.should_stop() and not self._sv.stop_seen:
+        if self._stop_is_set() and not self._sv.stop_seen:
             raise StopBody("The run was asked to stop.")
         if self._step_tensor is None:  # positional: a step's Python path is kept short
             return self._sess.run(fetches, feed_dict, options, run_metadata)

@@ -196,6 +196,9 @@ class Supervisor:
 
         self._is_chief = is_chief
         self._coord = _Coordinator()
+        # should_stop() runs at every step: the Event's own C method, not a Python call more.
+        self._stop_is_set = getattr(getattr(self._coord, "_stop_event", None), "is_set",
+                                    self._coord.should_stop)
         self._stop_seen = False
         self._recovery_wait_secs = recovery_wait_secs
         self._stop_grace_secs = stop_grace_secs
@@ -1007,10 +1010,15 @@ class Supervisor:
         """
         if self._pending_rollback is not None:
             self.step_boundary()
-        stopping = self._coord.should_stop()
-        if stopping:
+        if self._stop_is_set():
             self._stop_seen = True
-        return stopping
+            return True
+        return False
+
+    @property
+    def stop_is_set(self) -> Callable[[], bool]:
+        """The Coordinator's ``should_stop``, as cheap as it gets (for a per-step wrapper)."""
+        return self._stop_is_set
 
     @property
     def stop_seen(self) -> bool:
