@@ -108,6 +108,9 @@ class StepCounterService(tf.compat.v1.train.LooperThread):
     def run_loop(self):
         step = self._read()
         now = self._clock()
+        if step < self._last_step:  # a rollback (or a restore) took the step back
+            self._last_step, self._last_time = step, now
+            return
         elapsed = now - self._last_time
         rate = (step - self._last_step) / elapsed if elapsed > 0 else float("inf")
         self._last_step, self._last_time = step, now

@@ -963,3 +963,30 @@ def test_non_chief_wait_gives_up_after_max_wait_secs():
         sv = Supervisor(is_chief=False, recovery_wait_secs=0.05)
     with pytest.raises(tf.errors.DeadlineExceededError, match="not ready after waiting"):
         sv.prepare_or_wait_for_session(server.target, max_wait_secs=0.3)
+
+
+def test_the_step_rate_starts_again_when_the_step_goes_back(tmp_path):
+    """A rollback takes the global step back: the step counter measures from there, instead of
+    reporting a negative rate (in the event file and to the panel)."""
+    from jupyter_supervisor import services  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.eager.supervisor import _EventFile  # pylint: disable=C0415
+    steps = iter([100, 200, 150, 250])   # at the start, then one read per interval
+    clock = iter([0.0, 1.0, 2.0, 3.0])   # one interval of a second each
+    hub = events.EventHub()
+    recorder = Recorder()
+    hub.add_listener(recorder)
+    writer = _EventFile(str(tmp_path))
+    service = services.StepCounterService(tf.compat.v1.train.Coordinator(), 1.0, "steps/sec",
+                                          lambda: next(steps), writer, hub,
+                                          clock=lambda: next(clock))
+    service.start_loop()
+    for _ in range(3):
+        service.run_loop()
+    writer.close()
+    assert hub.flush(DEADLINE)
+    rates = [(e.step, e.steps_per_sec) for e in recorder.of(events.StepRate)]
+    assert rates == [(200, 100.0), (250, 100.0)]
+    [path] = glob.glob(os.path.join(str(tmp_path), "events.out.tfevents.*"))
+    written = [(e.step, v.simple_value) for e in event_file_loader.LegacyEventFileLoader(path).Load()
+               if e.HasField("summary") for v in e.summary.value]
+    assert written == rates
