@@ -19,19 +19,20 @@ Both modes run twice: every saved byte a weight (plain SGD, no optimizer state: 
 the check reads the whole checkpoint), and each weight saved with two slots of its size (Adam's
 moments: the check reads a third of the checkpoint, since it covers the trainable variables).
 
-Printed: per-round figures; for each mode the median of the per-round ratios (checked /
-unchecked, measured next to each other, so that the page cache's slow swings cancel) and the
-ratio of the fastest rounds. Target: under 2 % (a ratio below 1.02). A save's time swings by
-a factor of 3 to 5 from round to round (page cache, file deletions), so single rounds mean
-little. Also printed: the memory bandwidth the check runs at (it reads every byte once), which
+Printed: the medians (and fastest) of each figure; for each mode the median of the per-round
+ratios (checked / unchecked, measured next to each other, so that the page cache's slow swings
+cancel) with its 95 % bootstrap interval. Target: under 2 % (a ratio below 1.02). A save's time
+swings by 10 % and more from round to round (page cache, file deletions), so single rounds, or
+the fastest ones, mean little: 30 rounds put the median within about +-1.5 %, hence 100. Also printed: the memory bandwidth the check runs at (it reads every byte once), which
 is what a check before the write costs. Files go to a temp dir (``--dir /dev/shm``: memory, no
 disk: the worst case for the share). Figures only.
 
-    .venv/bin/python bench/bench_finite.py [--rounds 30] [--dir /dev/shm] [--mb 100] [--variables 25]
+    .venv/bin/python bench/bench_finite.py [--rounds 100] [--dir /dev/shm] [--mb 100] [--variables 25]
 """
 import argparse
 import os
 import platform
+import random
 import shutil
 import statistics
 import tempfile
@@ -86,15 +87,17 @@ def rotated(names, round_):
 
 
 def ratios(figures, pairs):
-    """{(a, b): (median of the per-round a/b, fastest a / fastest b)}; prints them."""
-    found = {}
+    """Prints, for each pair, the median of the per-round ratios a/b and its 95 % bootstrap
+    confidence interval (seeded: the same rounds give the same interval)."""
+    rng = random.Random(0)
     for a, b, label in pairs:
-        paired = statistics.median(x / y for x, y in zip(figures[a], figures[b]))
-        fastest = min(figures[a]) / min(figures[b])
-        found[a, b] = (paired, fastest)
-        print(f"  {label}: {(paired - 1) * 100:+.1f} % (median of the rounds' ratios), "
-              f"{(fastest - 1) * 100:+.1f} % (fastest rounds); target < 2 %")
-    return found
+        paired = [x / y for x, y in zip(figures[a], figures[b])]
+        resampled = sorted(statistics.median(rng.choices(paired, k=len(paired)))
+                           for _ in range(2000))
+        low, high = resampled[50], resampled[-51]
+        print(f"  {label}: {(statistics.median(paired) - 1) * 100:+.1f} % (median of the "
+              f"rounds' ratios; 95 % interval {(low - 1) * 100:+.1f} to {(high - 1) * 100:+.1f}"
+              " %); target < 2 %")
 
 
 def medians(label, figures):
@@ -196,7 +199,7 @@ def eager_mode(args, where, slots):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--verbose", action="store_true", help="print every round")
     parser.add_argument("--mb", type=float, default=100)
     parser.add_argument("--variables", type=int, default=25)

@@ -72,6 +72,8 @@ def interleave(cycles, slice_secs):
     by kind over the whole measurement."""
     pause = threading.Event()
     modes = list(gates)
+    loops = {m: _training_thread(m) for m in modes}
+    steps0 = dict(counts)
     cpu0 = cpu_clocks()
     start = time.perf_counter()
     rates = []
@@ -89,7 +91,16 @@ def interleave(cycles, slice_secs):
     if not all(t.is_alive() for t in cpu0 if t.name.startswith("train-")):
         raise RuntimeError("a training loop ended during the measurement")
     kinds = cpu_by_kind(cpu0, wall)
-    return {"rates": rates, "threads": kinds}
+    per_step = {m: (_cpu(t) - cpu0[t]) / max(1, counts[m] - steps0[m]) for m, t in loops.items()}
+    return {"rates": rates, "threads": kinds, "cpu_per_step": per_step}
+
+def _training_thread(mode):
+    """The thread that runs the mode's loop (the run's thread for %%supervise)."""
+    for t in threading.enumerate():
+        if t.name == f"train-{mode}" or (
+                mode == "supervise" and t.name.startswith("jupyter_supervisor-run-")):
+            return t
+    raise RuntimeError(f"no training thread for {mode}")
 '''
 
 BODY = """\
@@ -154,6 +165,9 @@ def report(secs, tags, result):
     theirs = threads.get("Thread", 0.0)  # unnamed: TF's LooperThreads (checkpoint, summaries...)
     print(f"\nsummaries and checkpoints every {secs:g} s, {tags} scalar tag(s):")
     print("  steps/s (mean of slices)  " + "  ".join(f"{m} {means[m]:7.0f}" for m in MODES))
+    per_step = result["cpu_per_step"]
+    print("  CPU of the training thread per step (us)  " + "  ".join(
+        f"{m} {per_step[m] * 1e6:.2f}" for m in MODES))
     print(f"  supervise/tf per cycle: median {med(ratios):.3f} (quartiles {quart[0]:.3f} - "
           f"{quart[2]:.3f}); ratio of means {means['supervise'] / means['tf']:.3f}; "
           f"tf/bare {med(r['tf'] / r['bare'] for r in rows):.3f}")

@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "Supervisor": ("graph.supervisor", "Supervisor"),
     "EagerSupervisor": ("eager.supervisor", "EagerSupervisor"),
-    "CheckpointMismatchError": ("graph.supervisor", "CheckpointMismatchError"),
-    "CheckpointWriteError": ("graph.supervisor", "CheckpointWriteError"),
+    "CheckpointMismatchError": ("checkpoints", "CheckpointMismatchError"),
+    "CheckpointWriteError": ("checkpoints", "CheckpointWriteError"),
     "LogdirLockedError": ("lockfile", "LogdirLockedError"),
     "TrainingRun": ("notebook.run", "TrainingRun"),
     "RunConfig": ("notebook.run", "RunConfig"),

@@ -1,6 +1,7 @@
 """The checkpoints of a logdir, shared by both backends: which exist (newest first), with a
 fallback to the checkpoint files when the ``checkpoint`` state file is damaged, the step a
-checkpoint path names, and the removal of what saves cut short left.
+checkpoint path names, the removal of what saves cut short left, and the errors both backends
+raise about checkpoints.
 
 TensorFlow 1 (Saver) and TensorFlow 2 (CheckpointManager) write the same state file and the same
 ``<prefix>-<step>`` names, so one listing serves both.
@@ -15,12 +16,36 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
+from ._validate import invalid
+
 logger = logging.getLogger("jupyter_supervisor")
 
 # TensorFlow's name of the state file that lists a logdir's checkpoints.
 STATE_FILE = "checkpoint"
 
 _STEP_SUFFIX = re.compile(r"-(\d+)$")
+
+
+class CheckpointMismatchError(tf.errors.NotFoundError):
+    """A checkpoint lacks variables of the graph (the model changed since it was saved)."""
+
+    def __init__(self, message: str):
+        super().__init__(None, None, message)
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, permissions); earlier ones are intact."""
+
+
+def describe_error(error) -> str:
+    """The line of an error's message that says what went wrong: for a TensorFlow error not
+    "Graph execution error:", node names, stack frames or hints."""
+    text = (getattr(error, "message", None) or str(error)).strip()
+    noise = ("Graph execution error", "Detected at node", "Node:", "Original stack trace",
+             "[[", "File ", "Hint:")
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line[:1].isspace() and not line.startswith(noise)]
+    return lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
 
 
 def step_of(path: str) -> Optional[int]:
@@ -89,3 +114,23 @@ def remove_partial_saves(prefix: str) -> None:
                 shutil.rmtree(path)
             else:
                 os.remove(path)
+
+
+def prepare_logdir(logdir: str) -> None:
+    """Creates ``logdir``, or raises ValueError (the form of ``_validate``) when it is a file,
+    cannot be created or is not writable. Remote file systems (``scheme://``) are left to
+    TensorFlow's file layer."""
+    if "://" in logdir:
+        return  # a remote file system: TensorFlow's file layer reports its own errors
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise ValueError(invalid("logdir", logdir,
+                              "a directory, but it is a file: choose another path"))
+    try:
+        os.makedirs(logdir, exist_ok=True)
+    except OSError as e:
+        raise ValueError(invalid("logdir", logdir, f"a directory that can be created "
+                              f"({e.strerror}): choose another path")) from None
+    if not os.access(logdir, os.W_OK | os.X_OK):
+        raise ValueError(invalid("logdir", logdir,
+                              "a writable directory: fix its permissions or choose "
+                              "another logdir"))

@@ -32,8 +32,8 @@ from tensorflow.python.trackable import base as trackable_base
 from tensorflow.python.util import object_identity
 
 from .. import finite
-from ..checkpoints import STATE_FILE, checkpoint_listing
-from ..graph.supervisor import CheckpointMismatchError, CheckpointWriteError, describe_error
+from ..checkpoints import (STATE_FILE, CheckpointMismatchError, CheckpointWriteError,
+                           checkpoint_listing, describe_error)
 
 logger = logging.getLogger("jupyter_supervisor")
 

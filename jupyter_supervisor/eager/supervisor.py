@@ -45,11 +45,10 @@ from tensorflow.core.util import event_pb2
 from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
 from .. import events, finite, services
-from ..checkpoints import remove_partial_saves
+from ..checkpoints import (CheckpointWriteError, describe_error, prepare_logdir,
+                           remove_partial_saves)
 from .._validate import invalid
 from ..backend import RunConfig, StopBody
-from ..graph.supervisor import CheckpointWriteError, Supervisor as _GraphSupervisor, \
-    describe_error
 from ..lockfile import LogdirLock
 from . import saving
 
@@ -251,7 +250,7 @@ class EagerSupervisor:
         self._logdir = config.logdir if config.saves else None
         self._lock: Optional[LogdirLock] = None
         if self._logdir:
-            _GraphSupervisor._prepare_logdir(self._logdir)  # pylint: disable=protected-access
+            prepare_logdir(self._logdir)
             if "://" not in self._logdir:
                 self._lock = LogdirLock(self._logdir)
                 self._lock.acquire()

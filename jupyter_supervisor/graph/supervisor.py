@@ -35,7 +35,10 @@ from tensorflow.python.util import deprecation
 
 from .. import events, finite
 from .._validate import check_number, invalid
-from ..checkpoints import STATE_FILE, checkpoint_listing, remove_partial_saves
+# The errors are re-exported: they were defined here first.
+from ..checkpoints import (STATE_FILE, CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
+                           checkpoint_listing, describe_error, prepare_logdir,
+                           remove_partial_saves)
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from .. import services
 
@@ -54,21 +57,10 @@ _UNREADABLE = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.Not
 _VARIABLE_OPS = ("Variable", "VariableV2", "VarHandleOp")
 
 
-class CheckpointMismatchError(tf.errors.NotFoundError):
-    """A checkpoint lacks variables of the graph (the graph changed since it was saved)."""
-
-    def __init__(self, message: str):
-        super().__init__(None, None, message)
-
-
 def _check_secs(name: str, value, allow_none: bool = False) -> None:
     # None is TensorFlow's "off", like 0; the message leaves it out as TF's docs do.
     if value is not None or not allow_none:
         check_number(name, value, unit="of seconds")
-
-
-class CheckpointWriteError(RuntimeError):
-    """A checkpoint could not be written (a full disk, permissions); earlier ones are intact."""
 
 
 class WaitCancelledError(tf.errors.CancelledError):
@@ -238,7 +230,7 @@ class Supervisor:
             self._save_summaries_secs = save_summaries_secs
             self._save_model_secs = save_model_secs
             if self._logdir:
-                self._prepare_logdir(self._logdir)
+                prepare_logdir(self._logdir)
                 self._save_path = os.path.join(self._logdir, checkpoint_basename)
                 if "://" not in self._logdir:
                     self._lock = LogdirLock(self._logdir)
@@ -358,23 +350,6 @@ class Supervisor:
             logger.warning("Found 'global_step' is not an int type: %s", step.dtype)
             return None
         return step
-
-    @staticmethod
-    def _prepare_logdir(logdir: str) -> None:
-        if "://" in logdir:
-            return  # a remote file system: TensorFlow's file layer reports its own errors
-        if os.path.exists(logdir) and not os.path.isdir(logdir):
-            raise ValueError(invalid("logdir", logdir,
-                                      "a directory, but it is a file: choose another path"))
-        try:
-            os.makedirs(logdir, exist_ok=True)
-        except OSError as e:
-            raise ValueError(invalid("logdir", logdir, f"a directory that can be created "
-                                      f"({e.strerror}): choose another path")) from None
-        if not os.access(logdir, os.W_OK | os.X_OK):
-            raise ValueError(invalid("logdir", logdir,
-                                      "a writable directory: fix its permissions or choose "
-                                      "another logdir"))
 
     def _verify_setup(self):
         if self._is_chief:
@@ -1147,17 +1122,6 @@ def _depends_on(op, target, limit: int = 100_000) -> bool:
         stack.extend(t.op for t in current.inputs)
         stack.extend(current.control_inputs)
     return False
-
-
-def describe_error(error) -> str:
-    """The line of an error's message that says what went wrong: for a TensorFlow error not
-    "Graph execution error:", node names, stack frames or hints."""
-    text = (getattr(error, "message", None) or str(error)).strip()
-    noise = ("Graph execution error", "Detected at node", "Node:", "Original stack trace",
-             "[[", "File ", "Hint:")
-    lines = [line.strip() for line in text.splitlines()
-             if line.strip() and not line[:1].isspace() and not line.startswith(noise)]
-    return lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
 
 
 def checkpoint_misfit(path: str, graph, saver=None) -> Optional[str]:

@@ -37,7 +37,7 @@ from ..backend import Backend, RunConfig, RunConflictError
 from ..checkpoints import checkpoint_paths, step_of
 from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
-from ..graph.supervisor import CheckpointMismatchError, describe_error
+from ..checkpoints import CheckpointMismatchError, describe_error
 from ..lockfile import LogdirLockedError
 from ..view.history import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING,
                             STARTING, STOPPED, STOPPING, RunHistory)
