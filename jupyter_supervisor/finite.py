@@ -232,8 +232,8 @@ def guard_saver(saver, graph, names: Sequence[str]) -> set:
         if not chosen:
             continue
         gated = merges if merges else [op]
-        if any(c.name.startswith(_GUARD) and op.name in c.name
-               for gate in gated for c in gate.control_inputs):
+        scope = f"{_GUARD}/{op.name}/"  # this SaveV2's own guard (not SaveV2_1's)
+        if any(c.name.startswith(scope) for gate in gated for c in gate.control_inputs):
             covered.update(chosen)  # guarded by an earlier call
             continue
         if graph.finalized:
@@ -267,8 +267,10 @@ def remove_refused_save(checkpoint_path: str) -> None:
     ``<checkpoint_path>_temp`` directory of TensorFlow's Saver)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     temp = checkpoint_path + "_temp"
-    if tf.io.gfile.exists(temp):
-        tf.io.gfile.rmtree(temp)
+    # What failed is the model, not this: a leftover goes at the next start (remove_partial_saves).
+    with contextlib.suppress(tf.errors.OpError, OSError):
+        if tf.io.gfile.exists(temp):
+            tf.io.gfile.rmtree(temp)
 
 
 def _ops_before(op, op_type: str) -> list:

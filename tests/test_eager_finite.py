@@ -268,6 +268,29 @@ def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
     assert rolled.problem == weights_problem(model)
 
 
+def test_a_refusal_found_as_the_loop_ends_still_rolls_back(tmp_path, backends):
+    """The loop stops right after the refused step-25 save: its verdict, taken as the session
+    ends, is that of a periodic checkpoint, which rolls back (rollbacks are left); the run ends
+    cleanly at the good step 24, with no final checkpoint of the bad model."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3, on_nan=finite.ROLLBACK)
+    recorder = Recorder()
+    sv.add_listener(recorder)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        steps = quiet_body(sv, train_step, poison_at=25, stop_at=25)
+    assert steps == list(range(1, 26))
+    assert sv.read_step() == 24 == int(opt.iterations)
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [24, 23, 22]
+    assert not leftovers(tmp_path)
+    assert sv.flush_events(DEADLINE)
+    (rolled,) = recorder.of(events.RolledBack)
+    assert (rolled.step, rolled.restored_step) == (25, 24)
+    stopped = recorder.of(events.Stopped)[-1]
+    assert (stopped.reason, stopped.exception) == (events.REQUESTED, None)
+
+
 @pytest.mark.parametrize("on_nan", [finite.STOP, finite.ROLLBACK, finite.IGNORE])
 def test_a_healthy_run_writes_the_same_checkpoints_in_every_mode(tmp_path, backends, on_nan):
     model, opt, train_step = loop_setup()

@@ -459,6 +459,34 @@ def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path, sharded):
     assert not [name for name in os.listdir(tmp_path) if "-2" in name]
 
 
+def test_every_shard_of_a_sharded_saver_is_guarded(tmp_path):
+    """Variables on two devices: one SaveV2 per device, both gating the one merge; a NaN in
+    either is refused (a guard named after one SaveV2 must not pass for the other's)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.device("/cpu:0"):
+            first = v1.get_variable("a", initializer=[1.0, 2.0])
+        with tf.device("/cpu:1"):
+            second = v1.get_variable("b", initializer=[3.0])
+        saver = v1.train.Saver(sharded=True)
+        assert finite.guard_saver(saver, graph, ["a", "b"]) == {"a", "b"}
+        poison = {v: v1.assign(v, tf.fill(tf.shape(v), np.nan)) for v in (first, second)}
+        init = v1.global_variables_initializer()
+    assert len([op for op in graph.get_operations() if op.type == "SaveV2"]) == 2
+    assert len([op for op in graph.get_operations() if op.type == "Assert"]) == 2
+    prefix = os.path.join(str(tmp_path), "model.ckpt")
+    for step, bad in enumerate((first, second)):
+        with v1.Session(graph=graph, config=v1.ConfigProto(device_count={"CPU": 2})) as sess:
+            sess.run(init)
+            saver.save(sess, prefix, global_step=10 + step)  # finite: written
+            sess.run(poison[bad])
+            with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+                saver.save(sess, prefix, global_step=20 + step)
+        assert finite.is_guard_failure(raised.value), bad.name
+        finite.remove_refused_save(f"{prefix}-{20 + step}")
+    assert file_steps(tmp_path) == [10, 11] and not leftovers(tmp_path)
+
+
 def _upstream(op):
     """Every op ``op`` waits for (inputs and control inputs, transitively)."""
     seen, todo = set(), [op]

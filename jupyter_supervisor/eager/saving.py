@@ -312,6 +312,7 @@ class CheckpointWriter:
         self._live_check = finite.VariableCheck.eager(self._checked) if self._checked else None
         self._copy_check: Optional[tuple] = None   # (the copies, their VariableCheck)
         self._verdict: Optional[Refusal] = None    # of the newest save, until verdict() took it
+        self.checked_before = False   # the newest save's check ran before its write (no copies)
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self.last_path: Optional[str] = None
@@ -358,7 +359,8 @@ class CheckpointWriter:
         verdict = Refusal(step) if self._checked else None
         self._verdict = verdict
         check = self._copies_check() if snapped and verdict is not None else None
-        if verdict is not None and check is None:  # no copies to check: the live variables
+        self.checked_before = verdict is not None and check is None
+        if self.checked_before:  # no copies to check: the live variables, before the write
             self._judge(verdict, self._live_check)
             if verdict.variables or verdict.error:
                 return path
@@ -372,9 +374,13 @@ class CheckpointWriter:
         thread = threading.Thread(target=self._write, name="jupyter_supervisor-checkpoint",
                                   args=(self._snapshot.writer, path, step, start,
                                         verdict if check else None, check), daemon=True)
+        try:
+            thread.start()
+        except BaseException as e:
+            _settle(verdict, e)  # or the verdict would be waited for forever
+            raise
         self._thread = thread
         self.threads.append(thread)
-        thread.start()
         return path
 
     def _copies_check(self) -> Optional[finite.VariableCheck]:
@@ -440,9 +446,12 @@ class CheckpointWriter:
                     _rename_checkpoint(target, path)
                 except (tf.errors.OpError, OSError) as e:
                     _remove_checkpoint(target)
+                    if path not in self._kept:  # data files already moved, without an index
+                        _remove_checkpoint(path)
                     raise CheckpointWriteError(self._failure(path, e)) from e
             self._record(path)
         except BaseException as e:  # pylint: disable=broad-except
+            _settle(verdict, e)  # a checker that never started never says
             self._error = e
             self._on_error(e)
             return
@@ -483,6 +492,13 @@ class CheckpointWriter:
                 f"Writing {what} failed and the run stopped. {safe} Fix the cause (free disk "
                 "space, permissions), then resume from the newest checkpoint (re-run the cell, "
                 "or `%supervise resume`).")
+
+
+def _settle(verdict: Optional[Refusal], error: BaseException) -> None:
+    """Ends the wait for ``verdict`` with ``error`` when its check did not end it."""
+    if verdict is not None and not verdict.done.is_set():
+        verdict.error = error
+        verdict.done.set()
 
 
 def _checkpoint_files(path: str) -> List[str]:

@@ -715,6 +715,9 @@ class EagerSupervisor:
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
             path = self._writer.save(step)
             self._last_saved_step = step
+            # A check made before the write has its verdict now: no step more on a bad model.
+            if self._writer.checked_before and not self._take_verdict(final):
+                return None
             return path
 
     def _check_finite(self, step: int, final: bool) -> bool:
@@ -816,14 +819,17 @@ class EagerSupervisor:
         with self._save_lock:
             if self._writer is None:
                 return
-            self._take_verdict(final=True)
+            # The verdict of a save made before: that checkpoint was not the final one, so
+            # (in the training thread) it may still roll back, and then nothing moved.
+            self._take_verdict(final=threading.current_thread() is not self._thread)
             if self._step != self._last_saved_step and self._save(final=True) is not None:
                 self._take_verdict(final=True)
 
     def _on_saved(self, step, path, wall_time, seconds) -> None:
         """Writer thread: the checkpoint's files are under its name."""
-        if self._event_file is not None:
-            self._event_file.add_session_log(_SessionLog(
+        event_file = self._event_file  # the session's end may close it meanwhile
+        if event_file is not None:
+            event_file.add_session_log(_SessionLog(
                 status=_SessionLog.CHECKPOINT, checkpoint_path=path), step)
         kept = tuple(reversed(self._writer.kept)) if self._writer is not None else ()
         self._hub.emit(events.CheckpointSaved, step, path, wall_time, seconds, kept)
