@@ -229,6 +229,7 @@ class Snapshot:
         _ = self.writer.save_counter  # created now, so that it is saved (and restores cleanly)
         self._copies = object_identity.ObjectIdentityDictionary()
         self.writer._saver._object_map = self._copies  # pylint: disable=protected-access
+        self.version = 0   # bumps whenever a copy is made anew (the copies' objects changed)
 
     def copies_of(self, variables) -> list:
         """The host copies of ``variables`` (tf.Variables), in their order; None for one
@@ -255,6 +256,7 @@ class Snapshot:
                 if copy is None or copy.shape != base.shape:
                     self._copies[obj] = tf.Variable(base.read_value(), trainable=False,
                                                     name=base.name.split(":")[0])
+                    self.version += 1
                 else:
                     copy.assign(base)
         return True
@@ -310,7 +312,7 @@ class CheckpointWriter:
         self._on_error = on_error
         self._checked = list(checked)
         self._live_check = finite.VariableCheck.eager(self._checked) if self._checked else None
-        self._copy_check: Optional[tuple] = None   # (the copies, their VariableCheck)
+        self._copy_check: Optional[tuple] = None   # (snapshot version, check of its copies)
         self._verdict: Optional[Refusal] = None    # of the newest save, until verdict() took it
         self.checked_before = False   # the newest save's check ran before its write (no copies)
         self._thread: Optional[threading.Thread] = None
@@ -384,18 +386,18 @@ class CheckpointWriter:
         return path
 
     def _copies_check(self) -> Optional[finite.VariableCheck]:
-        """The check of the snapshot's copies of the checked variables (rebuilt when the
-        copies change); None when one has no copy."""
-        copies = self._snapshot.copies_of(self._checked)
-        if any(copy is None for copy in copies):
-            return None
-        if self._copy_check is None or any(
-                a is not b for a, b in zip(self._copy_check[0], copies)):
+        """The check of the snapshot's copies of the checked variables (built again when the
+        snapshot made new copies); None when one has no copy."""
+        version = self._snapshot.version
+        if self._copy_check is None or self._copy_check[0] != version:
+            copies = self._snapshot.copies_of(self._checked)
             # Traced here, in the training thread: the writer's thread only runs it. (A graph
             # built in a background thread, at the end of a Keras fit, deadlocked once: the
             # garbage collector freed a tf.data iterator there, whose destructor waits for
             # threads of its own.)
-            self._copy_check = (copies, finite.VariableCheck.eager(copies, trace_now=True))
+            check = (None if any(copy is None for copy in copies)
+                     else finite.VariableCheck.eager(copies, trace_now=True))
+            self._copy_check = (version, check)
         return self._copy_check[1]
 
     @staticmethod
