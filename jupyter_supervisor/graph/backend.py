@@ -208,6 +208,12 @@ class _BoundSession(tf_session.SessionInterface):
         self.step: Optional[int] = None   # the step fetched by the last run (max_steps only)
         if self._step_tensor is not None:
             self._reached(sv.read_global_step(sess))
+        if not rollback and self._step_tensor is None:
+            # Until a stop is requested a step is the managed session's own run, without a
+            # Python call more (at 10,000 steps/s that is 0.2 % of the speed); the stop's
+            # request puts the checking run back, before the body's next step.
+            self.run = sess.run
+            sv.coord.when_stopped(self._check_from_now)
 
     @property
     def graph(self):
@@ -231,6 +237,9 @@ class _BoundSession(tf_session.SessionInterface):
             step = self._sv.read_global_step(self._sess)
         self._reached(step)
         return result
+
+    def _check_from_now(self) -> None:
+        self.__dict__.pop("run", None)
 
     def _reached(self, step: Optional[int]) -> None:
         self.step = step

@@ -71,7 +71,8 @@ class WaitCancelledError(tf.errors.CancelledError):
 
 
 class _Coordinator(tf.compat.v1.train.Coordinator):
-    """TensorFlow's Coordinator, remembering why the first stop was requested."""
+    """TensorFlow's Coordinator, remembering why the first stop was requested, and telling
+    the callbacks of ``when_stopped``."""
 
     def __init__(self):
         super().__init__(clean_stop_exception_types=(tf.errors.OutOfRangeError,
@@ -79,6 +80,16 @@ class _Coordinator(tf.compat.v1.train.Coordinator):
         self._reason_lock = threading.Lock()
         self.stop_reason: Optional[str] = None       # guarded by _reason_lock
         self.stop_exception: Optional[BaseException] = None
+        self._on_stop: list = []                     # weak methods; guarded by _reason_lock
+
+    def when_stopped(self, method) -> None:
+        """Calls ``method()`` (a bound method, held weakly) in the thread that requests a stop,
+        at every request; at once when a stop is requested already."""
+        with self._reason_lock:
+            self._on_stop = [m for m in self._on_stop if m() is not None]
+            self._on_stop.append(weakref.WeakMethod(method))
+        if self.should_stop():
+            method()
 
     def request_stop(self, ex=None):
         value = ex[1] if isinstance(ex, tuple) else ex
@@ -91,7 +102,13 @@ class _Coordinator(tf.compat.v1.train.Coordinator):
                 else:
                     self.stop_reason = events.ERROR
                     self.stop_exception = value
-        super().request_stop(ex)
+            told = [m() for m in self._on_stop]
+        try:
+            super().request_stop(ex)
+        finally:
+            for method in told:
+                if method is not None:
+                    method()
 
     def clear_stop(self):
         with self._reason_lock:
