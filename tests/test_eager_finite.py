@@ -245,16 +245,23 @@ def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
     assert recorder.of(events.Stopped)[-1].exception is error
 
 
-def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
-    """The check beside the write refuses the step-25 save; its verdict reaches the training
-    thread at the next boundary (step 26: one step later, always), which rolls back to 24."""
+def quiet_rollback(tmp_path, backends, stop_at):
+    """``quiet_body`` with on_nan="rollback" and a save at every step, poisoned at step 25;
+    returns (sv, model, optimizer, the steps trained, the recorder of its events)."""
     model, opt, train_step = loop_setup()
     sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3, on_nan=finite.ROLLBACK)
     recorder = Recorder()
     sv.add_listener(recorder)
     with sv.session():
         sv.track(model=model, optimizer=opt)
-        steps = quiet_body(sv, train_step, poison_at=25, stop_at=30)
+        steps = quiet_body(sv, train_step, poison_at=25, stop_at=stop_at)
+    return sv, model, opt, steps, recorder
+
+
+def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
+    """The check beside the write refuses the step-25 save; its verdict reaches the training
+    thread at the next boundary (step 26: one step later, always), which rolls back to 24."""
+    sv, model, opt, steps, recorder = quiet_rollback(tmp_path, backends, stop_at=30)
     # The boundary of step 26 rolled back: sv.step() returned 24 there; step 26 was discarded.
     assert steps == list(range(1, 26)) + [24] + list(range(25, 31))
     assert sv.read_step() == 30 == int(opt.iterations)
@@ -272,13 +279,7 @@ def test_a_refusal_found_as_the_loop_ends_still_rolls_back(tmp_path, backends):
     """The loop stops right after the refused step-25 save: its verdict, taken as the session
     ends, is that of a periodic checkpoint, which rolls back (rollbacks are left); the run ends
     cleanly at the good step 24, with no final checkpoint of the bad model."""
-    model, opt, train_step = loop_setup()
-    sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3, on_nan=finite.ROLLBACK)
-    recorder = Recorder()
-    sv.add_listener(recorder)
-    with sv.session():
-        sv.track(model=model, optimizer=opt)
-        steps = quiet_body(sv, train_step, poison_at=25, stop_at=25)
+    sv, model, opt, steps, recorder = quiet_rollback(tmp_path, backends, stop_at=25)
     assert steps == list(range(1, 26))
     assert sv.read_step() == 24 == int(opt.iterations)
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
