@@ -327,6 +327,15 @@ class CheckpointWriter:
         return list(self._kept)
 
     @property
+    def checks(self) -> bool:
+        """True when saves check variables (``checked`` was given)."""
+        return bool(self._checked)
+
+    def non_finite_now(self) -> List[str]:
+        """The names of the checked variables that are not finite now (the live ones)."""
+        return self._live_check.run() if self._live_check is not None else []
+
+    @property
     def verdict_pending(self) -> bool:
         """True from a checked ``save()`` until ``verdict()`` took its verdict."""
         return self._verdict is not None

@@ -294,7 +294,6 @@ class EagerSupervisor:
         self._fits = 0
         self._notes: List[str] = []
         self._closed = False
-        self._finite: Optional[finite.VariableCheck] = None   # built by track()
         # on_nan="rollback": (step, problem) of a refused save whose rollback the training
         # thread makes at its next step boundary; under _save_lock.
         self._pending_rollback: Optional[tuple] = None
@@ -570,8 +569,6 @@ class EagerSupervisor:
         self._build_for_restore(objects)
         self._items = dict(objects)
         self._attached = kind
-        self._finite = (None if self._config.on_nan == finite.IGNORE else
-                        finite.VariableCheck.eager(_trainable_variables(self._items.values())))
         self._state = _RunState()
         self._root = tf.train.Checkpoint(**self._items, **{STATE_NAME: self._state})
         restored = None
@@ -726,14 +723,15 @@ class EagerSupervisor:
         reported scalar is finite, or with ``on_nan="ignore"``; else ``_refuse``. The trainable
         variables are checked by the writer (``saving.CheckpointWriter``: beside the write,
         its verdict taken by ``_take_verdict``); here only to name them."""
-        if self._finite is None:
+        if self._writer is None or not self._writer.checks:
             return True
         scalars = [finite.NonFiniteScalar(tag, value, None)
                    for tag, value in sorted(_finite_values(self._scalars).items())
                    if not math.isfinite(value)]
         if not scalars:
             return True
-        return self._refuse(step, finite.describe_problem(self._finite.run(), scalars), final)
+        return self._refuse(step, finite.describe_problem(self._writer.non_finite_now(), scalars),
+                            final)
 
     def _take_verdict(self, final: bool) -> bool:
         """With ``_save_lock`` held: takes the verdict of the newest save's check of the
