@@ -15,10 +15,10 @@ checkpoint gets its name, a backend checks
   of the merge of a sharded Saver's parts (the Supervisor's own Saver is sharded where that
   writes the same files), or before the write of a plain Saver; ``VariableCheck.in_graph``
   builds it once in the Supervisor's graph, before the graph is finalized, for the variables
-  a guard cannot cover. In eager mode ``VariableCheck.eager`` wraps both forms in
-  ``tf.function``s; the eager writer (``eager/saving.py``) starts the gentle one on the
-  snapshot it writes (``VariableCheck.start``) and renames the files to the checkpoint's name
-  only when it passed;
+  a guard cannot cover. In eager mode ``VariableCheck.eager`` wraps the fused form in a
+  ``tf.function``, and ``VariableCheck.guard`` puts the gentle one into the traced write of
+  the snapshot the eager writer saves (``eager/saving.py``), as the gate of its merge, as
+  ``guard_saver`` does for a sharded Saver;
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
   is usually the first sign.
 
@@ -170,32 +170,21 @@ class VariableCheck:
     @classmethod
     def eager(cls, variables: Sequence, *, trace_now: bool = False) -> "VariableCheck":
         """The check of ``variables`` (tf.Variables) as one ``tf.function``, traced at its
-        first run, or now with ``trace_now`` (then a ``run`` or a ``start`` from another
-        thread executes it without building a graph there)."""
+        first run, or now with ``trace_now`` (then a ``run`` from another thread executes it
+        without building a graph there)."""
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         variables = _float_variables(variables)
         if not variables:
-            return cls([], lambda: [])
-        names = [_name(v) for v in variables]
-        flags = tf.function(lambda: finite_flags(variables), autograph=False)
-        with tf.device("CPU:0"):
-            marker = tf.Variable(0, dtype=tf.int64, trainable=False)
-        def one_core_check(number):
-            values = [variable.read_value() for variable in variables]
-            with tf.control_dependencies([_one_by_one(tf, values, names)]):
-                return marker.assign(number)  # what StartedCheck.finished reads
-
-        one_core = tf.function(one_core_check, input_signature=[tf.TensorSpec([], tf.int64)],
-                               autograph=False)
-        if trace_now:
-            flags, one_core = flags.get_concrete_function(), one_core.get_concrete_function()
-        check = cls(names, lambda: flags().numpy())
-        check._one_core = (one_core, marker)
+            check = cls([], lambda: [])
+        else:
+            flags = tf.function(lambda: finite_flags(variables), autograph=False)
+            if trace_now:
+                flags = flags.get_concrete_function()
+            check = cls([_name(v) for v in variables], lambda: flags().numpy())
+        check._variables = variables
         return check
 
-    _one_core = None   # eager: (the function start() runs, its marker)
-    _executor = None   # eager: the asynchronous executor start() runs it on
-    _starts = 0
+    _variables: list = []  # eager: the variables checked
 
     def run(self, *sess) -> List[str]:
         """The names of the variables holding a NaN or an infinity now ([] if none)."""
@@ -203,68 +192,46 @@ class VariableCheck:
             return []
         return [name for name, ok in zip(self.names, self._evaluate(*sess)) if not ok]
 
-    def start(self) -> "StartedCheck":
-        """Eager: starts the check beside whatever the calling thread does next and returns
-        at once (see ``StartedCheck``). The variables must not change until its result is
-        taken: the eager writer checks its snapshot's copies, beside their write.
+    def guard(self, write: Callable):
+        """Eager: ``write(prefix)`` builds, in a ``tf.function`` being traced, the write of a
+        checkpoint that saves this check's variables (``tf.train.Checkpoint.write``). Returns a
+        function that builds the same write, guarded: the merge of its parts under the
+        checkpoint's name waits for ``_one_by_one`` over the variables, which runs beside the
+        write of the parts, in the same call. So one call either writes the checkpoint or
+        raises InvalidArgumentError (``is_guard_failure``) and leaves only the parts'
+        ``<prefix>_temp`` directory (``remove_refused_save``). The variables must not change
+        during the call: the eager writer checks the copies it writes.
 
-        What runs is ``_one_by_one``, on an asynchronous executor of the check's own: in
-        TensorFlow's threads, so it needs the GIL neither to start nor while it runs, and on
-        one core. (``run``'s reduction, on every core at full memory bandwidth, slowed the
-        write beside it by 2 to 4 %.)"""
-        if not self.names:
-            return StartedCheck(self, None, 0)
-        # pylint: disable=import-outside-toplevel
-        import tensorflow as tf
-        from tensorflow.python.eager import context, executor
-        if self._executor is None:
-            self._executor = executor.new_executor(enable_async=True)
-        self._starts += 1
-        function, _ = self._one_core
-        with context.executor_scope(self._executor):
-            done = function(tf.constant(self._starts, tf.int64))
-        return StartedCheck(self, done, self._starts)
-
-
-class StartedCheck:
-    """A check running beside the caller (``VariableCheck.start``); ``result`` says which
-    variables are not finite."""
-
-    def __init__(self, check: VariableCheck, done, number: int):
-        self._check = check
-        self._done = done
-        self._number = number
-
-    def finished(self) -> bool:
-        """True once the check ran to its end and found every variable finite."""
-        if self._done is None:
-            return True
-        _, marker = self._check._one_core  # pylint: disable=protected-access
-        return int(marker.numpy()) == self._number
-
-    def result(self, quick: bool = False) -> List[str]:
-        """What ``VariableCheck.run`` would have returned: the names of the variables that
-        are not finite. Waits for the check; with ``quick``, when it has not finished, runs
-        ``VariableCheck.run`` instead (the same answer, in a few milliseconds on every core,
-        not up to the one-core check's remaining time). A variable that is not finite costs
-        ``run`` anyway, to name every such one, and the wait for the check's failure (it stops
-        at the first such variable): its error must be cleared from the executor."""
-        if self._done is None:
-            return []
-        names = self._check.run() if quick and not self.finished() else None
-        if names == []:
-            return []  # the check goes on, and ends well: nothing to take from it
+        The check runs as a function of its own, which reads the variables: a CheckNumerics
+        made in the traced function itself (a stateful op without a resource input) would be
+        ordered by ``tf.function``'s automatic control dependencies after the write it must
+        gate, or before the write, which it must not delay."""
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        executor = self._check._executor  # pylint: disable=protected-access
-        try:
-            self._done.numpy()
-        except tf.errors.InvalidArgumentError:  # CheckNumerics: one is not finite
-            executor.clear_error()  # or every later start() would fail
-            return names if names is not None else self._check.run()
-        except BaseException:
-            executor.clear_error()
-            raise
-        return names or []
+        if not self.names:
+            return write
+        variables, names = self._variables, self.names
+
+        def check():
+            done = _one_by_one(tf, [variable.read_value() for variable in variables], names)
+            with tf.control_dependencies([done]):
+                return tf.constant(True)
+
+        check = tf.function(check, autograph=False)
+
+        def guarded(prefix):
+            graph = tf.compat.v1.get_default_graph()
+            before = len(graph.get_operations())
+            written = write(prefix)
+            merges = [op for op in graph.get_operations()[before:]
+                      if op.type == "MergeV2Checkpoints"]
+            if not merges:
+                raise RuntimeError("VariableCheck.guard: the write has no merge to gate")
+            passed = check().op
+            for merge in merges:
+                merge._add_control_input(passed)  # pylint: disable=protected-access
+            return written
+
+        return guarded
 
 
 def _one_by_one(tf, tensors, names: Sequence[str], name: Optional[str] = None):

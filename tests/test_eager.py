@@ -15,7 +15,7 @@ from eager_models import BATCHES, data, make_model
 from jupyter_supervisor import events
 from jupyter_supervisor.backend import RunConfig
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
-from jupyter_supervisor.eager import EagerSupervisor
+from jupyter_supervisor.eager import EagerSupervisor, saving
 from jupyter_supervisor.eager.keras_callback import _TrainFunction
 from jupyter_supervisor.graph.supervisor import CheckpointMismatchError, CheckpointWriteError
 from jupyter_supervisor.lockfile import LogdirLockedError
@@ -560,14 +560,45 @@ def test_failed_write_stops_the_run_and_keeps_the_older_checkpoints(tmp_path, ba
             sv.step()
             sv.save_now()  # the first checkpoint is written before the disk "fills"
 
-            def full(self, *args, **kwargs):
-                raise tf.errors.ResourceExhaustedError(None, None,
-                                                       "No space left on device")
-            monkeypatch.setattr(tf.train.Checkpoint, "write", full)
-            while not sv.should_stop():
+            fail_every_write(monkeypatch)
+            for _ in range(1000):  # a bound, so that a write that never fails fails the test
+                if sv.should_stop():
+                    break
                 sv.step()
     assert "model.ckpt-1" in str(raised.value)  # the newest intact one is named
     assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [1]
+
+
+def test_a_failed_write_of_a_step_saved_again_keeps_its_checkpoint(tmp_path, backends,
+                                                                   monkeypatch):
+    """The same step saved twice (Save clicked twice between steps): when the second write
+    fails, the checkpoint the first wrote under that name stays, intact."""
+    w = tf.Variable(3.0)
+    sv = backends(tmp_path)
+    with pytest.raises(CheckpointWriteError, match="No space left"):
+        with sv.session():
+            sv.track(w=w)
+            sv.step()
+            first = sv.save_now()
+            files = sorted(tf.io.gfile.glob(first + ".*"))
+            fail_every_write(monkeypatch)
+            sv.save_now()
+    assert sorted(tf.io.gfile.glob(first + ".*")) == files
+    restored = tf.Variable(0.0)
+    tf.train.Checkpoint(w=restored).read(first).expect_partial()
+    assert restored.numpy() == 3.0
+
+
+def fail_every_write(monkeypatch) -> None:
+    """Makes every checkpoint write fail as on a full disk."""
+    def full(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+    # The snapshot's write is a traced function: it fails as a whole, as when SaveV2 inside
+    # it finds the disk full.
+    write_function = saving.Snapshot.write_function
+    monkeypatch.setattr(saving.Snapshot, "write_function",
+                        lambda *args: (full, write_function(*args)[1]))
+    monkeypatch.setattr(tf.train.Checkpoint, "write", full)  # a synchronous save
 
 
 # ------------------------------------------------------------------------------- bad input

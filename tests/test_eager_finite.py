@@ -19,6 +19,7 @@ from tensorboard.backend.event_processing import event_file_loader
 from eager_models import data, make_model
 from jupyter_supervisor import events, finite
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
+from jupyter_supervisor.eager import saving
 
 from helpers import Recorder
 
@@ -95,6 +96,29 @@ def start_logs(logdir):
 
 
 # ------------------------------------------------------------------------------ custom loops
+
+def test_a_verdict_is_the_same_whichever_thread_decides_it():
+    """saving.Refusal: the writer thread learns the verdict from its guarded write; the
+    training thread, when it asks first (the write still running), checks the same copies
+    itself. Both give the same answer; a write refused while the check finds every variable
+    finite is an error of the check, not a pass."""
+    weights = tf.Variable(tf.ones([10]), name="dense/kernel")
+    check = finite.VariableCheck.eager([weights, tf.Variable(0)])
+    assert saving.Refusal(5, check).decide().variables == []
+    passed = saving.Refusal(5, check)
+    passed.written(True)
+    assert not passed.decide().refused
+    weights.assign(tf.fill([10], np.nan))
+    assert saving.Refusal(6, check).decide().variables == ["dense/kernel"]  # asked first
+    refused = saving.Refusal(6, check)
+    refused.written(False)
+    assert refused.decide().variables == ["dense/kernel"] and refused.error is None
+    weights.assign(tf.ones([10]))
+    odd = saving.Refusal(7, check)
+    odd.written(False)
+    assert odd.decide().refused
+    assert "refused as not finite, but no checked variable" in str(odd.error)
+
 
 def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, backends):
     model, opt, train_step = loop_setup()

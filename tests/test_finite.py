@@ -25,6 +25,7 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorflow.python.eager import context
 
 from jupyter_supervisor import events, finite
+from jupyter_supervisor.eager import saving
 from jupyter_supervisor.graph.supervisor import Supervisor
 
 from helpers import Recorder
@@ -154,64 +155,102 @@ def test_the_eager_check_is_the_same_computation_on_tf_variables():
         assert check.run() == ["dense/kernel", "bias"]
 
 
-def test_the_check_started_beside_a_write_gives_the_same_answers_as_run():
-    """start(): the check the eager writer runs beside its write. Same verdicts as run(), from
-    the check itself or (quick) from run() when it has not ended; a failed check leaves its
-    executor usable for the next one."""
+def guarded_write(variables):
+    """The eager writer's guarded write of ``variables`` (``write(path)``, traced) and the
+    check of their copies, as ``eager/saving.py`` makes them: a call of ``refresh()`` copies
+    the variables' values for the next write."""
+    snapshot = saving.Snapshot({f"v{i}": v for i, v in enumerate(variables)})
+    refresh = snapshot.copy
+    assert refresh()
+    write, check = snapshot.write_function(variables)
+    return (lambda path: write(tf.constant(str(path)))), check, refresh
+
+
+def test_a_guarded_write_writes_a_finite_state_and_refuses_the_rest(tmp_path):
+    """VariableCheck.guard: one call writes the checkpoint, the same one an eager write makes,
+    or, when a checked variable is not finite, raises the guard's error naming it and leaves
+    nothing under the checkpoint's name (only TensorFlow's ``_temp`` parts, which
+    remove_refused_save deletes). A refusal does not break the next write."""
     with context.eager_mode():
         good = tf.Variable(tf.ones([300, 100]), name="dense/kernel")
         other = tf.Variable(3.0, dtype=tf.float64, name="bias")
-        check = finite.VariableCheck.eager([good, other, tf.Variable(0)], trace_now=True)
-        started = check.start()
-        assert started.result() == [] and started.finished()
-        for quick in (False, True, False):
-            good.assign(tf.tensor_scatter_nd_update(good, [[299, 99]], [np.nan]))
-            other.assign(-np.inf)
-            started = check.start()
-            assert started.result(quick) == ["dense/kernel", "bias"]
-            assert not started.finished()  # it stopped at the first bad variable
-            good.assign(tf.ones([300, 100]))
-            other.assign(1.0)
-            started = check.start()
-            assert started.result(quick) == []
-            started.result()  # a quick result may not have waited for it
-            assert started.finished()
+        steps = tf.Variable(7, name="steps")
+        write, check, refresh = guarded_write([good, other, steps])
+        assert check.names == ["dense/kernel", "bias"]
+        first = str(tmp_path / "ckpt-1")
+        write(first)
+        eager = str(tmp_path / "eager-1")
+        tf.train.Checkpoint(v0=good, v1=other, v2=steps).write(eager)
+        reader, expected = tf.train.load_checkpoint(first), tf.train.load_checkpoint(eager)
+        keys = expected.get_variable_to_shape_map()
+        assert set(keys) < set(reader.get_variable_to_shape_map())  # and the save counter
+        for key in set(keys) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}:  # ours has the counter
+            np.testing.assert_array_equal(reader.get_tensor(key), expected.get_tensor(key))
+        assert sorted(glob.glob(first + ".*")) == [
+            first + ".data-00000-of-00001", first + ".index"]  # one shard, as eager writes
+
+        good.assign(tf.tensor_scatter_nd_update(good, [[299, 99]], [np.nan]))
+        refresh()
+        refused = str(tmp_path / "ckpt-2")
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            write(refused)
+        assert finite.is_guard_failure(raised.value)
+        assert "dense/kernel" in str(raised.value)
+        assert glob.glob(refused + ".*") == [] and os.path.isdir(refused + "_temp")
+        finite.remove_refused_save(refused)
+        assert not os.path.exists(refused + "_temp")
+
+        good.assign(tf.ones([300, 100]))
+        other.assign(-np.inf)
+        refresh()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="bias"):
+            write(refused)
+        assert check.run() == ["bias"]
+        other.assign(2.0)
+        refresh()
+        write(tmp_path / "ckpt-3")
+        restored = tf.Variable(0.0, dtype=tf.float64)
+        tf.train.Checkpoint(v1=restored).read(str(tmp_path / "ckpt-3")).expect_partial()
+        assert restored.numpy() == 2.0
 
 
-def test_a_quick_result_does_not_wait_for_the_started_check():
-    """The training thread takes a save's verdict one step later: when the one-core check has
-    not ended by then, it checks the same variables itself instead of waiting for it. (The
-    check is made to be still running: its result is a handle that must not be waited on.)"""
-
-    class StillRunning:
-        def numpy(self):
-            raise AssertionError("waited for the check")
-
-    with context.eager_mode():
-        weights = tf.Variable(tf.ones([100]), name="w")
-        check = finite.VariableCheck.eager([weights], trace_now=True)
-        assert check.start().result() == []
-        started = finite.StartedCheck(check, StillRunning(), number=1000)
-        assert not started.finished()
-        assert started.result(quick=True) == []
-        with pytest.raises(AssertionError, match="waited"):
-            started.result()
-
-
-def test_the_started_check_is_one_single_threaded_op_after_the_other():
-    """What start() runs: a CheckNumerics per float variable (a plain loop: one core, a gentle
-    read of memory), each after the one before, so that a write beside it keeps the other
-    core and most of the memory bandwidth (bench/bench_finite.py)."""
+def test_the_guard_is_one_single_threaded_check_that_gates_only_the_merge():
+    """What guard adds to the write: a function of CheckNumerics, one per float variable, each
+    after the one before (one core, a gentle read of memory, so that the write beside it
+    keeps the other core and most of the memory bandwidth: bench/bench_finite.py), no fused
+    reduction, as a control input of the merge alone (the parts are written beside it)."""
     with context.eager_mode():
         variables = [tf.Variable(tf.zeros([4]), name=f"layer{i}") for i in range(3)]
-        check = finite.VariableCheck.eager(variables + [tf.Variable(0)], trace_now=True)
-        function, _ = check._one_core  # pylint: disable=protected-access
-        ops = function.graph.get_operations()
-        numerics = [op for op in ops if op.type == "CheckNumerics"]
+        snapshot = saving.Snapshot({"layers": variables, "steps": tf.Variable(0)})
+        assert snapshot.copy()
+        write, _ = snapshot.write_function(variables)
+        ops = write.graph.get_operations()
+        merges = [op for op in ops if op.type == "MergeV2Checkpoints"]
+        assert len(merges) == 1
+        calls = [op for op in merges[0].control_inputs if op.type.endswith("PartitionedCall")]
+        assert len(calls) == 1
+        called = write.graph._get_function(  # pylint: disable=protected-access
+            calls[0].get_attr("f").name)
+        inner = called.graph.get_operations()
+        numerics = [op for op in inner if op.type == "CheckNumerics"]
         assert len(numerics) == 3
         for before, after in zip(numerics, numerics[1:]):
             assert before in after.control_inputs
-        assert not any(op.type in ("Sum", "All", "IsFinite") for op in ops)
+        assert not any(op.type in ("Sum", "All", "IsFinite") for op in inner + ops)
+        saves = [op for op in ops if op.type == "SaveV2"]
+        assert saves and not any(calls[0] in ops_before(save) for save in saves)
+
+
+def ops_before(op) -> set:
+    """Every op that ``op`` waits for, through its inputs and control inputs."""
+    seen, todo = set(), [op]
+    while todo:
+        current = todo.pop()
+        for before in [t.op for t in current.inputs] + list(current.control_inputs):
+            if before not in seen:
+                seen.add(before)
+                todo.append(before)
+    return seen
 
 
 def test_scalar_watch_reports_the_summary_that_went_bad_first():

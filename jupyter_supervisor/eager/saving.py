@@ -13,7 +13,8 @@ Keras 3.15: "tf.function only supports singleton tf.Variables created on the fir
 ``Snapshot`` does what that helper does, with copies made once outside any function: the
 training thread assigns every variable to its host copy (that is all it waits for), and the
 writer thread saves the copies under the original objects' names (the saver's object map, the
-mechanism TensorFlow's helper uses).
+mechanism TensorFlow's helper uses), with one call of a ``tf.function`` traced once, which also
+holds the finiteness check of the copies (``Snapshot.write_function``).
 """
 import contextlib
 import glob
@@ -22,7 +23,7 @@ import os
 import shutil
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from google.protobuf import message
@@ -222,14 +223,16 @@ def _warn_fallback(paths, path, error) -> None:
 class Snapshot:
     """Host copies of the variables a Checkpoint saves, and a second Checkpoint of the same
     objects that saves the copies in their place. ``copy()`` (training thread) refreshes them;
-    ``writer.write(path)`` (any thread) then writes the state of that instant."""
+    ``write_function(checked)`` then writes the state of that instant (from any thread)."""
 
     def __init__(self, items: Dict[str, object]):
         self.writer = tf.train.Checkpoint(**items)
         _ = self.writer.save_counter  # created now, so that it is saved (and restores cleanly)
         self._copies = object_identity.ObjectIdentityDictionary()
         self.writer._saver._object_map = self._copies  # pylint: disable=protected-access
-        self.version = 0   # bumps whenever a copy is made anew (the copies' objects changed)
+        self._objects: list = []   # what the newest copy() saw in the object graph
+        self.version = 0   # bumps when the copies or the objects saved changed
+        self._write: Optional[tuple] = None   # (its key, what write_function returned)
 
     def copies_of(self, variables) -> list:
         """The host copies of ``variables`` (tf.Variables), in their order; None for one
@@ -247,6 +250,10 @@ class Snapshot:
         if any(not is_variable(o) and _has_own_tensors(o) for o in objects
                if o is not self.writer):
             return False
+        if len(objects) != len(self._objects) or any(
+                new is not old for new, old in zip(objects, self._objects)):
+            self._objects = objects
+            self.version += 1
         with tf.device("CPU:0"):
             for obj in objects:
                 if not is_variable(obj):
@@ -261,44 +268,88 @@ class Snapshot:
                     copy.assign(base)
         return True
 
+    def write_function(self, checked) -> Tuple[Callable[[str], object], finite.VariableCheck]:
+        """After a ``copy()``: ``(write, check)``. ``write(path)`` writes the copies as the
+        checkpoint ``path`` in one call of a traced ``tf.function``; with ``checked``
+        (tf.Variables saved here, the trainable ones), it is refused, raising
+        InvalidArgumentError (``finite.is_guard_failure``) and leaving only ``<path>_temp``,
+        unless their copies are finite (``finite.VariableCheck.guard``: the check runs beside
+        the write and gates the merge of its parts). ``check``: the fast check of the same
+        copies (``VariableCheck.run``), to name the variables of a refused write.
 
-# What a checkpoint checked beside its write is named until the check passed; then its files
-# are renamed to the checkpoint's name. Contains "_temp": what a killed process left is removed
-# as a partial save (checkpoints.remove_partial_saves), and it never looks like a step.
-_UNCHECKED = "_temp_unchecked"
+        Traced in the calling thread (the training thread: a graph built in a background
+        thread, at the end of a Keras fit, deadlocked once, when the garbage collector freed a
+        tf.data iterator there whose destructor waits for threads of its own), again when
+        the objects saved changed. Once traced, a write runs no Python per variable."""
+        key = (self.version, tuple(id(v) for v in checked))
+        if self._write is not None and self._write[0] == key:
+            return self._write[1]
+        copies = self.copies_of(checked)
+        if any(copy is None for copy in copies):
+            copies = []  # one is not saved: the caller checks the live variables instead
+        check = finite.VariableCheck.eager(copies, trace_now=True)
+        device = next(iter(self._copies.values())).device  # save_counter's copy, at least
+
+        def write(prefix):
+            # On the copies' own device, so that the object graph is saved with them: one
+            # shard, as an eager write makes (a bare "/cpu:0" would make a second one).
+            with tf.device(device):
+                return self.writer.write(prefix)
+
+        function = tf.function(check.guard(write), autograph=False,
+                               input_signature=[tf.TensorSpec([], tf.string)])
+        traced = (function.get_concrete_function(), check)
+        self._write = (key, traced)
+        return traced
 
 
 class Refusal:
-    """The verdict of the finiteness check of the save of ``step``. After ``wait()``:
-    ``variables``, the names of the checked variables that held a NaN or an infinity ([] when
-    all were finite), or ``error``, what the check raised.
+    """The verdict of the finiteness check of the save of ``step``: once decided,
+    ``variables`` names the checked variables that held a NaN or an infinity ([] when all
+    were finite), or ``error`` holds what the check raised.
 
-    ``result(quick)``: the check's result (``finite.StartedCheck.result``), taken by the
-    first ``wait()``, from whichever thread: the writer's before it names the files, the
-    training thread's when it takes the verdict.
+    The writer thread learns it from its write (``written``: the write passed or was refused);
+    the training thread takes it one step later, and then does not wait for the write: while
+    the write runs, it checks the same copies itself with ``check`` (``VariableCheck.run``,
+    every core, a few milliseconds), which gives the same answer. ``check`` also names the
+    variables of a refused write.
     """
 
-    def __init__(self, step: int, result: Callable[[bool], List[str]]):
+    def __init__(self, step: int, check: finite.VariableCheck):
         self.step = step
         self.variables: List[str] = []
         self.error: Optional[BaseException] = None
-        self._result: Optional[Callable[[bool], List[str]]] = result
+        self._check = check
+        self._written: Optional[bool] = None   # set by the writer: passed (True) or refused
+        self._decided = False
         self._lock = threading.Lock()
 
-    def wait(self, quick: bool = False) -> "Refusal":
-        """Takes the check's result (``quick``: see ``StartedCheck.result``); returns self."""
+    def written(self, passed: bool) -> None:
+        """The writer thread: the guarded write passed (True) or was refused (False)."""
+        self._written = passed
+
+    def decide(self) -> "Refusal":
+        """Decides the verdict (once, in whichever thread asks first); returns self."""
         with self._lock:
-            if self._result is not None:
-                result, self._result = self._result, None
-                try:
-                    self.variables = result(quick)
-                except BaseException as e:  # pylint: disable=broad-except
-                    self.error = e
+            if self._decided:
+                return self
+            self._decided = True
+            if self._written:
+                return self
+            try:
+                self.variables = self._check.run()
+            except BaseException as e:  # pylint: disable=broad-except
+                self.error = e
+                return self
+            if self._written is False and not self.variables:
+                self.error = RuntimeError(
+                    f"The checkpoint of step {self.step} was refused as not finite, but no "
+                    "checked variable holds a NaN or an infinity.")
         return self
 
     @property
     def refused(self) -> bool:
-        """After ``wait()``: the save must not count (not finite, or the check failed)."""
+        """After ``decide()``: the save must not count (not finite, or the check failed)."""
         return bool(self.variables) or self.error is not None
 
 
@@ -312,14 +363,14 @@ class CheckpointWriter:
     ``save()`` or ``wait()``; the checkpoints written before are not touched.
 
     ``checked``: tf.Variables (the trainable ones) that must be finite for a save to count
-    (``finite.VariableCheck``). With a snapshot, ``save()`` starts the check of the snapshot's
-    copies of them (``VariableCheck.start``: on one core, in TensorFlow's threads) while the
-    writer thread writes the files under a temporary name; the writer renames them to the
-    checkpoint's name only when the check passed. The check costs the training thread the
-    start (about half a millisecond) and the write 1 to 3 % (bench/bench_finite.py).
-    Without a snapshot, the calling thread checks before writing. Either way a refused save
-    writes nothing under the checkpoint's name and changes neither the state file nor the
-    retention; ``verdict()`` says which variables were not finite.
+    (``finite.VariableCheck``). With a snapshot, the writer thread's write is guarded: the
+    check of the snapshot's copies runs beside the write of the parts, on one core, and gates
+    their merge under the checkpoint's name, in the same call (``Snapshot.write_function``).
+    The training thread does not wait for it; at 100 MB it adds 0 to 3 % to the write, in some
+    benchmark runs up to 6 % (bench/bench_finite.py, 2 cores). Without a snapshot, the calling
+    thread checks before writing. Either way a refused save writes nothing under the
+    checkpoint's name and changes neither the state file nor the retention; ``verdict()`` says
+    which variables were not finite.
     """
 
     def __init__(self, items: Dict[str, object], logdir: str, basename: str, keep: int,
@@ -337,7 +388,6 @@ class CheckpointWriter:
         self._on_error = on_error
         self._checked = list(checked)
         self._live_check = finite.VariableCheck.eager(self._checked) if self._checked else None
-        self._copy_check: Optional[tuple] = None   # (snapshot version, check of its copies)
         self._verdict: Optional[Refusal] = None    # of the newest save, until verdict() took it
         self.checked_before = False   # the newest save's check ran before its write (no copies)
         self._thread: Optional[threading.Thread] = None
@@ -372,7 +422,7 @@ class CheckpointWriter:
         verdict, self._verdict = self._verdict, None
         if verdict is None:
             return None
-        verdict.wait(quick=True)
+        verdict.decide()
         if verdict.error is not None:
             raise verdict.error
         return verdict
@@ -392,15 +442,14 @@ class CheckpointWriter:
                                 "not a variable (a dataset iterator, a table), which cannot be "
                                 "copied aside.")
             logger.info(self.sync_reason)
-        check = self._copies_check() if snapped and self._checked else None
-        self.checked_before = bool(self._checked) and check is None
+        write, check = (self._snapshot.write_function(self._checked) if snapped
+                        else (None, None))
+        self.checked_before = bool(self._checked) and not (check and check.names)
         verdict = None
-        if check is not None:
-            # Started here rather than in the writer thread: there its start delayed the
-            # write's Python part (bench/bench_finite.py: 2 to 4 % against 1 to 2 %).
-            verdict = Refusal(step, check.start().result)
-        elif self.checked_before:  # no copies to check: the live variables, before the write
-            verdict = Refusal(step, lambda quick: self._live_check.run()).wait()
+        if self.checked_before:  # no copies to check: the live variables, before the write
+            verdict = Refusal(step, self._live_check).decide()
+        elif self._checked:
+            verdict = Refusal(step, check)
         self._verdict = verdict
         if self.checked_before and verdict.refused:
             return path
@@ -408,31 +457,15 @@ class CheckpointWriter:
             if self._sync_writer is None:
                 self._sync_writer = tf.train.Checkpoint(**self._items)
                 _ = self._sync_writer.save_counter
-            self._write(self._sync_writer, path, step, start)
+            self._write(self._sync_writer.write, path, step, start)
             self.wait()
             return path
         thread = threading.Thread(target=self._write, name="jupyter_supervisor-checkpoint",
-                                  args=(self._snapshot.writer, path, step, start, verdict),
-                                  daemon=True)
+                                  args=(write, path, step, start, verdict), daemon=True)
         thread.start()
         self._thread = thread
         self.threads.append(thread)
         return path
-
-    def _copies_check(self) -> Optional[finite.VariableCheck]:
-        """The check of the snapshot's copies of the checked variables (built again when the
-        snapshot made new copies); None when one has no copy."""
-        version = self._snapshot.version
-        if self._copy_check is None or self._copy_check[0] != version:
-            copies = self._snapshot.copies_of(self._checked)
-            # Traced here, in the training thread, which also starts it. (A graph built in a
-            # background thread, at the end of a Keras fit, deadlocked once: the garbage
-            # collector freed a tf.data iterator there, whose destructor waits for threads of
-            # its own.)
-            check = (None if any(copy is None for copy in copies)
-                     else finite.VariableCheck.eager(copies, trace_now=True))
-            self._copy_check = (version, check)
-        return self._copy_check[1]
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
@@ -448,28 +481,23 @@ class CheckpointWriter:
             raise error
         return True
 
-    def _write(self, writer, path: str, step: int, start: float,
+    def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
                verdict: Optional[Refusal] = None) -> None:
-        """The writer thread: the files (under a temporary name while ``verdict``'s check
-        runs), then their name, the state file and the retention."""
-        target = path + _UNCHECKED if verdict is not None else path
+        """The writer thread: the files (``write``, refused when ``verdict`` is given and the
+        copies are not finite), then the state file and the retention."""
         try:
             try:
-                writer.write(target)
+                write(path)
             except (tf.errors.OpError, OSError) as e:
-                _remove_checkpoint(target)
+                refused = verdict is not None and finite.is_guard_failure(e)
+                # A checkpoint kept under this name (a step saved again) keeps its files.
+                _remove_checkpoint(path, partial_only=refused or path in self._kept)
+                if refused:
+                    verdict.written(False)  # the state file and the retention stay
+                    return
                 raise CheckpointWriteError(self._failure(path, e)) from e
             if verdict is not None:
-                if verdict.wait().refused:
-                    _remove_checkpoint(target)  # refused: the state file and retention stay
-                    return
-                try:
-                    _rename_checkpoint(target, path)
-                except (tf.errors.OpError, OSError) as e:
-                    _remove_checkpoint(target)
-                    if path not in self._kept:  # data files already moved, without an index
-                        _remove_checkpoint(path)
-                    raise CheckpointWriteError(self._failure(path, e)) from e
+                verdict.written(True)
             self._record(path)
         except BaseException as e:  # pylint: disable=broad-except
             self._error = e
@@ -518,22 +546,12 @@ def _checkpoint_files(path: str) -> List[str]:
     return tf.io.gfile.glob(glob.escape(path) + ".*")
 
 
-def _remove_checkpoint(path: str) -> None:
-    """Deletes the files of the checkpoint ``path`` and TensorFlow's partial ones of it."""
+def _remove_checkpoint(path: str, partial_only: bool = False) -> None:
+    """Deletes TensorFlow's partial files of the checkpoint ``path`` (its ``_temp`` directory)
+    and, unless ``partial_only``, the checkpoint's own files."""
     shutil.rmtree(path + "_temp", ignore_errors=True)
+    if partial_only:
+        return
     for name in _checkpoint_files(path):
         with contextlib.suppress(tf.errors.NotFoundError):
             tf.io.gfile.remove(name)
-
-
-def _rename_checkpoint(source: str, path: str) -> None:
-    """Gives the checkpoint ``source`` the name ``path``: its data files first, its index last
-    (a reader finds a checkpoint by its index, which then finds its data). Local files through
-    the OS (TensorFlow's file layer costs half a millisecond more per save)."""
-    local = "://" not in source
-    names = (glob.glob(glob.escape(source) + ".*") if local else _checkpoint_files(source))
-    for name in sorted(names, key=lambda name: name.endswith(".index")):
-        if local:
-            os.replace(name, path + name[len(source):])
-        else:
-            tf.io.gfile.rename(name, path + name[len(source):], overwrite=True)
