@@ -120,6 +120,47 @@ def test_a_verdict_is_the_same_whichever_thread_decides_it():
     assert "refused as not finite, but no checked variable" in str(odd.error)
 
 
+def test_while_the_write_runs_its_verdict_is_not_known(tmp_path, monkeypatch):
+    """CheckpointWriter: while a checked save's write runs, its verdict is pending but not
+    known, so the training thread's step boundaries go on without checking the copies
+    themselves (a fused check on every core); once the write ended it is known, and taking it
+    runs a check only to name what a refused write held. (The write is held back: the real
+    one, started once an event is set.)"""
+    weights = tf.Variable(tf.ones([10]), name="dense/kernel")
+    writer = saving.CheckpointWriter({"w": weights}, str(tmp_path), "ckpt", keep=2,
+                                     existing=[], checked=[weights])
+    release = threading.Event()
+    write_function = saving.Snapshot.write_function
+
+    def held(self, checked):
+        write, check = write_function(self, checked)
+
+        def held_write(path):
+            assert release.wait(DEADLINE)
+            return write(path)
+        return held_write, check
+
+    monkeypatch.setattr(saving.Snapshot, "write_function", held)
+    runs = []
+    run = finite.VariableCheck.run
+    monkeypatch.setattr(finite.VariableCheck, "run",
+                        lambda self, *sess: runs.append(self.names) or run(self, *sess))
+    writer.save(1)
+    assert writer.verdict_pending and not writer.verdict_known
+    release.set()
+    assert writer.wait(DEADLINE)
+    assert writer.verdict_known
+    assert not writer.verdict().refused and runs == []
+    assert not writer.verdict_pending and not writer.verdict_known
+
+    weights.assign(tf.fill([10], np.nan))
+    writer.save(2)
+    assert writer.wait(DEADLINE)
+    assert writer.verdict_known
+    assert writer.verdict().variables == ["dense/kernel"] and runs == [["dense/kernel"]]
+    assert [step_of(p) for p in writer.kept] == [1]
+
+
 def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, backends):
     model, opt, train_step = loop_setup()
     sv = backends(tmp_path, save_model_secs=0, keep=3, on_nan=finite.ROLLBACK)

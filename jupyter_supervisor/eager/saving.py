@@ -308,11 +308,12 @@ class Refusal:
     ``variables`` names the checked variables that held a NaN or an infinity ([] when all
     were finite), or ``error`` holds what the check raised.
 
-    The writer thread learns it from its write (``written``: the write passed or was refused);
-    the training thread takes it one step later, and then does not wait for the write: while
-    the write runs, it checks the same copies itself with ``check`` (``VariableCheck.run``,
-    every core, a few milliseconds), which gives the same answer. ``check`` also names the
-    variables of a refused write.
+    The writer thread learns it from its write (``written``: the write passed or was refused).
+    The training thread takes it at its first step boundary after the write ended; when it
+    needs it before (its next save, the session's end), it does not wait for the write: it
+    checks the same copies itself with ``check`` (``VariableCheck.run``, every core, a few
+    milliseconds at 100 MB), which gives the same answer. ``check`` also names the variables
+    of a refused write.
     """
 
     def __init__(self, step: int, check: finite.VariableCheck):
@@ -323,6 +324,12 @@ class Refusal:
         self._written: Optional[bool] = None   # set by the writer: passed (True) or refused
         self._decided = False
         self._lock = threading.Lock()
+
+    @property
+    def known(self) -> bool:
+        """True once the write passed or was refused, or the verdict was decided: then
+        ``decide()`` checks only to name what a refused write held."""
+        return self._written is not None or self._decided
 
     def written(self, passed: bool) -> None:
         """The writer thread: the guarded write passed (True) or was refused (False)."""
@@ -414,6 +421,15 @@ class CheckpointWriter:
     def verdict_pending(self) -> bool:
         """True from a checked ``save()`` until ``verdict()`` took its verdict."""
         return self._verdict is not None
+
+    @property
+    def verdict_known(self) -> bool:
+        """True when a verdict is pending and ``verdict()`` would not check the copies itself:
+        its write ended. (While the write runs, ``verdict()`` runs the fused check, on every
+        core: the training thread waits for the verdict only when it must.)"""
+        verdict, thread = self._verdict, self._thread
+        return verdict is not None and (verdict.known or thread is None
+                                        or not thread.is_alive())
 
     def verdict(self) -> Optional[Refusal]:
         """The verdict of the newest checked save, and only once; None when there is none to

@@ -23,8 +23,9 @@ writes the files (``saving``). Everything is reported as ``events`` records.
 
 A model that is not finite is never saved (``finite``): the run stops (``on_nan="stop"``), or
 (``"rollback"``) the newest good checkpoint is restored at that step boundary (model, optimizer,
-global step; a save asked from another thread rolls back at the next boundary, and so does
-one whose weights the writer found not finite: it checks them beside the write) and training
+global step; a save asked from another thread rolls back at the next boundary, and one whose
+weights the writer found not finite at the first boundary after the write: it checks them
+beside the write) and training
 goes on from it, at most ``max_rollbacks`` times. Inside ``fit`` the data goes on where it was
 (the batches are not replayed) and the model's running metrics restart.
 """
@@ -644,8 +645,9 @@ class EagerSupervisor:
     def _boundary(self, progress: Optional[tuple] = None) -> bool:
         """The step boundary (training thread): max_steps, summaries, progress, due or asked
         saves. Returns True when the loop must stop."""
-        if self._writer is not None and self._writer.verdict_pending:
-            # The check of the save before ran beside its write: its verdict, one step later.
+        if self._writer is not None and self._writer.verdict_known:
+            # The check of the save before ran beside its write: its verdict, at the first
+            # boundary after the write ended (before, it would cost this thread a check).
             with self._save_lock:
                 self._take_verdict(final=False)
         if self._pending_rollback is not None:  # a save from another thread was refused
