@@ -168,18 +168,15 @@ class VariableCheck:
         return cls(names, lambda sess: sess.run(op))
 
     @classmethod
-    def eager(cls, variables: Sequence, *, trace_now: bool = False) -> "VariableCheck":
+    def eager(cls, variables: Sequence) -> "VariableCheck":
         """The check of ``variables`` (tf.Variables) as one ``tf.function``, traced at its
-        first run, or now with ``trace_now`` (then a ``run`` from another thread executes it
-        without building a graph there)."""
+        first run (about 3 ms per variable: for a model of a few hundred, a second)."""
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         variables = _float_variables(variables)
         if not variables:
             check = cls([], lambda: [])
         else:
             flags = tf.function(lambda: finite_flags(variables), autograph=False)
-            if trace_now:
-                flags = flags.get_concrete_function()
             check = cls([_name(v) for v in variables], lambda: flags().numpy())
         check._variables = variables
         return check

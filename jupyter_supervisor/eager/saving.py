@@ -275,19 +275,23 @@ class Snapshot:
         InvalidArgumentError (``finite.is_guard_failure``) and leaving only ``<path>_temp``,
         unless their copies are finite (``finite.VariableCheck.guard``: the check runs beside
         the write and gates the merge of its parts). ``check``: the fast check of the same
-        copies (``VariableCheck.run``), to name the variables of a refused write.
+        copies (``VariableCheck.run``), to name the variables of a refused write or to give
+        the verdict before the write ended; traced at its first run, which most runs never
+        need (MobileNetV2 and Adam: 0.9 s).
 
-        Traced in the calling thread (the training thread: a graph built in a background
-        thread, at the end of a Keras fit, deadlocked once, when the garbage collector freed a
-        tf.data iterator there whose destructor waits for threads of its own), again when
-        the objects saved changed. Once traced, a write runs no Python per variable."""
+        The write is traced in the calling thread (the training thread: a graph built in a
+        background thread, at the end of a Keras fit, deadlocked once, when the garbage
+        collector freed a tf.data iterator there whose destructor waits for threads of its
+        own), again when the objects saved changed (MobileNetV2 and Adam, 580 variables:
+        1.3 s, once). Once traced, a write runs no Python per variable (there: 80 ms, where
+        an eager write of the same copies takes 190 ms)."""
         key = (self.version, tuple(id(v) for v in checked))
         if self._write is not None and self._write[0] == key:
             return self._write[1]
         copies = self.copies_of(checked)
         if any(copy is None for copy in copies):
             copies = []  # one is not saved: the caller checks the live variables instead
-        check = finite.VariableCheck.eager(copies, trace_now=True)
+        check = finite.VariableCheck.eager(copies)
         device = next(iter(self._copies.values())).device  # save_counter's copy, at least
 
         def write(prefix):
