@@ -381,9 +381,9 @@ def custom_setup(seed=0):
 
 
 def test_variables_created_after_a_save_are_in_the_next_one(tmp_path, backends):
-    """The snapshot's write is traced once per set of objects saved: a variable that joins a
+    """The snapshot's write is traced once per object graph saved: a variable that joins a
     tracked object after a save (a layer built late, a new slot) is in the next checkpoint,
-    which restores it."""
+    which restores it, and so is a variable under its new name."""
     state = tf.Module()
     state.w = tf.Variable(1.0)
     sv = backends(tmp_path, save_model_secs=3600)
@@ -393,16 +393,22 @@ def test_variables_created_after_a_save_are_in_the_next_one(tmp_path, backends):
         first = sv.save_now()
         state.late = tf.Variable([5.0, 6.0])
         sv.step()
+        second = sv.save_now()
+        state.renamed = state.late  # the same objects, in the same order, one renamed
+        del state.late
+        sv.step()
         newest = sv.save_now()
     keys = lambda path: {k for k, _ in tf.train.list_variables(path)}  # noqa: E731
-    assert keys(newest) - keys(first) == {"state/late/.ATTRIBUTES/VARIABLE_VALUE"}
+    assert keys(second) - keys(first) == {"state/late/.ATTRIBUTES/VARIABLE_VALUE"}
+    assert keys(newest) ^ keys(second) == {"state/late/.ATTRIBUTES/VARIABLE_VALUE",
+                                           "state/renamed/.ATTRIBUTES/VARIABLE_VALUE"}
 
     again = tf.Module()
-    again.w, again.late = tf.Variable(0.0), tf.Variable([0.0, 0.0])
+    again.w, again.renamed = tf.Variable(0.0), tf.Variable([0.0, 0.0])
     sv2 = backends(tmp_path, save_model_secs=3600)
     with sv2.session():
         assert sv2.track(state=again) == newest
-    assert again.late.numpy().tolist() == [5.0, 6.0]
+    assert (again.w.numpy(), again.renamed.numpy().tolist()) == (1.0, [5.0, 6.0])
 
 
 def test_custom_loop_track_step_stop_and_resume(tmp_path, backends):

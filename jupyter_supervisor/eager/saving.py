@@ -230,7 +230,7 @@ class Snapshot:
         _ = self.writer.save_counter  # created now, so that it is saved (and restores cleanly)
         self._copies = object_identity.ObjectIdentityDictionary()
         self.writer._saver._object_map = self._copies  # pylint: disable=protected-access
-        self._objects: list = []   # what the newest copy() saw in the object graph
+        self._objects: list = []   # the newest copy()'s (object, path of names) in the graph
         self.version = 0   # bumps when the copies or the objects saved changed
         self._write: Optional[tuple] = None   # (its key, what write_function returned)
 
@@ -245,14 +245,18 @@ class Snapshot:
     def copy(self) -> bool:
         """Copies every variable to its host copy; False (nothing copied) when an object saves
         tensors that are not variables: then the caller saves synchronously."""
+        # With the names of the edges that reach them: a write traced for other names would
+        # save the objects under those.
         view = tf.train.TrackableView(self.writer)
-        objects = view.descendants()
+        objects, paths = view._descendants_with_paths()  # pylint: disable=protected-access
+        graph = [(obj, tuple(ref.name for ref in paths[obj])) for obj in objects]
         if any(not is_variable(o) and _has_own_tensors(o) for o in objects
                if o is not self.writer):
             return False
-        if len(objects) != len(self._objects) or any(
-                new is not old for new, old in zip(objects, self._objects)):
-            self._objects = objects
+        if len(graph) != len(self._objects) or any(
+                new is not old or new_path != old_path
+                for (new, new_path), (old, old_path) in zip(graph, self._objects)):
+            self._objects = graph
             self.version += 1
         with tf.device("CPU:0"):
             for obj in objects:
