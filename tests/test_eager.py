@@ -383,7 +383,7 @@ def custom_setup(seed=0):
 def test_variables_created_after_a_save_are_in_the_next_one(tmp_path, backends):
     """The snapshot's write is traced once per object graph saved: a variable that joins a
     tracked object after a save (a layer built late, a new slot) is in the next checkpoint,
-    which restores it, and so is a variable under its new name."""
+    which restores it, and so is a variable under a new or a second name."""
     state = tf.Module()
     state.w = tf.Variable(1.0)
     sv = backends(tmp_path, save_model_secs=3600)
@@ -397,11 +397,19 @@ def test_variables_created_after_a_save_are_in_the_next_one(tmp_path, backends):
         state.renamed = state.late  # the same objects, in the same order, one renamed
         del state.late
         sv.step()
+        third = sv.save_now()
+        state.alias = state.w  # a second name
+        sv.step()
         newest = sv.save_now()
     keys = lambda path: {k for k, _ in tf.train.list_variables(path)}  # noqa: E731
     assert keys(second) - keys(first) == {"state/late/.ATTRIBUTES/VARIABLE_VALUE"}
-    assert keys(newest) ^ keys(second) == {"state/late/.ATTRIBUTES/VARIABLE_VALUE",
-                                           "state/renamed/.ATTRIBUTES/VARIABLE_VALUE"}
+    assert keys(third) ^ keys(second) == {"state/late/.ATTRIBUTES/VARIABLE_VALUE",
+                                          "state/renamed/.ATTRIBUTES/VARIABLE_VALUE"}
+    assert keys(newest) == keys(third)  # one object, saved once
+    restored = tf.Module()
+    restored.alias = tf.Variable(0.0)
+    tf.train.Checkpoint(state=restored).read(newest).expect_partial()
+    assert restored.alias.numpy() == 1.0
 
     again = tf.Module()
     again.w, again.renamed = tf.Variable(0.0), tf.Variable([0.0, 0.0])

@@ -230,7 +230,8 @@ class Snapshot:
         _ = self.writer.save_counter  # created now, so that it is saved (and restores cleanly)
         self._copies = object_identity.ObjectIdentityDictionary()
         self.writer._saver._object_map = self._copies  # pylint: disable=protected-access
-        self._objects: list = []   # the newest copy()'s (object, path of names) in the graph
+        self._objects: list = []   # the object graph the newest copy() saw (_object_graph)
+        self._edges: list = []
         self.version = 0   # bumps when the copies or the objects saved changed
         self._write: Optional[tuple] = None   # (its key, what write_function returned)
 
@@ -245,18 +246,14 @@ class Snapshot:
     def copy(self) -> bool:
         """Copies every variable to its host copy; False (nothing copied) when an object saves
         tensors that are not variables: then the caller saves synchronously."""
-        # With the names of the edges that reach them: a write traced for other names would
-        # save the objects under those.
-        view = tf.train.TrackableView(self.writer)
-        objects, paths = view._descendants_with_paths()  # pylint: disable=protected-access
-        graph = [(obj, tuple(ref.name for ref in paths[obj])) for obj in objects]
+        objects, edges = _object_graph(self.writer)
         if any(not is_variable(o) and _has_own_tensors(o) for o in objects
                if o is not self.writer):
             return False
-        if len(graph) != len(self._objects) or any(
-                new is not old or new_path != old_path
-                for (new, new_path), (old, old_path) in zip(graph, self._objects)):
-            self._objects = graph
+        # The edges too: a write traced for other names would save the objects under those.
+        if edges != self._edges or len(objects) != len(self._objects) or any(
+                new is not old for new, old in zip(objects, self._objects)):
+            self._objects, self._edges = objects, edges
             self.version += 1
         with tf.device("CPU:0"):
             for obj in objects:
@@ -564,6 +561,21 @@ class CheckpointWriter:
                 f"Writing {what} failed and the run stopped. {safe} Fix the cause (free disk "
                 "space, permissions), then resume from the newest checkpoint (re-run the cell, "
                 "or `%supervise resume`).")
+
+
+def _object_graph(root) -> Tuple[list, list]:
+    """What a checkpoint of ``root`` saves: the objects it reaches, breadth first (as
+    ``tf.train.TrackableView.descendants``), and every edge between them, (parent's index,
+    name, child's index), also a second name of an object."""
+    objects, index, edges = [root], object_identity.ObjectIdentityDictionary(), []
+    index[root] = 0
+    for number, obj in enumerate(objects):  # grows while it is walked
+        for name, child in tf.train.TrackableView.children(obj).items():
+            if child not in index:
+                index[child] = len(objects)
+                objects.append(child)
+            edges.append((number, name, index[child]))
+    return objects, edges
 
 
 def _checkpoint_files(path: str) -> List[str]:
