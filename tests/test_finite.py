@@ -238,19 +238,7 @@ def test_the_guard_is_one_single_threaded_check_that_gates_only_the_merge():
             assert before in after.control_inputs
         assert not any(op.type in ("Sum", "All", "IsFinite") for op in inner + ops)
         saves = [op for op in ops if op.type == "SaveV2"]
-        assert saves and not any(calls[0] in ops_before(save) for save in saves)
-
-
-def ops_before(op) -> set:
-    """Every op that ``op`` waits for, through its inputs and control inputs."""
-    seen, todo = set(), [op]
-    while todo:
-        current = todo.pop()
-        for before in [t.op for t in current.inputs] + list(current.control_inputs):
-            if before not in seen:
-                seen.add(before)
-                todo.append(before)
-    return seen
+        assert saves and not any(calls[0] in _upstream(save) for save in saves)
 
 
 def test_scalar_watch_reports_the_summary_that_went_bad_first():
