@@ -275,11 +275,11 @@ def leftovers(logdir):
 
 @pytest.mark.parametrize("async_save", [True, False], ids=["beside the write", "before it"])
 def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
-    """No loss reported; every step saves. With a snapshot, the writer checks the snapshot
-    while it writes the files under a temporary name: the step-25 save is refused (nothing
-    under its name, retention untouched) and the training thread, which did not wait for the
-    check, stops at the next boundary naming step 25. Saving synchronously, the check runs
-    before the write; the stop is the same."""
+    """No loss reported; every step saves. With a snapshot, the check of the snapshot runs
+    beside its write and gates it: the step-25 save is refused (nothing under its name,
+    retention untouched) and the training thread, which did not wait for the check, stops at
+    the next boundary naming step 25. Saving synchronously, the check runs before the write;
+    the stop is the same."""
     from jupyter_supervisor.backend import RunConfig  # pylint: disable=import-outside-toplevel
     from jupyter_supervisor.eager import EagerSupervisor  # pylint: disable=import-outside-toplevel
     model, opt, train_step = loop_setup()
@@ -325,7 +325,8 @@ def quiet_rollback(tmp_path, backends, stop_at):
 
 def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
     """The check beside the write refuses the step-25 save; its verdict reaches the training
-    thread at the next boundary (step 26: one step later, always), which rolls back to 24."""
+    thread at the next boundary (step 26: one step later, always, since every step saves and a
+    save takes the verdict of the one before first), which rolls back to 24."""
     sv, model, opt, steps, recorder = quiet_rollback(tmp_path, backends, stop_at=30)
     # The boundary of step 26 rolled back: sv.step() returned 24 there; step 26 was discarded.
     assert steps == list(range(1, 26)) + [24] + list(range(25, 31))
