@@ -208,10 +208,16 @@ class VariableCheck:
             return write
         variables, names = self._variables, self.names
 
+        devices = {variable.device for variable in variables}
+        # Where the variables are (the writer's host copies): else a GPU's placer could copy
+        # them all there, beside training, to check them.
+        device = devices.pop() if len(devices) == 1 else None
+
         def check():
-            done = _one_by_one(tf, [variable.read_value() for variable in variables], names)
-            with tf.control_dependencies([done]):
-                return tf.constant(True)
+            with tf.device(device):
+                done = _one_by_one(tf, [variable.read_value() for variable in variables], names)
+                with tf.control_dependencies([done]):
+                    return tf.constant(True)
 
         check = tf.function(check, autograph=False)
 
@@ -328,8 +334,9 @@ def sharded_where_plain_writes(variables) -> bool:
 
 
 def remove_refused_save(checkpoint_path: str) -> None:
-    """Deletes the parts a sharded save refused by ``guard_saver`` wrote before its merge (the
-    ``<checkpoint_path>_temp`` directory of TensorFlow's Saver)."""
+    """Deletes the parts a save refused by ``guard_saver`` or ``VariableCheck.guard`` (or cut
+    short) wrote before its merge: the ``<checkpoint_path>_temp`` directory of TensorFlow's
+    sharded saves."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     temp = checkpoint_path + "_temp"
     # What failed is the model, not this: a leftover goes at the next start (remove_partial_saves).

@@ -382,7 +382,7 @@ def custom_setup(seed=0):
 
 def test_variables_created_after_a_save_are_in_the_next_one(tmp_path, backends):
     """The snapshot's write is traced once per object graph saved: a variable that joins a
-    tracked object after a save (a layer built late, a new slot) is in the next checkpoint,
+    tracked object after a save (a layer built late) is in the next checkpoint,
     which restores it, and so is a variable under a new or a second name."""
     state = tf.Module()
     state.w = tf.Variable(1.0)
@@ -417,6 +417,38 @@ def test_variables_created_after_a_save_are_in_the_next_one(tmp_path, backends):
     with sv2.session():
         assert sv2.track(state=again) == newest
     assert (again.w.numpy(), again.renamed.numpy().tolist()) == (1.0, [5.0, 6.0])
+
+
+def test_slots_outside_the_object_graph_are_saved_synchronously(tmp_path):
+    """A tf.compat.v1 optimizer keeps its slots outside the object graph (the saver asks it for
+    them): a snapshot would miss them, or the ones created after its write was traced. Such a
+    writer saves synchronously, says why, and every checkpoint holds every slot, exactly."""
+    v, u = tf.Variable([1.0, 2.0], name="v"), tf.Variable([3.0], name="u")
+    opt = tf.compat.v1.train.AdamOptimizer(0.1)
+
+    def step(variable):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(variable * variable)
+        opt.apply_gradients([(tape.gradient(loss, variable), variable)])
+
+    writer = saving.CheckpointWriter({"v": v, "u": u, "opt": opt}, str(tmp_path), "ckpt",
+                                     keep=5, existing=[], checked=[v, u])
+    step(v)
+    writer.save(1)
+    assert writer.wait(60) and writer.verdict() is not None
+    assert "slot variables" in writer.sync_reason
+    step(u)  # u's slots: no new edge in the object graph
+    writer.save(2)
+    assert writer.wait(60) and writer.verdict() is not None
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt-2"))
+    slots = {name for name in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" in name}
+    assert len(slots) == 4  # m and v of each variable
+    for variable in (v, u):
+        for name in ("m", "v"):
+            key = next(k for k in slots if k.startswith(variable.name.split(":")[0] + "/")
+                       and k.endswith(f"/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+            np.testing.assert_array_equal(reader.get_tensor(key),
+                                          opt.get_slot(variable, name).numpy())
 
 
 def test_custom_loop_track_step_stop_and_resume(tmp_path, backends):

@@ -236,6 +236,7 @@ def test_the_guard_is_one_single_threaded_check_that_gates_only_the_merge():
         assert len(numerics) == 3
         for before, after in zip(numerics, numerics[1:]):
             assert before in after.control_inputs
+        assert all(op.device.endswith("CPU:0") for op in numerics)  # where the copies are
         assert not any(op.type in ("Sum", "All", "IsFinite") for op in inner + ops)
         saves = [op for op in ops if op.type == "SaveV2"]
         assert saves and not any(calls[0] in _upstream(save) for save in saves)

@@ -20,7 +20,6 @@ import contextlib
 import glob
 import logging
 import os
-import shutil
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
@@ -60,6 +59,14 @@ def _has_own_tensors(obj) -> bool:
     iterator, a lookup table): it cannot be snapshotted by copying variables."""
     own = getattr(type(obj), "_serialize_to_tensors", None)
     return own is not None and own is not trackable_base.Trackable._serialize_to_tensors  # pylint: disable=protected-access
+
+
+def _has_slot_variables(obj) -> bool:
+    """True for an optimizer whose slot variables a checkpoint saves although they are not in
+    the object graph (``get_slot_names``, as TensorFlow's saver finds them): a snapshot of the
+    graph's variables misses them."""
+    get_slot_names = getattr(type(obj), "get_slot_names", None)
+    return get_slot_names is not None and bool(obj.get_slot_names())
 
 
 def variable_name(obj) -> str:
@@ -234,6 +241,7 @@ class Snapshot:
         self._edges: list = []
         self.version = 0   # bumps when the copies or the objects saved changed
         self._write: Optional[tuple] = None   # (its key, what write_function returned)
+        self.why_not = ""   # when copy() returned False: why
 
     def copies_of(self, variables) -> list:
         """The host copies of ``variables`` (tf.Variables), in their order; None for one
@@ -249,6 +257,13 @@ class Snapshot:
         objects, edges = _object_graph(self.writer)
         if any(not is_variable(o) and _has_own_tensors(o) for o in objects
                if o is not self.writer):
+            self.why_not = ("a tracked object saves state that is not a variable (a dataset "
+                            "iterator, a table), which cannot be copied aside.")
+            return False
+        if any(_has_slot_variables(o) for o in objects):
+            self.why_not = ("a tracked optimizer keeps slot variables outside the object "
+                            "graph (tf.compat.v1.train or tf_keras optimizers), which a "
+                            "snapshot cannot copy; Keras 3 optimizers can be.")
             return False
         # The edges too: a write traced for other names would save the objects under those.
         if edges != self._edges or len(objects) != len(self._objects) or any(
@@ -283,9 +298,10 @@ class Snapshot:
         The write is traced in the calling thread (the training thread: a graph built in a
         background thread, at the end of a Keras fit, deadlocked once, when the garbage
         collector freed a tf.data iterator there whose destructor waits for threads of its
-        own), again when the objects saved changed (MobileNetV2 and Adam, 580 variables:
-        1.3 s, once). Once traced, a write runs no Python per variable (there: 80 ms, where
-        an eager write of the same copies takes 190 ms)."""
+        own), again when the object graph saved changed, its objects or the names that reach
+        them (MobileNetV2 and Adam, 580 variables: 1.3 s, once). Once traced, a write runs no
+        Python per variable (there: 80 ms, where an eager write of the same copies takes
+        190 ms)."""
         key = (self.version, tuple(id(v) for v in checked))
         if self._write is not None and self._write[0] == key:
             return self._write[1]
@@ -429,17 +445,19 @@ class CheckpointWriter:
 
     @property
     def verdict_known(self) -> bool:
-        """True when a verdict is pending and ``verdict()`` would not check the copies itself:
-        its write ended. (While the write runs, ``verdict()`` runs the fused check, on every
-        core: the training thread waits for the verdict only when it must.)"""
+        """True when a verdict is pending and its write ended: then ``verdict()`` checks the
+        copies itself only to name what a refused write held (or after a write that failed).
+        While the write runs, ``verdict()`` would run the fused check, on every core: the
+        training thread takes the verdict before then only when it must."""
         verdict, thread = self._verdict, self._thread
         return verdict is not None and (verdict.known or thread is None
                                         or not thread.is_alive())
 
     def verdict(self) -> Optional[Refusal]:
         """The verdict of the newest checked save, and only once; None when there is none to
-        take. Raises what the check raised. Takes a few milliseconds at most: when the check
-        beside the write has not ended, the calling thread checks the same copies itself."""
+        take. Raises what the check raised. Does not wait for the write: when it has not ended,
+        the calling thread checks the same copies itself (a few milliseconds at 100 MB; its
+        first run traces the check, about a second for a few hundred variables)."""
         verdict, self._verdict = self._verdict, None
         if verdict is None:
             return None
@@ -459,9 +477,7 @@ class CheckpointWriter:
         snapped = self._snapshot is not None and self._snapshot.copy()
         if self._snapshot is not None and not snapped and not self.sync_reason:
             self.sync_reason = ("Checkpoints are written synchronously (the training thread "
-                                "waits for the files): a tracked object saves state that is "
-                                "not a variable (a dataset iterator, a table), which cannot be "
-                                "copied aside.")
+                                "waits for the files): " + self._snapshot.why_not)
             logger.info(self.sync_reason)
         write, check = (self._snapshot.write_function(self._checked) if snapped
                         else (None, None))
@@ -585,7 +601,7 @@ def _checkpoint_files(path: str) -> List[str]:
 def _remove_checkpoint(path: str, partial_only: bool = False) -> None:
     """Deletes TensorFlow's partial files of the checkpoint ``path`` (its ``_temp`` directory)
     and, unless ``partial_only``, the checkpoint's own files."""
-    shutil.rmtree(path + "_temp", ignore_errors=True)
+    finite.remove_refused_save(path)
     if partial_only:
         return
     for name in _checkpoint_files(path):
