@@ -30,7 +30,8 @@ ratios (checked / unchecked, measured next to each other, so that the page cache
 cancel) with its 95 % bootstrap interval. Target: under 2 % (a ratio below 1.02). A save's time
 swings by 10 % and more from round to round (page cache, file deletions), so single rounds, or
 the fastest ones, mean little: 30 rounds put the median within about +-1.5 %, hence 100; and
-whole runs differ by about a point, so compare several. Also printed: the memory bandwidth the
+whole runs differ by several points (here, for the check beside the write, from -1 to +8 %:
+the machine's neighbours, the page cache), so compare several. Also printed: the memory bandwidth the
 fused check reads at, which is what a check before the write costs. Files go to a temp dir of
 the default file system, or ``--dir`` (``/dev/shm``: memory). Both are page-cache writes (a
 Saver does not fsync); here a local disk's (ext4) takes them faster than tmpfs and writes back
