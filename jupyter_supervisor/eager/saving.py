@@ -396,10 +396,9 @@ class CheckpointWriter:
     their merge under the checkpoint's name, in the same call (``Snapshot.write_function``).
     The training thread does not wait for it; at 100 MB it adds 0 to 3 % to the write, in some
     benchmark runs up to 6 % (bench/bench_finite.py, 2 cores), and about 45 ms of one core's
-    time. Without a snapshot, the calling
-    thread checks before writing. Either way a refused save writes nothing under the
-    checkpoint's name and changes neither the state file nor the retention; ``verdict()`` says
-    which variables were not finite.
+    time. Without a snapshot, the calling thread checks before writing. Either way a refused
+    save writes nothing under the checkpoint's name and changes neither the state file nor the
+    retention; ``verdict()`` says which variables were not finite.
     """
 
     def __init__(self, items: Dict[str, object], logdir: str, basename: str, keep: int,
