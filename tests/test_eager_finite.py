@@ -21,7 +21,7 @@ from jupyter_supervisor import events, finite
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
 from jupyter_supervisor.eager import saving
 
-from helpers import Recorder
+from helpers import Recorder, wait_for
 
 DEADLINE = 60.0   # seconds; never reached when passing
 EVERY_STEP = 1e-9  # save_model_secs that makes every step boundary save
@@ -247,9 +247,12 @@ def test_a_save_asked_from_another_thread_rolls_back_at_the_next_step(tmp_path, 
     assert_every_checkpoint_finite(tmp_path)
 
 
-def quiet_body(sv, train_step, poison_at, stop_at):
+def quiet_body(sv, train_step, poison_at, stop_at, settle=False):
     """Trains without reporting a loss, so that only the check of the weights can see the
-    divergence; the batch of step ``poison_at`` is bad once. Returns the steps trained."""
+    divergence; the batch of step ``poison_at`` is bad once. Returns the steps trained. With
+    ``settle``, each step waits until the write of its save ended, so that the next boundary
+    finds its verdict known (else it takes the verdict with its own save, the write running
+    or not)."""
     steps, poisoned = [], False
     while not sv.should_stop():
         assert len(steps) < 1000, "the run did not end"
@@ -257,6 +260,9 @@ def quiet_body(sv, train_step, poison_at, stop_at):
         poisoned = poisoned or bad
         train_step(bad)
         steps.append(sv.step())
+        if settle:
+            writer = sv._writer  # pylint: disable=protected-access
+            wait_for(lambda: not writer.verdict_pending or writer.verdict_known, DEADLINE)
         if steps[-1] >= stop_at:
             sv.request_stop()
     return steps
@@ -310,7 +316,7 @@ def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
     assert recorder.of(events.Stopped)[-1].exception is error
 
 
-def quiet_rollback(tmp_path, backends, stop_at):
+def quiet_rollback(tmp_path, backends, stop_at, settle=False):
     """``quiet_body`` with on_nan="rollback" and a save at every step, poisoned at step 25;
     returns (sv, model, optimizer, the steps trained, the recorder of its events)."""
     model, opt, train_step = loop_setup()
@@ -319,15 +325,18 @@ def quiet_rollback(tmp_path, backends, stop_at):
     sv.add_listener(recorder)
     with sv.session():
         sv.track(model=model, optimizer=opt)
-        steps = quiet_body(sv, train_step, poison_at=25, stop_at=stop_at)
+        steps = quiet_body(sv, train_step, poison_at=25, stop_at=stop_at, settle=settle)
     return sv, model, opt, steps, recorder
 
 
-def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
+@pytest.mark.parametrize("settle", [False, True], ids=["write running", "write ended"])
+def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends, settle):
     """The check beside the write refuses the step-25 save; its verdict reaches the training
     thread at the next boundary (step 26: one step later, always, since every step saves and a
-    save takes the verdict of the one before first), which rolls back to 24."""
-    sv, model, opt, steps, recorder = quiet_rollback(tmp_path, backends, stop_at=30)
+    save takes the verdict of the one before first), which rolls back to 24, and does not
+    write step 24 again: the same, whether that write had ended by then or not."""
+    sv, model, opt, steps, recorder = quiet_rollback(tmp_path, backends, stop_at=30,
+                                                     settle=settle)
     # The boundary of step 26 rolled back: sv.step() returned 24 there; step 26 was discarded.
     assert steps == list(range(1, 26)) + [24] + list(range(25, 31))
     assert sv.read_step() == 30 == int(opt.iterations)
@@ -339,6 +348,8 @@ def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
     (rolled,) = recorder.of(events.RolledBack)
     assert (rolled.step, rolled.restored_step, rolled.count) == (25, 24, 1)
     assert rolled.problem == weights_problem(model)
+    # Every step saved once; the restored step 24 is not written again after the rollback.
+    assert [r.step for r in recorder.of(events.CheckpointSaved)] == list(range(1, 31))
 
 
 def test_a_refusal_found_as_the_loop_ends_still_rolls_back(tmp_path, backends):

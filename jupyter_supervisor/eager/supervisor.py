@@ -685,8 +685,10 @@ class EagerSupervisor:
                 raise
             finally:
                 request.done.set()
-        else:
+        elif self._step != self._last_saved_step:
             self._save()
+        # else the newest checkpoint holds this very state (a rollback restored it): writing
+        # it again would cost a save and put the good checkpoint's files at risk for nothing.
         if self._config.save_model_secs and self._writer is not None:
             self._next_save = time.monotonic() + self._config.save_model_secs
 
