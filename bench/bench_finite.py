@@ -14,8 +14,8 @@ plus the check alone (``VariableCheck.run``: one fused op, one session run).
 
 Eager mode: whole saves (``saving.CheckpointWriter``: the snapshot in the calling thread, the
 files in the writer thread, one call of a traced write) with the trainable variables checked
-(``VariableCheck.guard``: the one-core check of the snapshot's copies runs beside the write
-and gates its merge) and without, what the training thread waits for (``save()`` returning)
+(``VariableCheck.guard``: the fused check of the snapshot's copies runs beside the write and
+gates its merge) and without, what the training thread waits for (``save()`` returning)
 in each, and ``tf.train.Checkpoint.write`` of the same objects, what a user calls instead;
 plus the fused check alone (``VariableCheck.run``: one tf.function call on every core, what
 names the variables of a refused save), and the CPU time a whole save takes in every thread of

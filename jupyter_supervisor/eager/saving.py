@@ -392,11 +392,10 @@ class CheckpointWriter:
 
     ``checked``: tf.Variables (the trainable ones) that must be finite for a save to count
     (``finite.VariableCheck``). With a snapshot, the writer thread's write is guarded: the
-    check of the snapshot's copies runs beside the write of the parts, on one core, and gates
-    their merge under the checkpoint's name, in the same call (``Snapshot.write_function``).
-    The training thread does not wait for it; at 100 MB it adds 0 to 3 % to the write, in some
-    benchmark runs up to 6 % (bench/bench_finite.py, 2 cores), and about 45 ms of one core's
-    time. Without a snapshot, the calling thread checks before writing. Either way a refused
+    check of the snapshot's copies runs beside the write of the parts and gates their merge
+    under the checkpoint's name, in the same call (``Snapshot.write_function``). The training
+    thread does not wait for it; at 100 MB it adds 0 to 3 % to the write (bench/bench_finite.py,
+    2 cores; single runs up to 4 %) and 3 to 8 ms of CPU time. Without a snapshot, the calling thread checks before writing. Either way a refused
     save writes nothing under the checkpoint's name and changes neither the state file nor the
     retention; ``verdict()`` says which variables were not finite.
     """
