@@ -252,8 +252,10 @@ class Snapshot:
         return [by_base.get(variable) for variable in variables]
 
     def copy(self) -> bool:
-        """Copies every variable to its host copy; False (nothing copied) when an object saves
-        tensors that are not variables: then the caller saves synchronously."""
+        """Copies every variable to its host copy; False (nothing copied, ``why_not`` says
+        why) when the checkpoint saves tensors that are not in the object graph's variables (a
+        dataset iterator, a table, a v1 optimizer's slots): then the caller saves
+        synchronously."""
         objects, edges = _object_graph(self.writer)
         if any(not is_variable(o) and _has_own_tensors(o) for o in objects
                if o is not self.writer):
@@ -395,9 +397,10 @@ class CheckpointWriter:
     check of the snapshot's copies runs beside the write of the parts and gates their merge
     under the checkpoint's name, in the same call (``Snapshot.write_function``). The training
     thread does not wait for it; at 100 MB it adds 0 to 3 % to the write (bench/bench_finite.py,
-    2 cores; single runs up to 4 %) and 3 to 8 ms of CPU time. Without a snapshot, the calling thread checks before writing. Either way a refused
-    save writes nothing under the checkpoint's name and changes neither the state file nor the
-    retention; ``verdict()`` says which variables were not finite.
+    2 cores; single runs up to 4 %) and 3 to 8 ms of CPU time. Without a snapshot, the calling
+    thread checks before writing. Either way a refused save writes nothing under the
+    checkpoint's name and changes neither the state file nor the retention; ``verdict()`` says
+    which variables were not finite.
     """
 
     def __init__(self, items: Dict[str, object], logdir: str, basename: str, keep: int,
