@@ -80,7 +80,7 @@ def unload_ipython_extension(ipython):
     checkpoint), joins their threads and removes the magics."""
     run = sys.modules.get(f"{__name__}.notebook.run")
     if run is not None:
-        late = run.stop_all(timeout=UNLOAD_TIMEOUT_SECS)
+        late = run.stop_all(timeout=UNLOAD_TIMEOUT_SECS, why="the extension was unloaded")
         for training in late:
             print(f"Run {training.name!r} did not stop within {UNLOAD_TIMEOUT_SECS} s: its "
                   "cell body must return once sv.should_stop() is True.", file=sys.stderr)

@@ -150,8 +150,9 @@ class Backend(Protocol):
     def should_stop(self) -> bool:
         """True once a stop was requested (or max_steps reached, or the input ran out)."""
 
-    def request_stop(self, ex: Optional[BaseException] = None) -> None:
-        """Asks the session to end at the next step boundary; ``ex`` fails the run."""
+    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None) -> None:
+        """Asks the session to end at the next step boundary; ``ex`` fails the run. ``why``
+        (the first one given) goes to the event file's SessionLog.STOP and the Stopped record."""
 
     def save_now(self) -> Optional[str]:
         """Writes a checkpoint now, from any thread; returns its path (None: nothing to save).

@@ -15,7 +15,8 @@ Records:
   RolledBack       the model was not finite, so it was restored from the newest good checkpoint
   Progress         where training is (eager backend): step, epoch i/N and batch j/M of a
                    Keras fit, the latest scalars; a few times a second at most
-  Stopped          the Supervisor stopped (reason, exception or None)
+  Stopped          the Supervisor stopped (reason, exception or None, and why: what asked
+                   for the stop, e.g. "the kernel received SIGTERM", or "")
 
 Which tags of the event file reach listeners, and how: every scalar of the summaries the run
 writes (its summary op, ``summary_computed``) comes as a SummaryWritten, by tag; the step
@@ -113,11 +114,13 @@ class Progress:
 
 @dataclasses.dataclass(frozen=True)
 class Stopped:
-    """The Supervisor stopped: ``reason`` is REQUESTED, OUT_OF_RANGE or ERROR."""
+    """The Supervisor stopped: ``reason`` is REQUESTED, OUT_OF_RANGE or ERROR; ``why`` is
+    what asked for the stop when it said (the event file's SessionLog.STOP ``msg``), else ""."""
     reason: str
     exception: Optional[BaseException]
     step: Optional[int]
     wall_time: float
+    why: str = ""
 
 
 def scalars_from_summary(summary) -> Mapping[str, float]:

@@ -5,6 +5,10 @@ token. A lock is stale, and taken over, when its holder is gone: a process on th
 longer runs (or whose pid was reused), or, in this very process, an owner that was garbage
 collected without releasing it. A holder on another host cannot be checked from here; the error
 says how to remove its lock by hand.
+
+A stop asked for by the kernel's end (``note_stop``: SIGTERM, a restart) is noted in the lock
+file until the lock is released: a stale lock that still holds the note was left by a process
+that ended before its final checkpoint was written, and the next holder says so.
 """
 import json
 import logging
@@ -106,14 +110,14 @@ class LogdirLock:
         token, self._token = self._token, None
         if token is None:
             return
-        with _LIVE_LOCK:
+        with _LIVE_LOCK:  # also against note_stop() rewriting the file meanwhile
             _LIVE.pop(token, None)
-        holder = self._read_holder()
-        if holder is not None and holder.get("token") == token:
-            try:
-                os.remove(self.path)
-            except FileNotFoundError:
-                pass
+            holder = self._read_holder()
+            if holder is not None and holder.get("token") == token:
+                try:
+                    os.remove(self.path)
+                except FileNotFoundError:
+                    pass
 
     def _read_holder(self) -> Optional[dict]:
         try:
@@ -146,6 +150,14 @@ class LogdirLock:
                else "an unreadable lock file")
         logger.warning("Took over the stale lock of %s in %s (its holder, %s, is gone).",
                        os.path.dirname(self.path), FILENAME, who)
+        why = holder.get("stopping") if holder else None
+        if isinstance(why, str):
+            logger.warning(
+                "The last run on %s was stopped (%s) but its process ended before the final "
+                "checkpoint was written: training resumes from the newest complete checkpoint. "
+                "To give a kernel restart more time, raise c.KernelManager.shutdown_wait_time "
+                "in the server's config (see docs/preemption.md).",
+                os.path.dirname(self.path), why)
 
     def _held_message(self, holder: dict) -> str:
         logdir = os.path.dirname(self.path)
@@ -153,3 +165,25 @@ class LogdirLock:
                 f"{holder.get('pid')} on host {holder.get('host')!r}). Stop that run first "
                 f"(sv.stop(), or `%supervise stop` in its notebook), or use another logdir. "
                 f"If that process is gone for good, delete {self.path!r}.")
+
+
+def note_stop(logdir: str, why: str) -> bool:
+    """Notes ``why`` in the lock this process holds on ``logdir`` (replacing the file whole,
+    so that a reader never sees half of it); True if it did. ``release()`` removes the file
+    with the note; a process that ends first leaves it for the next holder to report."""
+    lock = LogdirLock(logdir)
+    with _LIVE_LOCK:  # release() cannot remove the file between the check and the rewrite
+        holder = lock._read_holder()  # pylint: disable=protected-access
+        if holder is None or holder.get("pid") != os.getpid() \
+                or holder.get("token") not in _LIVE:
+            return False
+        holder["stopping"] = str(why)
+        tmp = f"{lock.path}.{holder['token']}.stopping.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(holder, f)
+            os.replace(tmp, lock.path)
+        except OSError:
+            logger.debug("Could not note the stop in %s.", lock.path, exc_info=True)
+            return False
+    return True

@@ -263,6 +263,7 @@ class EagerSupervisor:
         self._stop_requested = False
         self._stop_reason: Optional[str] = None
         self._stop_exception: Optional[BaseException] = None
+        self._stop_why: Optional[str] = None
         self._save_request: Optional[_SaveRequest] = None
         self._stepping = False       # a loop is between steps (set and cleared under _save_lock)
         # One save at a time; held also while the training thread starts or ends its loop.
@@ -356,10 +357,13 @@ class EagerSupervisor:
             return True
         return False
 
-    def request_stop(self, ex: Optional[BaseException] = None) -> None:
+    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None) -> None:
         """Ends the session at the next step boundary; ``ex`` fails the run (re-raised when the
-        session ends), except OutOfRangeError, the normal end of the input."""
+        session ends), except OutOfRangeError, the normal end of the input. ``why`` (the first
+        one given) is the msg of the event file's SessionLog.STOP and the Stopped's ``why``."""
         with self._mutex:
+            if why is not None and self._stop_why is None:
+                self._stop_why = str(why)
             if self._stop_requested:
                 return
             self._stop_requested = True
@@ -914,7 +918,8 @@ class EagerSupervisor:
             logger.warning(note)
             self._notes.append(note)
         if self._event_file is not None:
-            self._event_file.add_session_log(_SessionLog(status=_SessionLog.STOP),
+            self._event_file.add_session_log(_SessionLog(status=_SessionLog.STOP,
+                                                         msg=self._stop_why or ""),
                                              self._step if self._ready else None)
             self._event_file.close()
             self._event_file = None
@@ -924,6 +929,6 @@ class EagerSupervisor:
         if error is not None:
             reason = events.ERROR
         self._hub.emit(events.Stopped, reason, error, self._step if self._ready else None,
-                       time.time())
+                       time.time(), self._stop_why or "")
         if error is not None:
             raise error

@@ -135,9 +135,9 @@ class GraphBackend:
         """See ``backend.Backend``."""
         return self._sv.should_stop()
 
-    def request_stop(self, ex: Optional[BaseException] = None) -> None:
+    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None) -> None:
         """See ``backend.Backend``."""
-        self._sv.request_stop(ex)
+        self._sv.request_stop(ex, why=why)
 
     def save_now(self) -> Optional[str]:
         """See ``backend.Backend``."""

@@ -212,6 +212,7 @@ class Supervisor:
         self._stop_is_set = getattr(getattr(self._coord, "_stop_event", None), "is_set",
                                     self._coord.should_stop)
         self._stop_seen = False
+        self._stop_why = None  # what asked for the stop (request_stop's why), until stop() ends
         self._recovery_wait_secs = recovery_wait_secs
         self._stop_grace_secs = stop_grace_secs
         self._init_fn = init_fn
@@ -968,7 +969,8 @@ class Supervisor:
             stopped_step = self._read_step_quietly()
             try:
                 if close_summary_writer and self._summary_writer:
-                    self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.STOP))
+                    self._summary_writer.add_session_log(
+                        _SessionLog(status=_SessionLog.STOP, msg=self._stop_why or ""))
                     self._summary_writer.close()
                     self._writer_closed = True
                     self._graph_added_to_summary = False
@@ -978,7 +980,9 @@ class Supervisor:
                 exception = self._coord.stop_exception
                 if error is not None and exception is None:
                     reason, exception = events.ERROR, error
-                self._hub.emit(events.Stopped, reason, exception, stopped_step, time.time())
+                self._hub.emit(events.Stopped, reason, exception, stopped_step, time.time(),
+                               self._stop_why or "")
+                self._stop_why = None
 
     def _read_step_quietly(self):
         sess = self._sess
@@ -993,8 +997,12 @@ class Supervisor:
         if self._lock is not None:
             self._lock.release()
 
-    def request_stop(self, ex=None):
-        """Asks the Coordinator to stop the threads; ``ex`` is re-raised by ``stop()``."""
+    def request_stop(self, ex=None, *, why=None):
+        """Asks the Coordinator to stop the threads; ``ex`` is re-raised by ``stop()``. ``why``
+        (the first one given) is the msg of the event file's SessionLog.STOP and the Stopped
+        record's ``why``."""
+        if why is not None and self._stop_why is None:
+            self._stop_why = str(why)
         self._coord.request_stop(ex=ex)
 
     def should_stop(self):

@@ -23,7 +23,6 @@ service, in restoring).
 The registry of runs (``get_run``, ``runs``) refuses a second live run on the same name, logdir
 or graph.
 """
-import atexit
 import logging
 import os
 import threading
@@ -38,10 +37,10 @@ from ..checkpoints import checkpoint_paths, step_of
 from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
 from ..checkpoints import CheckpointMismatchError, describe_error
-from ..lockfile import LogdirLockedError
+from ..lockfile import LogdirLockedError, note_stop
 from ..view.history import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING,
                             STARTING, STOPPED, STOPPING, RunHistory)
-from . import output
+from . import output, shutdown
 from .body import Body, default_compile, default_format
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -111,6 +110,7 @@ class TrainingRun:
         self._exception: Optional[BaseException] = None
         self._stop_requested = False     # by stop(): the run ends 'stopped'
         self._stop_requested_at: Optional[float] = None   # time.monotonic() of that stop()
+        self._stop_why: Optional[str] = None  # what asked for the stop, when stop() said
         self._backend: Optional[Backend] = None
         self._graph = None               # what the graph backend trains (kept for resume)
         self._thread: Optional[threading.Thread] = None
@@ -141,6 +141,13 @@ class TrainingRun:
     def global_step(self) -> Optional[int]:
         """The last known global step (None before the session is ready or without one)."""
         return self.history.step
+
+    @property
+    def stop_reason(self) -> Optional[str]:
+        """Why the run was stopped, when the stop said (e.g. "the kernel received SIGTERM",
+        "the kernel was restarted"); None otherwise. Also the msg of the event file's
+        SessionLog.STOP record and the ``why`` of the Stopped event."""
+        return self._stop_why
 
     @property
     def exception(self) -> Optional[BaseException]:
@@ -265,6 +272,7 @@ class TrainingRun:
         self._transition(STARTING)
         with self._lock:
             self._stop_requested = False
+            self._stop_why = None
             self._exception = None
             self._backend = backend
             self._graph = graph
@@ -312,9 +320,9 @@ class TrainingRun:
         with self._lock:
             if self._status == STARTING:
                 self._transition(RUNNING)
-            stopping = self._stop_requested
+            stopping, why = self._stop_requested, self._stop_why
         if stopping:
-            backend.request_stop()  # asked while the session was being prepared
+            backend.request_stop(why=why)  # asked while the session was being prepared
         return not backend.should_stop()
 
     def _load_earlier_history(self) -> None:
@@ -352,18 +360,23 @@ class TrainingRun:
             else:
                 final = FINISHED
             self._transition(final)
+        shutdown.release()  # the kernel's own ways to end, back once no run is live
 
     # --------------------------------------------------------------------------- steering
 
-    def stop(self, wait: bool = True, timeout: Optional[float] = None) -> bool:
+    def stop(self, wait: bool = True, timeout: Optional[float] = None,
+             why: Optional[str] = None) -> bool:
         """Asks the run to stop at the next step boundary; it writes a final checkpoint.
 
         A body that checks ``sv.should_stop()`` ends its loop; one that does not is ended by its
         next ``sess.run`` (``--repeat`` checks for you). Returns at once without ``wait``;
         with it, blocks until the run ended (or ``timeout``) and returns True if it did.
-        Raises RunStateError for a run that already ended.
+        ``why`` says what asked (the first one given is kept: ``stop_reason``). Raises
+        RunStateError for a run that already ended.
         """
         with self._lock:
+            if self._status in (STARTING, RUNNING, STOPPING) and self._stop_why is None:
+                self._stop_why = why
             if self._status in (STARTING, RUNNING):
                 self._stop_requested = True
                 self._stop_requested_at = time.monotonic()
@@ -373,8 +386,11 @@ class TrainingRun:
                 backend = None
             else:
                 raise RunStateError(f"Run {self.name!r} is {self._status}: nothing to stop.")
+        if why is not None and self.logdir is not None:
+            # Cleared with the lock: a lock file still holding it says this stop was cut.
+            note_stop(self.logdir, why)
         if backend is not None:
-            backend.request_stop()
+            backend.request_stop(why=why)
         if not wait:
             return self._status in FINAL_STATUSES
         return self.wait(timeout)
@@ -452,7 +468,9 @@ class _Registry:
     """The runs of this kernel by name, in start order."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler may ask for the live runs while the main thread, which
+        # it interrupted, holds it.
+        self._lock = threading.RLock()
         self._runs: Dict[str, TrainingRun] = {}
 
     def check_free(self, run: TrainingRun, graph) -> None:
@@ -487,7 +505,7 @@ class _Registry:
         with self._lock:
             self._runs.pop(run.name, None)
             self._runs[run.name] = run
-        _register_atexit()
+        shutdown.guard(_stop_for_kernel_end, _any_live)
 
     def get(self, name: Optional[str]) -> TrainingRun:
         """The run named ``name``; without a name, the only run, or else the only live one."""
@@ -513,7 +531,6 @@ class _Registry:
 
 
 _REGISTRY = _Registry()
-_atexit_registered = threading.Event()
 
 
 def get_run(name: Optional[str] = None) -> TrainingRun:
@@ -527,13 +544,14 @@ def runs() -> List[TrainingRun]:
     return _REGISTRY.all()
 
 
-def stop_all(timeout: Optional[float] = None) -> List[TrainingRun]:
-    """Stops every live run (each writes a final checkpoint) and waits for their threads;
-    returns the runs that had not ended within ``timeout`` seconds."""
+def stop_all(timeout: Optional[float] = None, why: Optional[str] = None) -> List[TrainingRun]:
+    """Stops every live run (each writes a final checkpoint; ``why`` is its ``stop_reason``)
+    and waits for their threads; returns the runs that had not ended within ``timeout``
+    seconds."""
     live = [r for r in _REGISTRY.all() if r.is_live]
     for run in live:
         try:
-            run.stop(wait=False)
+            run.stop(wait=False, why=why)
         except RunStateError:
             pass  # it ended meanwhile
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -545,14 +563,13 @@ def stop_all(timeout: Optional[float] = None) -> List[TrainingRun]:
     return late
 
 
-def _register_atexit() -> None:
-    if not _atexit_registered.is_set():
-        _atexit_registered.set()
-        atexit.register(_stop_at_exit)
+def _any_live() -> bool:
+    return any(r.is_live for r in _REGISTRY.all())
 
 
-def _stop_at_exit() -> None:
-    # A kernel shutdown or restart: save what the live runs learned since their last checkpoint.
-    for run in stop_all(timeout=20):
-        logger.warning("Run %r did not stop in time at exit; its newest checkpoint is the last "
-                       "periodic one.", run.name)
+def _stop_for_kernel_end(why: str, timeout: float) -> List[TrainingRun]:
+    late = stop_all(timeout=timeout, why=why)
+    for run in late:
+        logger.warning("Run %r did not stop within %g s (%s); its newest checkpoint is the "
+                       "last complete one.", run.name, timeout, why)
+    return late

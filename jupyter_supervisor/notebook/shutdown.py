@@ -1,0 +1,261 @@
+"""While a run is live, every way the kernel is asked to end becomes a clean stop first.
+
+A kernel ends in more ways than a Stop click, and most of them end the process at once:
+
+- SIGTERM (a cloud VM's preemption notice, ``docker stop``, a batch scheduler, the client's
+  second step of a shutdown) and SIGHUP (the terminal closed): Python's default ends the
+  process at once, without ``atexit``.
+- The server dies: ipykernel's parent poller (``ParentPollerUnix``, a thread that checks every
+  second whether the process's parent changed) calls ``os._exit(1)``.
+- A restart or shutdown from the page: a ``shutdown_request`` on the control channel; the
+  client sends SIGTERM after half its ``KernelManager.shutdown_wait_time`` (5 s by default),
+  and SIGKILL after the whole of it.
+- ``%unload_ext`` and the interpreter's exit (``atexit``).
+
+``guard(stop, live)`` (``run.py`` calls it when a run starts) hooks each of them so that the
+live runs are asked to stop at their next step boundary and write their final checkpoint
+(``stop(why, timeout)``, at most ``STOP_SECS``), then the kernel ends the way it would have:
+the handler installed before ours is called (for SIGTERM and SIGHUP, Python's default ends the
+process with that signal), the poller's ``os._exit``, ipykernel's own shutdown. ``release()``
+puts every hook back once no run is live (``live()`` is False). Nothing is installed in a
+kernel that never started a run. SIGINT is not touched: it interrupts the cell that executes,
+never a background run.
+
+A stop that does not end within its time is cut when the process ends: the checkpoint being
+written then is never the newest (both backends name a checkpoint in the state file only once
+its files are complete), and the logdir's lock file keeps a note of the stop, which the next
+run on that logdir reports (``lockfile``).
+"""
+import asyncio
+import atexit
+import inspect
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Callable, Dict, List, Optional
+
+logger = logging.getLogger("jupyter_supervisor")
+
+# Seconds the live runs get to write their final checkpoints when the kernel is asked to end:
+# within the 30 s a cloud preemption (GCE, Kubernetes' default grace period) leaves before its
+# SIGKILL. A kernel restart from the page is cut sooner, by the client's SIGKILL at
+# KernelManager.shutdown_wait_time (5 s by default).
+STOP_SECS = 25.0
+
+# The signals that end a kernel from outside; SIGINT keeps its meaning (interrupt the cell).
+SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+class _PollerOs:
+    """``os`` as ipykernel's parent poller sees it: its ``_exit`` stops the live runs first.
+
+    The poller is a thread of ipykernel whose loop ends the process with ``os._exit(1)`` once
+    the parent (the server) is gone; it has no other hook, so its module's ``os`` is replaced
+    while a run is live (and put back after). Every other name is the real ``os``."""
+
+    def __init__(self, real, before_exit: Callable[[], None]):
+        self._real = real
+        self._before_exit = before_exit
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def _exit(self, status):  # pylint: disable=protected-access
+        try:
+            self._before_exit()
+        finally:
+            self._real._exit(status)
+
+
+class _KernelEnd:
+    """The hooks of one process; see the module docstring. ``_lock`` guards every field."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._stop: Optional[Callable[[str, float], List]] = None
+        self._live: Optional[Callable[[], bool]] = None
+        self._signals: Dict[int, object] = {}     # signal number -> the handler before ours
+        self._poller_module = None                # ipykernel.parentpoller, while hooked
+        self._kernel_handlers: Dict[str, object] = {}  # "shell"/"control" -> the original
+        self._kernel = None
+        self._at_exit = False
+
+    @property
+    def installed(self) -> bool:
+        """True while any hook is in place."""
+        with self._lock:
+            return self._stop is not None
+
+    def guard(self, stop: Callable[[str, float], List], live: Callable[[], bool]) -> None:
+        """Hooks every way the kernel ends (again after ``release``); call it from the main
+        thread, where signal handlers are set."""
+        with self._lock:
+            self._stop, self._live = stop, live
+            if threading.current_thread() is threading.main_thread():
+                self._hook_signals()
+            self._hook_poller()
+            self._hook_kernel()
+            if not self._at_exit:
+                atexit.register(self._on_exit)
+                self._at_exit = True
+
+    def release(self) -> None:
+        """Puts every hook back when no run is live. Signal handlers can be set only in the main
+        thread: from another thread, that part is done by the kernel's main loop (until then
+        ours pass the signal straight on, since no run is live)."""
+        with self._lock:
+            if self._stop is None or self._live():
+                return
+            self._unhook_poller()
+            self._unhook_kernel()
+            if self._at_exit:
+                atexit.unregister(self._on_exit)
+                self._at_exit = False
+            if threading.current_thread() is threading.main_thread():
+                self._unhook_signals()
+                self._stop = self._live = None
+                return
+        loop = _main_loop()
+        if loop is not None:
+            loop.add_callback(self.release)
+
+    # ------------------------------------------------------------------------- stopping
+
+    def stop_runs(self, why: str, timeout: float = STOP_SECS) -> None:
+        """Asks the live runs to stop (``why`` is what they record) and waits for their final
+        checkpoints, at most ``timeout`` seconds. The waiting happens in a thread of its own:
+        the caller may be a signal handler that interrupted the main thread inside a lock."""
+        with self._lock:
+            stop, live = self._stop, self._live
+        if stop is None or not live():
+            return
+        logger.warning("Stopping the live runs: %s (final checkpoints, at most %g s).",
+                       why, timeout)
+        late: list = []
+        worker = threading.Thread(target=lambda: late.extend(stop(why, timeout)),
+                                  name="jupyter_supervisor-kernel-end", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError:  # no new thread at the interpreter's shutdown: stop from here
+            late.extend(stop(why, timeout))
+        else:
+            worker.join(timeout + 1)
+        if worker.is_alive() or late:
+            names = ", ".join(repr(r.name) for r in late) or "some runs"
+            logger.warning("%s did not write a final checkpoint within %g s; the newest "
+                           "complete checkpoint stays the latest.", names, timeout)
+
+    # -------------------------------------------------------------------------- signals
+
+    def _hook_signals(self) -> None:
+        for name in SIGNALS:
+            number = getattr(signal, name, None)
+            if number is None or number in self._signals:
+                continue
+            previous = signal.getsignal(number)
+            signal.signal(number, self._on_signal)
+            self._signals[number] = previous
+
+    def _unhook_signals(self) -> None:
+        for number, previous in self._signals.items():
+            if signal.getsignal(number) == self._on_signal:  # pylint: disable=comparison-with-callable
+                signal.signal(number, previous if previous is not None else signal.SIG_DFL)
+        self._signals.clear()
+
+    def _on_signal(self, number, frame) -> None:
+        self.stop_runs(f"the kernel received {signal.Signals(number).name}")
+        with self._lock:
+            previous = self._signals.get(number, signal.SIG_DFL)
+        if callable(previous):
+            previous(number, frame)
+        elif previous != signal.SIG_IGN:
+            # Python's default for this signal (or a handler set outside Python): end the
+            # process as it would have, with the signal itself.
+            signal.signal(number, signal.SIG_DFL if previous is None else previous)
+            os.kill(os.getpid(), number)
+
+    # -------------------------------------------------------------------- parent poller
+
+    def _hook_poller(self) -> None:
+        app = _kernel_app()
+        if self._poller_module is not None or app is None or \
+                type(getattr(app, "poller", None)).__name__ != "ParentPollerUnix":
+            return
+        module = sys.modules[type(app.poller).__module__]
+        if isinstance(module.os, _PollerOs):
+            return
+        module.os = _PollerOs(module.os, lambda: self.stop_runs("the server died"))
+        self._poller_module = module
+
+    def _unhook_poller(self) -> None:
+        module, self._poller_module = self._poller_module, None
+        if module is not None and isinstance(module.os, _PollerOs):
+            module.os = module.os._real  # pylint: disable=protected-access
+
+    # -------------------------------------------------------------- shutdown_request
+
+    def _hook_kernel(self) -> None:
+        kernel = _kernel()
+        if kernel is None or self._kernel_handlers:
+            return
+        self._kernel = kernel
+        for table in ("shell_handlers", "control_handlers"):
+            handlers = getattr(kernel, table, None)
+            if isinstance(handlers, dict) and "shutdown_request" in handlers:
+                original = handlers["shutdown_request"]
+                self._kernel_handlers[table] = original
+                handlers["shutdown_request"] = self._shutdown_handler(original)
+
+    def _unhook_kernel(self) -> None:
+        for table, original in self._kernel_handlers.items():
+            getattr(self._kernel, table)["shutdown_request"] = original
+        self._kernel_handlers.clear()
+        self._kernel = None
+
+    def _shutdown_handler(self, original):
+        async def shutdown_request(stream, ident, parent):
+            restart = bool(parent.get("content", {}).get("restart"))
+            why = "the kernel was restarted" if restart else "the kernel was shut down"
+            # In the control thread's loop: its other messages wait while the runs stop.
+            await asyncio.get_running_loop().run_in_executor(None, self.stop_runs, why)
+            result = original(stream, ident, parent)
+            if inspect.isawaitable(result):
+                await result
+        return shutdown_request
+
+    # ------------------------------------------------------------------------- atexit
+
+    def _on_exit(self) -> None:
+        self.stop_runs("the Python process exited")
+
+
+def _kernel_app():
+    """The running IPKernelApp, or None (a terminal IPython, plain Python)."""
+    kernelapp = sys.modules.get("ipykernel.kernelapp")
+    if kernelapp is None or not kernelapp.IPKernelApp.initialized():
+        return None
+    return kernelapp.IPKernelApp.instance()
+
+
+def _kernel():
+    app = _kernel_app()
+    return None if app is None else getattr(app, "kernel", None)
+
+
+def _main_loop():
+    """The kernel's main-thread IOLoop (``add_callback`` is safe from any thread), or None."""
+    kernel = _kernel()
+    return None if kernel is None else getattr(kernel, "io_loop", None)
+
+
+_HOOKS = _KernelEnd()
+guard = _HOOKS.guard
+release = _HOOKS.release
+stop_runs = _HOOKS.stop_runs
+
+
+def installed() -> bool:
+    """True while the hooks are in place (a run is live, or was until just now)."""
+    return _HOOKS.installed
