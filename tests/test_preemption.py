@@ -1,0 +1,267 @@
+"""The ways a kernel is asked to end, each in a real kernel driven through jupyter_client with
+real signals: every live run stops at a step boundary and writes its final checkpoint first.
+
+Each kernel trains two runs at once: a Keras fit on the eager backend (``%%supervise``) and TF1
+graph code on the graph backend (a ``TrainingRun`` given its own graph: a kernel in eager mode
+can run both), with no periodic checkpoint due (``--save-model-secs 600``). Each body writes
+the step it reached to a file, so the test knows the step when the signal came. Afterwards the
+newest checkpoint of each holds at least that step, restores with plain TensorFlow, the lock
+file is gone and the event file's SessionLog.STOP says why the run ended.
+"""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import KERNEL_STARTUP, Kernel, child_env, wait_for
+
+DEADLINE = 60.0   # seconds; generous for a loaded 2-core machine, never reached when passing
+
+SETUP = r'''
+import keras, eager_models
+from jupyter_supervisor import RunConfig, TrainingRun
+x, y = eager_models.data(n=64)
+model = eager_models.make_model()
+
+class Reached(keras.callbacks.Callback):
+    """Writes the step each batch ended at."""
+    def on_train_batch_end(self, batch, logs=None):
+        pathlib.Path("eager.reached").write_text(str(int(self.model.optimizer.iterations)))
+
+graph_model = build_model(new_graph=True)
+graph_op = graph_model.train_op
+GRAPH_BODY = """
+while not sv.should_stop():
+    pathlib.Path("graph.reached").write_text(str(sess.run(graph_op)))
+    time.sleep(0.001)
+"""
+'''
+EAGER_RUN = ("%%supervise --logdir eager --save-model-secs 600\n"
+             "model.fit(x, y, batch_size=8, epochs=100000, verbose=0,\n"
+             "          callbacks=[sv.callback, Reached()])")
+GRAPH_RUN = ("TrainingRun(RunConfig(logdir='graph', save_model_secs=600), GRAPH_BODY, "
+             "globals()).start(graph=graph_model.graph)")
+RUNS = ("eager", "graph")
+HOOKED = ("[signal.getsignal(s) not in (signal.SIG_DFL, None) "
+          "for s in (signal.SIGTERM, signal.SIGHUP)]")
+
+
+def reached(workdir, name):
+    """The step the run's body last reported, or None (not yet, or mid-write)."""
+    try:
+        return int((workdir / f"{name}.reached").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def start_runs(kernel):
+    """Starts both runs in ``kernel``; returns the steps they reached once both train."""
+    kernel.ok("import signal\n" + SETUP)
+    kernel.ok(EAGER_RUN)
+    kernel.ok(GRAPH_RUN)
+    for name in RUNS:
+        wait_for(lambda n=name: (reached(kernel.workdir, n) or 0) > 10, DEADLINE,
+                 what=f"{name} training")
+        assert (kernel.workdir / name / "supervisor.lock").exists()
+    return {name: reached(kernel.workdir, name) for name in RUNS}
+
+
+def gone(pid):
+    """True once ``pid`` ended (a zombie counts: whoever adopted it may not reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def stop_record(logdir):
+    """The msg of the last SessionLog.STOP in ``logdir``'s newest event file."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    newest = sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*")))[-1]
+    stops = [e.session_log.msg for e in tf.compat.v1.train.summary_iterator(newest)
+             if e.HasField("session_log") and e.session_log.status == e.session_log.STOP]
+    return stops[-1] if stops else None
+
+
+def check_saved(workdir, before, why):
+    """Both runs' newest checkpoints hold at least the steps of ``before`` and restore with
+    plain TensorFlow; the locks are gone; the event files say ``why``."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import eager_models  # pylint: disable=import-outside-toplevel
+    from helpers import build_model  # pylint: disable=import-outside-toplevel
+    for name in RUNS:
+        logdir = str(workdir / name)
+        assert not os.path.exists(os.path.join(logdir, "supervisor.lock")), name
+        path = tf.train.latest_checkpoint(logdir)
+        assert path is not None, f"{name}: no checkpoint"
+        step = int(path.rsplit("-", 1)[1])
+        assert step >= reached(workdir, name) >= before[name] > 10, (name, step, before)
+        assert stop_record(logdir) == why, name
+    fresh = eager_models.make_model(seed=1)
+    fresh.optimizer.build(fresh.trainable_variables)
+    path = tf.train.latest_checkpoint(str(workdir / "eager"))
+    tf.train.Checkpoint(model=fresh, optimizer=fresh.optimizer).restore(
+        path).assert_existing_objects_matched()
+    assert int(fresh.optimizer.iterations) == int(path.rsplit("-", 1)[1])
+    graph = build_model(new_graph=True)
+    path = tf.train.latest_checkpoint(str(workdir / "graph"))
+    with tf.compat.v1.Session(graph=graph.graph) as sess:
+        with graph.graph.as_default():
+            tf.compat.v1.train.Saver().restore(sess, path)
+        assert sess.run(graph.global_step) == int(path.rsplit("-", 1)[1])
+
+
+# ------------------------------------------------------------------------------- signals
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_signal_to_the_kernel_saves_every_live_run_first(tmp_path, signame):
+    kernel = Kernel(tmp_path)
+    try:
+        # Nothing is hooked in a kernel that never started a run.
+        assert kernel.value("[__import__('signal').getsignal(s) == 0 for s in (15, 1)]") == \
+            [True, True]
+        before = start_runs(kernel)
+        assert kernel.value(HOOKED) == [True, True]
+        if signame == "SIGHUP":
+            # With no live run the handlers are put back; a resumed run hooks them again.
+            kernel.ok("%supervise stop eager")
+            kernel.ok("get_run('graph').stop()")
+            kernel.wait_until(f"{HOOKED} == [False, False]", "the handlers put back")
+            kernel.ok("%supervise resume eager")
+            kernel.ok("get_run('graph').resume()")
+            kernel.wait_until(f"{HOOKED} == [True, True]", "the handlers again")
+            for name in RUNS:
+                wait_for(lambda n=name: (reached(tmp_path, n) or 0) > before[n] + 5,
+                         DEADLINE, what=f"{name} training again")
+            before = {name: reached(tmp_path, name) for name in RUNS}
+        process = kernel.km.provisioner.process
+        process.send_signal(getattr(signal, signame))
+        process.wait(DEADLINE)
+        # The kernel ended as the signal ends it, after the final checkpoints.
+        assert process.returncode == -getattr(signal, signame)
+    finally:
+        kernel.kc.stop_channels()
+        kernel.km.shutdown_kernel(now=True)
+    check_saved(tmp_path, before, f"the kernel received {signame}")
+
+
+# -------------------------------------------------------------------- the server dies
+
+LAUNCHER = """
+import sys, time
+from jupyter_client.manager import KernelManager
+km = KernelManager(kernel_name="python3")
+km.start_kernel(cwd=sys.argv[1])
+print(km.connection_file, km.provisioner.process.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+class OrphanedKernel(Kernel):
+    """A kernel whose parent is a process of its own (the server), which a test can kill."""
+
+    def _start(self):
+        from jupyter_client import BlockingKernelClient  # pylint: disable=import-outside-toplevel
+        self.server = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(self.workdir)],
+                                       env=child_env(), stdout=subprocess.PIPE, text=True)
+        connection_file, pid = self.server.stdout.readline().split()
+        self.pid = int(pid)
+        self.kc = BlockingKernelClient(connection_file=connection_file)
+        self.kc.load_connection_file()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=KERNEL_STARTUP)
+        self.ok(__import__("helpers").KERNEL_SETUP)
+
+
+def test_the_servers_death_saves_every_live_run_before_the_kernel_ends(tmp_path):
+    kernel = OrphanedKernel(tmp_path)
+    try:
+        before = start_runs(kernel)
+        kernel.server.kill()  # SIGKILL: the server ends without a word to its kernel
+        kernel.server.wait()
+        # ipykernel's parent poller notices within a second and ends the kernel.
+        wait_for(lambda: gone(kernel.pid), DEADLINE, what="the orphaned kernel's end")
+    finally:
+        kernel.kc.stop_channels()
+        if not gone(kernel.pid):
+            os.kill(kernel.pid, signal.SIGKILL)
+    check_saved(tmp_path, before, "the server died")
+
+
+# ------------------------------------------------------------ restart and shutdown requests
+
+@pytest.mark.parametrize("how", ["restart", "shutdown"])
+def test_a_restart_or_shutdown_from_the_page_saves_every_live_run(tmp_path, how):
+    kernel = Kernel(tmp_path)
+    try:
+        assert kernel.km.shutdown_wait_time == 5.0  # the client's default: SIGTERM at 2.5 s
+        before = start_runs(kernel)
+        process = kernel.km.provisioner.process
+        if how == "restart":
+            kernel.km.restart_kernel(now=False)
+        else:
+            kernel.km.shutdown_kernel(now=False)
+        # It ended by itself: neither the client's SIGTERM nor its SIGKILL was needed.
+        assert process.returncode == 0
+    finally:
+        kernel.kc.stop_channels()
+        if kernel.km.has_kernel:
+            kernel.km.shutdown_kernel(now=True)
+    check_saved(tmp_path, before, "the kernel was restarted" if how == "restart"
+                else "the kernel was shut down")
+
+
+# ----------------------------------------------------------------- a save cut by SIGKILL
+
+BIG_RUN = """%%supervise --logdir big --save-model-secs 600
+sv.track(big=big)
+while not sv.should_stop():
+    big[:1].assign(big[:1] + 1.0)
+    sv.step()
+"""
+
+
+def test_a_final_save_cut_by_sigkill_leaves_the_previous_checkpoint_latest(tmp_path, caplog):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.lockfile import LogdirLock  # pylint: disable=import-outside-toplevel
+    kernel = Kernel(tmp_path)
+    logdir = str(tmp_path / "big")
+    try:
+        # 400 MB: its write lasts long enough to be caught in the middle.
+        kernel.ok("big = tf.Variable(tf.zeros([100_000_000]))")
+        kernel.ok(BIG_RUN)
+        kernel.wait_until("(get_run('big').global_step or 0) > 3", "training")
+        saved = kernel.ok("%supervise save big").stream().strip().rsplit(": ", 1)[1]
+        saved = str(tmp_path / saved)  # the kernel's working directory is tmp_path
+        kernel.wait_until(f"get_run('big').global_step > {int(saved.rsplit('-', 1)[1])} + 3",
+                          "steps after the save")
+        process = kernel.km.provisioner.process
+        process.send_signal(signal.SIGTERM)
+        # The final checkpoint's files appear under TensorFlow's temporary name first.
+        wait_for(lambda: glob.glob(os.path.join(logdir, "model.ckpt-*_temp*")), DEADLINE,
+                 interval=0.002, what="the final save's write")
+        process.kill()
+        process.wait(DEADLINE)
+    finally:
+        kernel.kc.stop_channels()
+        kernel.km.shutdown_kernel(now=True)
+    assert process.returncode == -signal.SIGKILL
+    assert tf.train.latest_checkpoint(logdir) == saved
+    restored = tf.Variable(tf.zeros([100_000_000]))
+    tf.train.Checkpoint(big=restored).read(saved).expect_partial().assert_existing_objects_matched()
+    assert float(restored[0]) == int(saved.rsplit("-", 1)[1])
+    # The lock left behind says the stop was cut; the next run on the logdir reports it.
+    with open(os.path.join(logdir, "supervisor.lock"), encoding="utf-8") as f:
+        assert json.load(f)["stopping"] == "the kernel received SIGTERM"
+    lock = LogdirLock(logdir)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        lock.acquire()
+    lock.release()
+    assert any("was stopped (the kernel received SIGTERM) but its process ended before the "
+               "final checkpoint was written" in r.getMessage() for r in caplog.records)
