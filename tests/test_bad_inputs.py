@@ -466,6 +466,26 @@ def _(ctx):
         return ctx.cell(f"--logdir {logdir}")
 
 
+@scenario("last-stop-cut")
+def _(ctx):
+    logdir = ctx.trained("cut")
+    # What a kernel killed while it wrote its final checkpoint leaves: its lock, with the stop.
+    subprocess.run(
+        [sys.executable, "-c",
+         "import os, sys\n"
+         "from jupyter_supervisor.lockfile import LogdirLock, note_stop\n"
+         "lock = LogdirLock(sys.argv[1])\n"
+         "lock.acquire()\n"
+         "assert note_stop(sys.argv[1], 'the kernel received SIGTERM')\n"
+         "os._exit(0)\n", logdir], env=child_env(), check=True, timeout=DEADLINE)
+    ctx.release(logdir)
+    shown = ctx.ok(f"--logdir {logdir} --max-steps 30 --save-model-secs 0 --wait")
+    run = jupyter_supervisor.get_run("cut")
+    assert run.status == "finished" and run.restored_from.endswith("model.ckpt-20")
+    assert not os.path.exists(os.path.join(logdir, "supervisor.lock"))
+    return shown
+
+
 @scenario("newest-checkpoint-corrupted")
 def _(ctx):
     logdir = ctx.trained("damaged")

@@ -119,36 +119,47 @@ def check_saved(workdir, before, why):
 
 # ------------------------------------------------------------------------------- signals
 
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
-def test_a_signal_to_the_kernel_saves_every_live_run_first(tmp_path, signame):
+def test_sigterm_saves_every_live_run_then_ends_the_kernel(tmp_path):
     kernel = Kernel(tmp_path)
     try:
         # Nothing is hooked in a kernel that never started a run.
-        assert kernel.value("[__import__('signal').getsignal(s) == 0 for s in (15, 1)]") == \
-            [True, True]
+        assert kernel.value(f"(lambda signal: {HOOKED})(__import__('signal'))") == [False, False]
         before = start_runs(kernel)
         assert kernel.value(HOOKED) == [True, True]
-        if signame == "SIGHUP":
-            # With no live run the handlers are put back; a resumed run hooks them again.
-            kernel.ok("%supervise stop eager")
-            kernel.ok("get_run('graph').stop()")
-            kernel.wait_until(f"{HOOKED} == [False, False]", "the handlers put back")
-            kernel.ok("%supervise resume eager")
-            kernel.ok("get_run('graph').resume()")
-            kernel.wait_until(f"{HOOKED} == [True, True]", "the handlers again")
-            for name in RUNS:
-                wait_for(lambda n=name: (reached(tmp_path, n) or 0) > before[n] + 5,
-                         DEADLINE, what=f"{name} training again")
-            before = {name: reached(tmp_path, name) for name in RUNS}
         process = kernel.km.provisioner.process
-        process.send_signal(getattr(signal, signame))
+        process.send_signal(signal.SIGTERM)
         process.wait(DEADLINE)
-        # The kernel ended as the signal ends it, after the final checkpoints.
-        assert process.returncode == -getattr(signal, signame)
+        # The kernel ended as SIGTERM ends it, after the final checkpoints.
+        assert process.returncode == -signal.SIGTERM
     finally:
         kernel.kc.stop_channels()
         kernel.km.shutdown_kernel(now=True)
-    check_saved(tmp_path, before, f"the kernel received {signame}")
+    check_saved(tmp_path, before, "the kernel received SIGTERM")
+
+
+def test_sighup_saves_every_live_run_then_calls_the_handler_installed_before(tmp_path):
+    kernel = Kernel(tmp_path)
+    try:
+        kernel.ok("import signal\n"
+                  "signal.signal(signal.SIGHUP, lambda n, f: pathlib.Path('hup').touch())\n"
+                  "mine = signal.getsignal(signal.SIGHUP)")
+        before = start_runs(kernel)
+        assert kernel.value("signal.getsignal(signal.SIGHUP) is not mine")
+        kernel.km.provisioner.process.send_signal(signal.SIGHUP)
+        # The notebook's own handler ran after the runs stopped; it keeps the kernel alive.
+        wait_for(lambda: (tmp_path / "hup").exists(), DEADLINE, what="the notebook's handler")
+        check_saved(tmp_path, before, "the kernel received SIGHUP")
+        assert kernel.value("[get_run(n).status for n in ('eager', 'graph')]") == \
+            ["stopped", "stopped"]
+        table = kernel.ok("%supervise").stream()
+        assert "eager stopped: the kernel received SIGHUP" in table.splitlines()
+        # With no live run, the handlers before ours are back.
+        kernel.wait_until("signal.getsignal(signal.SIGHUP) is mine and "
+                          "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL",
+                          "the handlers put back")
+    finally:
+        kernel.kc.stop_channels()
+        kernel.km.shutdown_kernel(now=True)
 
 
 # -------------------------------------------------------------------- the server dies

@@ -469,7 +469,7 @@ def _table() -> str:
         return "No runs yet: start one with %%supervise."
     header = ("name", "status", "step", "steps/sec", "newest checkpoint", "logdir")
     rows = []
-    failures = []
+    remarks = []
     for training in trainings:
         snap = training.history.snapshot()
         rate = ("" if snap.steps_per_sec is None or not training.is_live
@@ -479,15 +479,17 @@ def _table() -> str:
         rows.append((training.name, training.status or "", "" if step is None else str(step),
                      rate, newest, training.logdir or "(not saved)"))
         if training.status == "failed":
-            failures.append(f"{training.name} failed: {training.error_line} "
+            remarks.append(f"{training.name} failed: {training.error_line} "
                             f"(`%supervise show {training.name}` shows the traceback)")
+        elif training.status == "stopped" and training.stop_reason:
+            remarks.append(f"{training.name} stopped: {training.stop_reason}")
         elif training.stopping_secs > training.config.stop_grace_secs:
-            failures.append(f"{training.name} is still stopping: its cell body has not "
+            remarks.append(f"{training.name} is still stopping: its cell body has not "
                             "returned.")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
              for r in [header] + rows]
-    return "\n".join(lines + failures)
+    return "\n".join(lines + remarks)
 
 
 # ------------------------------------------------------------------------------- waiting
