@@ -157,6 +157,11 @@ def test_sighup_saves_every_live_run_then_calls_the_handler_installed_before(tmp
         kernel.wait_until("signal.getsignal(signal.SIGHUP) is mine and "
                           "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL",
                           "the handlers put back")
+        # A new session on the logdir says why the last one ended (from its event file).
+        kernel.ok("%supervise resume eager")
+        kernel.wait_until("'stopped: the kernel received SIGHUP.' in "
+                          "get_run('eager').history.snapshot().output", "the note")
+        kernel.ok("%supervise stop eager")
     finally:
         kernel.kc.stop_channels()
         kernel.km.shutdown_kernel(now=True)

@@ -23,6 +23,7 @@ service, in restoring).
 The registry of runs (``get_run``, ``runs``) refuses a second live run on the same name, logdir
 or graph.
 """
+import glob
 import logging
 import os
 import threading
@@ -334,6 +335,9 @@ class TrainingRun:
         if newest is None:
             return
         step = step_of(newest)
+        why = _last_stop(self.logdir)
+        if why:
+            self.history.append_output(f"The last session on this logdir stopped: {why}.\n")
         try:
             # The new session records the restored step again, and TensorBoard drops the old
             # session's points from that step on: keep only those before it.
@@ -460,6 +464,27 @@ class _StepWatcher:
                 self._history.note_step(step)
             if self._done.wait(WATCH_SECS):
                 return
+
+
+def _last_stop(logdir: str) -> Optional[str]:
+    """Why the last session on ``logdir`` stopped: the msg of the SessionLog.STOP record of its
+    newest event file (each session writes a file of its own); None without one."""
+    try:
+        from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=import-outside-toplevel
+        files = sorted(tf.io.gfile.glob(os.path.join(glob.escape(logdir),
+                                                     "events.out.tfevents.*")))
+        if not files:
+            return None
+        why = None
+        for event in event_file_loader.LegacyEventFileLoader(files[-1]).Load():
+            if event.HasField("session_log") and \
+                    event.session_log.status == event.session_log.STOP:
+                why = event.session_log.msg or None
+        return why
+    except Exception:  # pylint: disable=broad-except  (only a note: the run goes on)
+        logger.warning("Could not read why the last session on %s stopped.", logdir,
+                       exc_info=True)
+        return None
 
 
 # ---------------------------------------------------------------------------------- registry
