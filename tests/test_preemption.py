@@ -223,8 +223,10 @@ def test_a_restart_or_shutdown_from_the_page_saves_every_live_run(tmp_path, how)
             kernel.km.restart_kernel(now=False)
         else:
             kernel.km.shutdown_kernel(now=False)
-        # It ended by itself: neither the client's SIGTERM nor its SIGKILL was needed.
-        assert process.returncode == 0
+        process.wait(DEADLINE)
+        # Whether the kernel ended by itself or by the client's SIGTERM (at 2.5 s, which waits
+        # for the stop in progress) depends on the machine's speed; SIGKILL was not needed.
+        assert process.returncode in (0, -signal.SIGTERM), process.returncode
     finally:
         kernel.kc.stop_channels()
         if kernel.km.has_kernel:
@@ -235,23 +237,48 @@ def test_a_restart_or_shutdown_from_the_page_saves_every_live_run(tmp_path, how)
 
 # ----------------------------------------------------------------- a save cut by SIGKILL
 
-BIG_RUN = """%%supervise --logdir big --save-model-secs 600
-sv.track(big=big)
-while not sv.should_stop():
-    big[:1].assign(big[:1] + 1.0)
-    sv.step()
-"""
+BIG = 100_000_000   # float32 weights, 400 MB: a write long enough to be caught in the middle
+BIG_RUNS = {
+    "eager": ("big = tf.Variable(tf.zeros([%d]))" % BIG,
+              "%%supervise --logdir big --save-model-secs 600\n"
+              "sv.track(big=big)\n"
+              "while not sv.should_stop():\n"
+              "    big[:1].assign(big[:1] + 1.0)\n"
+              "    sv.step()\n"),
+    "graph": ("big_model = build_model(new_graph=True, w_shape=(%d,))" % BIG,
+              "TrainingRun(RunConfig(logdir='big', save_model_secs=600), 'while not "
+              "sv.should_stop():\\n    sess.run(big_model.train_op)\\n', globals())"
+              ".start(graph=big_model.graph)"),
+}
 
 
-def test_a_final_save_cut_by_sigkill_leaves_the_previous_checkpoint_latest(tmp_path, caplog):
+def restored_step(backend, path):
+    """The step the checkpoint ``path`` restores, read back with plain TensorFlow."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from helpers import build_model  # pylint: disable=import-outside-toplevel
+    if backend == "eager":
+        big = tf.Variable(tf.zeros([BIG]))  # the body adds 1 to its first weight per step
+        tf.train.Checkpoint(big=big).read(path).expect_partial() \
+            .assert_existing_objects_matched()
+        return int(big[0])
+    graph = build_model(new_graph=True, w_shape=(BIG,))
+    with tf.compat.v1.Session(graph=graph.graph) as sess:
+        with graph.graph.as_default():
+            tf.compat.v1.train.Saver().restore(sess, path)
+        return int(sess.run(graph.global_step))
+
+
+@pytest.mark.parametrize("backend", ["eager", "graph"])
+def test_a_final_save_cut_by_sigkill_leaves_the_previous_checkpoint_latest(tmp_path, caplog,
+                                                                           backend):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from jupyter_supervisor.lockfile import LogdirLock  # pylint: disable=import-outside-toplevel
     kernel = Kernel(tmp_path)
     logdir = str(tmp_path / "big")
     try:
-        # 400 MB: its write lasts long enough to be caught in the middle.
-        kernel.ok("big = tf.Variable(tf.zeros([100_000_000]))")
-        kernel.ok(BIG_RUN)
+        kernel.ok("from jupyter_supervisor import RunConfig, TrainingRun\n"
+                  + BIG_RUNS[backend][0])
+        kernel.ok(BIG_RUNS[backend][1])
         kernel.wait_until("(get_run('big').global_step or 0) > 3", "training")
         saved = kernel.ok("%supervise save big").stream().strip().rsplit(": ", 1)[1]
         saved = str(tmp_path / saved)  # the kernel's working directory is tmp_path
@@ -269,9 +296,10 @@ def test_a_final_save_cut_by_sigkill_leaves_the_previous_checkpoint_latest(tmp_p
         kernel.km.shutdown_kernel(now=True)
     assert process.returncode == -signal.SIGKILL
     assert tf.train.latest_checkpoint(logdir) == saved
-    restored = tf.Variable(tf.zeros([100_000_000]))
-    tf.train.Checkpoint(big=restored).read(saved).expect_partial().assert_existing_objects_matched()
-    assert float(restored[0]) == int(saved.rsplit("-", 1)[1])
+    # (A graph save made from another thread, as TensorFlow's, names the step it read first:
+    # the variables it writes may be a step further.)
+    assert restored_step(backend, saved) - int(saved.rsplit("-", 1)[1]) in (
+        (0,) if backend == "eager" else (0, 1))
     # The lock left behind says the stop was cut; the next run on the logdir reports it.
     with open(os.path.join(logdir, "supervisor.lock"), encoding="utf-8") as f:
         assert json.load(f)["stopping"] == "the kernel received SIGTERM"
