@@ -297,9 +297,9 @@ def test_a_final_save_cut_by_sigkill_leaves_the_previous_checkpoint_latest(tmp_p
     assert process.returncode == -signal.SIGKILL
     assert tf.train.latest_checkpoint(logdir) == saved
     # (A graph save made from another thread, as TensorFlow's, names the step it read first:
-    # the variables it writes may be a step further.)
-    assert restored_step(backend, saved) - int(saved.rsplit("-", 1)[1]) in (
-        (0,) if backend == "eager" else (0, 1))
+    # the variables it writes may be steps further.)
+    step, named = restored_step(backend, saved), int(saved.rsplit("-", 1)[1])
+    assert step == named if backend == "eager" else step >= named
     # The lock left behind says the stop was cut; the next run on the logdir reports it.
     with open(os.path.join(logdir, "supervisor.lock"), encoding="utf-8") as f:
         assert json.load(f)["stopping"] == "the kernel received SIGTERM"
