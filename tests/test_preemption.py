@@ -159,9 +159,11 @@ def test_sighup_saves_every_live_run_then_calls_the_handler_installed_before(tmp
                           "the handlers put back")
         # A new session on the logdir says why the last one ended (from its event file).
         kernel.ok("%supervise resume eager")
-        kernel.wait_until("'stopped: the kernel received SIGHUP.' in "
-                          "get_run('eager').history.snapshot().output", "the note")
-        kernel.ok("%supervise stop eager")
+        kernel.ok("get_run('graph').resume()")
+        for name in RUNS:
+            kernel.wait_until(f"'stopped: the kernel received SIGHUP.' in "
+                              f"get_run({name!r}).history.snapshot().output", "the note")
+        kernel.ok("jupyter_supervisor.notebook.run.stop_all()")
     finally:
         kernel.kc.stop_channels()
         kernel.km.shutdown_kernel(now=True)

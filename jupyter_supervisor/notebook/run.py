@@ -467,20 +467,22 @@ class _StepWatcher:
 
 
 def _last_stop(logdir: str) -> Optional[str]:
-    """Why the last session on ``logdir`` stopped: the msg of the SessionLog.STOP record of its
-    newest event file (each session writes a file of its own); None without one."""
+    """Why the last session on ``logdir`` stopped: the msg of the SessionLog.STOP record of the
+    newest event file that holds a session's START (each session writes a file of its own; the
+    one just opened has none yet); None without one."""
     try:
         from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=import-outside-toplevel
-        files = sorted(tf.io.gfile.glob(os.path.join(glob.escape(logdir),
-                                                     "events.out.tfevents.*")))
-        if not files:
-            return None
-        why = None
-        for event in event_file_loader.LegacyEventFileLoader(files[-1]).Load():
-            if event.HasField("session_log") and \
-                    event.session_log.status == event.session_log.STOP:
-                why = event.session_log.msg or None
-        return why
+        files = tf.io.gfile.glob(os.path.join(glob.escape(logdir), "events.out.tfevents.*"))
+        for path in sorted(files, reverse=True):
+            started, why = False, None
+            for event in event_file_loader.LegacyEventFileLoader(path).Load():
+                if event.HasField("session_log"):
+                    started = started or event.session_log.status == event.session_log.START
+                    if event.session_log.status == event.session_log.STOP:
+                        why = event.session_log.msg or None
+            if started:
+                return why
+        return None
     except Exception:  # pylint: disable=broad-except  (only a note: the run goes on)
         logger.warning("Could not read why the last session on %s stopped.", logdir,
                        exc_info=True)
