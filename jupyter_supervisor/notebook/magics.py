@@ -238,8 +238,8 @@ class SuperviseMagics(Magics):
         %unload_ext and the process's exit first stop every live run at its next step with
         its final checkpoint (at most 25 s; a restart gives 5 s unless the server's
         c.KernelManager.shutdown_wait_time says more). A save cut by the kernel's end never
-        becomes the newest checkpoint. %supervise says why a run stopped. See
-        docs/preemption.md.
+        becomes the newest checkpoint. The next session on the logdir says why the last one
+        stopped. See docs/preemption.md.
 
         Replicas: one notebook per task, each with the same CLUSTER dict, builds its model
         with variables on the ps (jupyter_supervisor.cluster.replica_device_setter) and runs
