@@ -398,6 +398,7 @@ def test_unload_stops_every_live_run_with_a_final_checkpoint(kernel, logdir):
     kernel.ok("%unload_ext jupyter_supervisor")
     for name in names:
         assert kernel.value(run_expr(name, "status")) == "stopped"
+        assert kernel.value(run_expr(name, "stop_reason")) == "the extension was unloaded"
         assert kernel.value(f"_newest_step({'runs/' + name!r})") == kernel.value(
             run_expr(name, "global_step"))
     assert kernel.value("[t.name for t in threading.enumerate() "

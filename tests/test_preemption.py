@@ -237,6 +237,35 @@ def test_a_restart_or_shutdown_from_the_page_saves_every_live_run(tmp_path, how)
                 else "the kernel was shut down")
 
 
+# ------------------------------------------------------------------------- atexit
+
+EXITING = """
+import pathlib, sys
+from helpers import build_model, wait_for
+from jupyter_supervisor import RunConfig, TrainingRun
+model = build_model(new_graph=True)
+run = TrainingRun(RunConfig(logdir=sys.argv[1], save_model_secs=600),
+                  "while not sv.should_stop():\\n    reached = sess.run(op)\\n",
+                  {"op": model.train_op})
+run.start(graph=model.graph)
+wait_for(lambda: (run.global_step or 0) > 10, 60)
+print(run.global_step, flush=True)
+sys.exit(3)   # the interpreter's exit: atexit stops the run first
+"""
+
+
+def test_the_interpreters_exit_saves_every_live_run(tmp_path):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    logdir = str(tmp_path / "exiting")
+    done = subprocess.run([sys.executable, "-c", EXITING, logdir], env=child_env(),
+                          capture_output=True, text=True, timeout=DEADLINE)
+    assert done.returncode == 3, done.stderr
+    before = int(done.stdout.split()[0])
+    assert int(tf.train.latest_checkpoint(logdir).rsplit("-", 1)[1]) >= before > 10
+    assert not os.path.exists(os.path.join(logdir, "supervisor.lock"))
+    assert stop_record(logdir) == "the Python process exited"
+
+
 # ----------------------------------------------------------------- a save cut by SIGKILL
 
 BIG = 100_000_000   # float32 weights, 400 MB: a write long enough to be caught in the middle
