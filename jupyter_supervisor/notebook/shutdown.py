@@ -82,12 +82,6 @@ class _KernelEnd:
         self._kernel = None
         self._at_exit = False
 
-    @property
-    def installed(self) -> bool:
-        """True while any hook is in place."""
-        with self._lock:
-            return self._stop is not None
-
     def guard(self, stop: Callable[[str, float], List], live: Callable[[], bool]) -> None:
         """Hooks every way the kernel ends (again after ``release``); call it from the main
         thread, where signal handlers are set."""
@@ -253,9 +247,3 @@ def _main_loop():
 _HOOKS = _KernelEnd()
 guard = _HOOKS.guard
 release = _HOOKS.release
-stop_runs = _HOOKS.stop_runs
-
-
-def installed() -> bool:
-    """True while the hooks are in place (a run is live, or was until just now)."""
-    return _HOOKS.installed
