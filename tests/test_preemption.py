@@ -6,7 +6,10 @@ graph code on the graph backend (a ``TrainingRun`` given its own graph: a kernel
 can run both), with no periodic checkpoint due (``--save-model-secs 600``). Each body writes
 the step it reached to a file, so the test knows the step when the signal came. Afterwards the
 newest checkpoint of each holds at least that step, restores with plain TensorFlow, the lock
-file is gone and the event file's SessionLog.STOP says why the run ended.
+file is gone and the event file's SessionLog.STOP says why the run ended. Also: the
+interpreter's exit (atexit, in a plain Python process), and a final save cut by SIGKILL in the
+middle of its write (the previous checkpoint stays the latest; the next holder of the lock says
+the stop was cut).
 """
 import glob
 import json
