@@ -64,11 +64,11 @@ def test_the_quickstart_command_leaves_a_clean_clone_clean(tmp_path):
         done = subprocess.run(argv, cwd=clone, env=child_env(), capture_output=True,
                               text=True, timeout=DEADLINE)
         assert done.returncode == 0, f"{step}\n{done.stdout}\n{done.stderr}"
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=clone) == ""
     copy = clone / "runs" / "00_quickstart_keras.ipynb"
     with open(copy, encoding="utf-8") as f:
         executed = json.load(f)
     assert all(c.get("execution_count") for c in executed["cells"] if c["cell_type"] == "code")
-    assert git("status", "--porcelain", "--untracked-files=all", cwd=clone) == ""
 
 
 def test_the_readme_first_cell_prints_nothing_on_stderr(tmp_path):
