@@ -611,6 +611,16 @@ def test_every_line_command_takes_a_quoted_name(ip, model, tmp_path, capsys, wai
     assert name in capsys.readouterr().out
 
 
+def test_a_backslash_is_kept_as_typed_and_refused(monkeypatch, ip, model, tmp_path):
+    """A shell would drop it (runs\\x is runsx there): a Windows path would then name another
+    directory without a word. Kept, the logdir check refuses it, saying why."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=re.escape("Received: --logdir='runs\\\\x'. "
+                                                   "Expected a path without")):
+        supervise(ip, r"--logdir runs\x")
+    assert os.listdir(tmp_path) == []
+
+
 def test_an_unclosed_quote_is_a_usage_error(monkeypatch, ip, model, tmp_path):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match='No closing quotation: --logdir "runs/x.*Quote a '

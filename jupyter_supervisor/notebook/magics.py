@@ -420,9 +420,12 @@ def _parse(magic, line: str, help_hint: str):
     gives ``runs/a b``: IPython's own splitting keeps the quotes); a line argparse refuses is a
     UsageError that says where the options are listed (or, for a value our ``type=`` refused,
     what was expected)."""
+    lexer = shlex.shlex(line, posix=True)
+    lexer.whitespace_split, lexer.commenters = True, ""
+    lexer.escape = ""  # a backslash stays as typed: the checks refuse it, not silently dropped
     try:
-        words = shlex.split(line)
-    except ValueError as e:  # shlex: "No closing quotation", "No escaped character"
+        words = list(lexer)
+    except ValueError as e:  # shlex: "No closing quotation"
         raise UsageError(f"{e}: {line.strip()}. Quote a value with spaces as in a shell, e.g. "
                          '--logdir "runs/my run".') from None
     try:
