@@ -185,6 +185,11 @@ def _(ctx):
     return ctx.cell("--logdir")
 
 
+@scenario("unclosed-quote")
+def _(ctx):
+    return ctx.cell('--logdir "runs/my run')
+
+
 @scenario("not-a-number")
 def _(ctx):
     return ctx.cell("--keep five")

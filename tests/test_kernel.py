@@ -97,6 +97,26 @@ def test_keras_fit_resumes_after_a_killed_kernel_at_the_checkpoints_step(kernel,
     assert moment != 0.0
 
 
+def test_a_resumed_fit_says_running_only_once_its_step_is_the_restored_one(kernel, logdir):
+    """The quickstart's pattern, `run.global_step > 100` in a later cell, needs the step of a
+    'running' run to be a number: the restored one, before fit's first batch."""
+    eager_kernel(kernel)
+    name = logdir.rsplit("/", 1)[-1]
+    fit = "model.fit(x, y, batch_size=8, epochs=1000, callbacks=[sv.callback], verbose=0)"
+    kernel.ok(f"%%supervise --logdir {logdir} --max-steps 16 --wait\n{fit}")
+    kernel.ok("model = eager_models.make_model()\ngo = threading.Event()")
+    kernel.ok(f"%%supervise --logdir {logdir} --max-steps 100000\ngo.wait(60)\n{fit}")
+    # The body has not reached fit: nothing is restored yet.
+    assert kernel.value(f"[{run_expr(name, 'status')}, {run_expr(name, 'global_step')}]") \
+        == ["starting", None]
+    kernel.ok(f"go.set()\nwait_for(lambda: {run_expr(name, 'status')} != 'starting', 60)\n"
+              f"seen = [{run_expr(name, 'status')}, {run_expr(name, 'global_step')}]")
+    status, step = kernel.value("seen")
+    assert status == "running" and step >= 16
+    assert kernel.value(f"{run_expr(name, 'restored_from')}.endswith('-16')")
+    kernel.ok(f"%supervise stop {name}")
+
+
 def test_keras_stop_button_and_custom_loop_stop_at_the_exact_step(kernel, logdir):
     eager_kernel(kernel)
     name = logdir.rsplit("/", 1)[-1]

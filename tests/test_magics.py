@@ -503,7 +503,7 @@ def test_state_machine_allows_only_its_transitions():
     statuses = [None, "starting", "running", "stopping", "stopped", "finished", "failed"]
     legal = {
         None: {"starting"},
-        "starting": {"running", "stopping", "failed"},
+        "starting": {"running", "stopping", "finished", "failed"},
         "running": {"stopping", "finished", "failed"},
         "stopping": {"stopped", "failed"},
         "stopped": {"starting"}, "finished": {"starting"}, "failed": {"starting"},
@@ -566,3 +566,124 @@ def test_keep_and_checkpoint_basename(ip, model, tmp_path, wait_for):
     assert list(kept) == paths[-2:]
     assert sorted(f for f in os.listdir(logdir) if f.endswith(".index")) == sorted(
         os.path.basename(p) + ".index" for p in kept)
+
+
+# ------------------------------------------------------------------- quoting, as in a shell
+
+@pytest.mark.parametrize("typed, directory", [
+    ('"runs/with space"', "with space"),
+    ("'runs/with space'", "with space"),
+    ("runs/naïve", "naïve"),
+    ('"runs/naïve run"', "naïve run"),
+])
+def test_a_quoted_logdir_loses_its_quotes(monkeypatch, ip, model, tmp_path, capsys, typed,
+                                          directory):
+    monkeypatch.chdir(tmp_path)  # before `model`, so undone after its runs stopped
+    supervise(ip, "--save-model-secs 0 --logdir " + typed)
+    run = jupyter_supervisor.get_run(directory)
+    assert run.logdir == f"runs/{directory}"
+    assert os.listdir(tmp_path) == ["runs"] and os.listdir("runs") == [directory]
+    # The line command, typed in a cell as a user types it, with either quote.
+    quote = "'" if directory.isascii() else '"'
+    assert ip.run_cell(f"%supervise stop {quote}{directory}{quote}").success
+    assert run.status == "stopped"
+    assert newest_step(run.logdir) == run.global_step
+    assert f"Run {directory!r} stopped at step" in capsys.readouterr().out
+
+
+def test_every_line_command_takes_a_quoted_name(ip, model, tmp_path, capsys, wait_for):
+    name = "ölçüm 1"
+    assert ip.run_cell(f"%%supervise --logdir {tmp_path / 'q'} --name '{name}'\n{LOOP}").success
+    run = jupyter_supervisor.get_run(name)
+    wait_for(lambda: run.status == "running", timeout=DEADLINE, what="the run")
+    for command, quoted in [("save", f'"{name}"'), ("stop", f"'{name}'"),
+                            ("resume", f'"{name}"'), ("show", f"'{name}'")]:
+        result = ip.run_cell(f"%supervise {command} {quoted}")
+        assert result.success, (command, result.error_in_exec)
+        if command == "resume":
+            wait_for(lambda: run.status == "running", timeout=DEADLINE, what="the resumed run")
+    out = capsys.readouterr().out
+    assert f"Run {name!r}: checkpoint saved: " in out and f"Run {name!r} stopped" in out
+    run.stop(wait=False)
+    assert ip.run_cell(f"%supervise wait '{name}'").success
+    assert run.status == "stopped"
+    assert ip.run_cell("%supervise list").success
+    assert name in capsys.readouterr().out
+
+
+def test_a_backslash_is_kept_as_typed_and_refused(monkeypatch, ip, model, tmp_path):
+    """A shell would drop it (runs\\x is runsx there): a Windows path would then name another
+    directory without a word. Kept, the logdir check refuses it, saying why."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=re.escape("Received: --logdir='runs\\\\x'. "
+                                                   "Expected a path without")):
+        supervise(ip, r"--logdir runs\x")
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_unclosed_quote_is_a_usage_error(monkeypatch, ip, model, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match='No closing quotation: --logdir "runs/x.*Quote a '
+                                         'value with spaces as in a shell'):
+        supervise(ip, '--logdir "runs/x')
+    with pytest.raises(UsageError, match="No closing quotation"):
+        ip.run_line_magic("supervise", "stop 'x")
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------- the step of a running run
+
+def record_transitions(run):
+    """(status, global_step) at each change of ``run``'s status, as they happen."""
+    seen = []
+    set_status = run.history.set_status
+
+    def recording(status):
+        set_status(status)
+        seen.append((status, run.global_step))
+
+    run.history.set_status = recording
+    return seen
+
+
+def test_graph_run_is_running_with_its_restored_step(ip, model, tmp_path):
+    logdir = str(tmp_path / "graphstep")
+    supervise(ip, f"--logdir {logdir} --max-steps 30 --wait")
+    config = run_module.RunConfig(logdir=logdir, name="graphstep2", max_steps=60)
+    run = run_module.TrainingRun(config, LOOP, ip.user_ns)
+    seen = record_transitions(run)
+    run.start()
+    assert run.wait(DEADLINE)
+    assert seen == [("starting", None), ("running", 30), ("finished", 60)]
+
+
+def test_resumed_eager_run_is_starting_until_it_restored_then_running_at_its_step(
+        ip, keras_model, tmp_path):
+    logdir = str(tmp_path / "eagerstep")
+    supervise(ip, f"--logdir {logdir} --max-steps 12 --wait", FIT)
+    # A new run of the cell, on a new model (as after a kernel restart); the body does work
+    # of its own before fit restores the checkpoint.
+    ip.user_ns["model"] = eager_models.make_model()
+    ip.user_ns["before_fit"] = threading.Event()
+    ip.user_ns["go"] = threading.Event()
+    body = "before_fit.set()\ngo.wait(60)\n" + FIT
+    run = run_module.TrainingRun(run_module.RunConfig(logdir=logdir, max_steps=20),
+                                 body, ip.user_ns)
+    seen = record_transitions(run)
+    run.start()
+    assert ip.user_ns["before_fit"].wait(DEADLINE)
+    assert run.status == "starting" and run.global_step is None
+    ip.user_ns["go"].set()
+    assert run.wait(DEADLINE)
+    assert seen == [("starting", None), ("running", 12), ("finished", 20)]
+
+
+def test_eager_body_that_never_names_what_to_save_ends_finished_from_starting(
+        ip, keras_model, tmp_path):
+    run = run_module.TrainingRun(run_module.RunConfig(logdir=str(tmp_path / "untracked")),
+                                 "x.sum()\n", ip.user_ns)
+    seen = record_transitions(run)
+    run.start()
+    assert run.wait(DEADLINE)
+    assert seen == [("starting", None), ("finished", None)]
+    assert run.exception is None

@@ -7,12 +7,13 @@ the first run, not when the extension is loaded.
 import argparse
 import dataclasses
 import re
+import shlex
 import sys
 
 from IPython.core import ultratb
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from .. import finite
 from .._validate import PATTERN_TEXT, check_number, has_pattern_characters, invalid
@@ -374,8 +375,6 @@ class SuperviseMagics(Magics):
                              "the cluster this notebook runs, e.g. --job worker --task-index 1.")
         cluster = _cluster_module()
         value = args.cluster
-        if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]  # IPython keeps the quotes around a quoted option
         if value.isidentifier():
             if value not in self.shell.user_ns:
                 raise UsageError(
@@ -425,10 +424,20 @@ def format_exception(error: BaseException) -> str:
 
 
 def _parse(magic, line: str, help_hint: str):
-    """The magic's arguments; a line argparse refuses is a UsageError that says where the
-    options are listed (or, for a value our ``type=`` refused, what was expected)."""
+    """The magic's arguments, the line split as a shell splits it (``--logdir "runs/a b"``
+    gives ``runs/a b``: IPython's own splitting keeps the quotes); a line argparse refuses is a
+    UsageError that says where the options are listed (or, for a value our ``type=`` refused,
+    what was expected)."""
+    lexer = shlex.shlex(line, posix=True)
+    lexer.whitespace_split, lexer.commenters = True, ""
+    lexer.escape = ""  # a backslash stays as typed: the checks refuse it, not silently dropped
     try:
-        return parse_argstring(magic, line)
+        words = list(lexer)
+    except ValueError as e:  # shlex: "No closing quotation"
+        raise UsageError(f"{e}: {line.strip()}. Quote a value with spaces as in a shell, e.g. "
+                         '--logdir "runs/my run".') from None
+    try:
+        return magic.parser.parse_args(words)
     except UsageError as e:
         message = str(e)
         refused = re.match(r"argument [^:]+: (Invalid value for argument .*)", message)

@@ -13,8 +13,13 @@ under one lock:
     starting -> running -> stopping -> stopped
         |          |          +------> failed
         |          +--> finished | failed
-        +--> stopping | failed
+        +--> stopping | finished | failed
     stopped | finished | failed -> starting     (resume)
+
+'running' begins when the session restored or initialized the model (graph: before the body
+runs; eager: at the body's ``sv.track``, the start of a fit with ``sv.callback``, or its first
+``sv.step``), and ``global_step`` then holds the step it starts from. An eager body that never
+does either stays 'starting' (and saves nothing) until it ends.
 
 'stopped' means stopped on request; 'finished' means the body returned, ``max_steps`` was
 reached or the input ran out (OutOfRangeError); 'failed' means an exception (in the body, in a
@@ -23,6 +28,7 @@ service, in restoring).
 The registry of runs (``get_run``, ``runs``) refuses a second live run on the same name, logdir
 or graph.
 """
+import functools
 import glob
 import logging
 import os
@@ -32,6 +38,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
+from .. import events
 from .._validate import invalid
 from ..backend import Backend, RunConfig, RunConflictError
 from ..checkpoints import checkpoint_paths, step_of
@@ -49,7 +56,7 @@ logger = logging.getLogger("jupyter_supervisor")
 # Every legal change of state; None is a run that never started.
 _TRANSITIONS = {
     None: {STARTING},
-    STARTING: {RUNNING, STOPPING, FAILED},
+    STARTING: {RUNNING, STOPPING, FINISHED, FAILED},
     RUNNING: {STOPPING, FINISHED, FAILED},
     STOPPING: {STOPPED, FAILED},
     STOPPED: {STARTING},
@@ -140,7 +147,9 @@ class TrainingRun:
 
     @property
     def global_step(self) -> Optional[int]:
-        """The last known global step (None before the session is ready or without one)."""
+        """The last known global step: from 'running' on, the step the session restored (or
+        initialized: 0), then each step it trained. While 'starting': None in the run's first
+        session, the step it ended at on a resume; None for a graph without a global step."""
         return self.history.step
 
     @property
@@ -283,6 +292,7 @@ class TrainingRun:
             self._finish(code)
             return
         backend.add_listener(self.history.on_event)
+        backend.add_listener(functools.partial(self._on_record, backend))  # after the history
         self._body.bind({"sv": backend.supervisor})
         self._thread = threading.Thread(target=self._train, args=(backend,),
                                         name=f"jupyter_supervisor-run-{self.name}", daemon=True)
@@ -317,14 +327,23 @@ class TrainingRun:
             self._finish(error)
 
     def _enter_running(self, backend: Backend) -> bool:
-        """The session is ready: True if the body should run (no stop came meanwhile)."""
+        """The session is open: True if the body should run (no stop came meanwhile). A graph
+        session is ready here: its SessionReady record, delivered before the body runs, makes
+        the run 'running' (an eager one does that later, from the body)."""
+        backend.flush_events(timeout=10)
         with self._lock:
-            if self._status == STARTING:
-                self._transition(RUNNING)
             stopping, why = self._stop_requested, self._stop_why
         if stopping:
             backend.request_stop(why=why)  # asked while the session was being prepared
         return not backend.should_stop()
+
+    def _on_record(self, backend: Backend, record) -> None:
+        # The session restored or initialized the model: 'running' from here, with the
+        # history (the listener before this one) already holding the step it starts from.
+        if isinstance(record, events.SessionReady):
+            with self._lock:
+                if self._backend is backend and self._status == STARTING:
+                    self._transition(RUNNING)
 
     def _load_earlier_history(self) -> None:
         """Continues the plots of an earlier session from the logdir's event files, up to the
