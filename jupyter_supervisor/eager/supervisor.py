@@ -307,10 +307,6 @@ class EagerSupervisor:
         """``listener(record)`` for every ``events`` record, on a dispatcher thread."""
         self._hub.add_listener(listener)
 
-    def remove_listener(self, listener: Callable[[object], None]) -> None:
-        """Stops calling ``listener``."""
-        self._hub.remove_listener(listener)
-
     def flush_events(self, timeout: Optional[float] = None) -> bool:
         """Waits until the listeners have seen every record emitted so far."""
         return self._hub.flush(timeout)

@@ -464,10 +464,6 @@ class Supervisor:
         """Calls ``listener(event)`` for every ``events`` record, on a dispatcher thread."""
         self._hub.add_listener(listener)
 
-    def remove_listener(self, listener: Callable[[object], None]) -> None:
-        """Stops calling ``listener``."""
-        self._hub.remove_listener(listener)
-
     def flush_events(self, timeout: Optional[float] = None) -> bool:
         """Waits until the events emitted so far reached the listeners; False on timeout."""
         return self._hub.flush(timeout)
