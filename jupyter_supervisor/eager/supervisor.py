@@ -34,7 +34,6 @@ import inspect
 import logging
 import math
 import numbers
-import os
 import threading
 import time
 import types
@@ -48,7 +47,7 @@ from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
 from .. import events, finite, services
 from ..checkpoints import (CheckpointWriteError, describe_error, prepare_logdir,
-                           remove_partial_saves)
+                           restore_candidates, sweep)
 from .._validate import check_checkpoint_path, invalid
 from ..backend import RunConfig, StopBody
 from ..lockfile import LogdirLock
@@ -419,7 +418,7 @@ class EagerSupervisor:
         self._thread = threading.current_thread()
         self._active = True
         if self._lock is not None:
-            remove_partial_saves(os.path.join(self._logdir, self._config.checkpoint_basename))
+            sweep(self._logdir, self._config.checkpoint_basename)
         if self._logdir:
             self._event_file = _EventFile(self._logdir)
         error = None
@@ -572,10 +571,9 @@ class EagerSupervisor:
         restored = None
         existing = []
         if self._logdir:
-            existing = saving.candidates(self._logdir, self._config.checkpoint_basename)
+            existing = restore_candidates(self._logdir, self._config.checkpoint_basename)
             rates = _learning_rates(self._items)
-            restored = saving.restore_newest(self._root, self._logdir,
-                                             self._config.checkpoint_basename, existing)
+            restored = saving.restore_newest(self._root, self._logdir, existing)
             if restored is not None:
                 _keep_learning_rates(rates, restored)
             self._writer = saving.CheckpointWriter(
@@ -778,8 +776,7 @@ class EagerSupervisor:
         paths = list(reversed(self._writer.kept))
         rates = _learning_rates(self._items)
         try:
-            path = saving.restore_newest(self._root, self._logdir,
-                                         self._config.checkpoint_basename, paths)
+            path = saving.restore_newest(self._root, self._logdir, paths)
         except Exception as e:  # pylint: disable=broad-except
             path = paths[0] if paths else None
             raise finite.NonFiniteError(

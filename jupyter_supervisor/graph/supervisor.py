@@ -36,9 +36,9 @@ from tensorflow.python.util import deprecation
 from .. import events, finite
 from .._validate import check_checkpoint_path, check_number, invalid
 # The errors are re-exported: they were defined here first.
-from ..checkpoints import (STATE_FILE, CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
-                           checkpoint_listing, describe_error, prepare_logdir,
-                           remove_partial_saves)
+from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
+                           describe_error, prepare_logdir, restore_candidates, restore_newest,
+                           sweep)
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from .. import services
 
@@ -51,6 +51,9 @@ _SessionLog = _v1.SessionLog
 # Errors a restore raises when a checkpoint's files cannot be read (truncated, corrupted, missing
 # shards). Whether it fits the graph is checked before, by _check_fits.
 _UNREADABLE = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError)
+
+# A Saver's keep_checkpoint_every_n_hours by default: it keeps no checkpoint it does not list.
+_KEEP_NONE_EVERY_N_HOURS = 10000.0
 
 # Variable op types that must carry a device on a non-chief (TF 1 ref variables and TF 2
 # resource variables alike).
@@ -651,38 +654,20 @@ class Supervisor:
             sess.close()
         return None, f"Ready_for_local_init_op: {not_ready}" if not local_ready else not_ready
 
-    def _checkpoint_candidates(self):
-        """Checkpoint prefixes of the logdir, newest first, whose files exist; and those the
-        state file lists."""
-        if not self._saver or not self._logdir:
-            return [], []
-        basename = os.path.basename(self._save_path)
-        existing, listed, damaged = checkpoint_listing(self._logdir, basename)
-        if damaged:
-            state_file = os.path.join(self._logdir, STATE_FILE)
-            if not existing:
-                raise RuntimeError(
-                    f"The checkpoint state file {state_file!r} cannot be read, and there is no "
-                    f"{basename}-<step> checkpoint next to it. Restore it from a backup, or "
-                    "delete it to start from scratch.")
-            logger.warning("The checkpoint state file %s cannot be read; using the checkpoint "
-                           "files found instead (newest: %s). The next checkpoint rewrites it.",
-                           state_file, existing[0])
-        return existing, listed
-
-    def _remove_partial_saves(self):
-        """Only with the logdir's lock held: then no live writer can own them."""
+    def _sweep(self):
+        """Only with the logdir's lock held: then no live writer can own what it removes. A
+        Saver that keeps checkpoints it does not list (max_to_keep=None, or
+        keep_checkpoint_every_n_hours) keeps its unlisted ones."""
         if self._lock is not None and self._lock.held:
-            remove_partial_saves(self._save_path)
+            saver_def = self._saver.saver_def if self._saver else None
+            lists_all = saver_def is not None and saver_def.max_to_keep > 0 and \
+                saver_def.keep_checkpoint_every_n_hours >= _KEEP_NONE_EVERY_N_HOURS
+            sweep(self._logdir, os.path.basename(self._save_path), unlisted=lists_all)
 
     def _prepare_chief_session(self, master, config, wait_for_checkpoint, max_wait_secs):
-        self._remove_partial_saves()
-        candidates, listed = self._checkpoint_candidates()
-        if listed and not candidates:
-            raise RuntimeError(
-                f"The checkpoint state file in {self._logdir!r} lists checkpoints whose files are "
-                f"gone ({', '.join(listed)}). Restore them, or delete "
-                f"{os.path.join(self._logdir, 'checkpoint')!r} to start from scratch.")
+        self._sweep()
+        candidates = (restore_candidates(self._logdir, os.path.basename(self._save_path))
+                      if self._saver and self._logdir else [])
         prepare = lambda **where: self._session_manager.prepare_session(  # noqa: E731
             master, init_op=self._init_op, saver=self._saver, wait_for_checkpoint=wait_for_checkpoint,
             max_wait_secs=max_wait_secs, config=config, init_feed_dict=self._init_feed_dict,
@@ -692,28 +677,16 @@ class Supervisor:
             restored = tf.train.latest_checkpoint(self._logdir) if (
                 wait_for_checkpoint and self._saver and self._logdir) else None
             return sess, restored
-        failures = []
-        for path in candidates:
+
+        def restore(path):
             self._check_fits(path)
-            try:
-                sess = prepare(checkpoint_filename_with_path=path)
-            except _UNREADABLE as e:
-                failures.append((path, e))
-                if path != candidates[-1]:
-                    logger.warning("Cannot read checkpoint %s (%s); trying the older %s.",
-                                   path, describe_error(e), candidates[candidates.index(path) + 1])
-                continue
-            if failures:
-                logger.warning("Restored from %s because the newer %s could not be read.",
-                               path, ", ".join(p for p, _ in failures))
-            # Oldest first, existing only, so that retention goes on deleting the old ones.
-            with deprecation.silence():  # it uses a deprecated TF helper internally
-                self._saver.recover_last_checkpoints(list(reversed(candidates)))
-            return sess, path
-        raise RuntimeError(
-            f"None of the checkpoints in {self._logdir!r} can be read: "
-            + "; ".join(f"{p}: {describe_error(e)}" for p, e in failures)
-            + ". Move them away to start from scratch, or restore a backup.") from failures[0][1]
+            return prepare(checkpoint_filename_with_path=path)
+
+        path, sess = restore_newest(candidates, restore, _UNREADABLE, self._logdir)
+        # Oldest first, existing only, so that retention goes on deleting the old ones.
+        with deprecation.silence():  # it uses a deprecated TF helper internally
+            self._saver.recover_last_checkpoints(list(reversed(candidates)))
+        return sess, path
 
     def _check_fits(self, path):
         """Raises CheckpointMismatchError when ``path`` does not fit the variables of the graph.
