@@ -55,6 +55,20 @@ def describe_error(error) -> str:
     return lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
 
 
+def write_failure(logdir: str, error, what: str, newest: Optional[str]) -> str:
+    """The message of a ``CheckpointWriteError``: ``error`` (what the write raised) said as
+    the OS reason, ``what`` failed ("the checkpoint <path>", or its state file), ``newest``:
+    the newest intact checkpoint (None: there is none), and what to do."""
+    # TensorFlow names its temporary file first: "<path>.tempstate...; No space left..."
+    reason = describe_error(error).rsplit("; ", 1)[-1]
+    safe = (f"The newest intact checkpoint is {newest}; nothing saved before was changed."
+            if newest else "No checkpoint was written before this one.")
+    return (f"Could not write a checkpoint to {logdir}: {reason}.\n"
+            f"Writing {what} failed and the run stopped. {safe} Fix the cause (free disk "
+            "space, permissions), then resume from the newest checkpoint (re-run the cell, "
+            "or `%supervise resume`; in a script, a new session).")
+
+
 def step_of(path: str) -> Optional[int]:
     """The step in a ``<prefix>-<step>`` checkpoint path, or None for a step-less one."""
     match = _STEP_SUFFIX.search(path)

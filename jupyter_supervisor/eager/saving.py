@@ -34,7 +34,7 @@ from tensorflow.python.trackable import base as trackable_base
 from tensorflow.python.util import object_identity
 
 from .. import checkpoints, finite
-from ..checkpoints import CheckpointMismatchError, CheckpointWriteError, describe_error
+from ..checkpoints import CheckpointMismatchError, CheckpointWriteError
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -529,16 +529,10 @@ class CheckpointWriter:
             raise CheckpointWriteError(self._failure(self._kept[-1], e, state=True)) from e
 
     def _failure(self, path: str, error, state: bool = False) -> str:
-        reason = describe_error(error).rsplit("; ", 1)[-1]
         older = [p for p in self._kept if p != path]
-        newest = older[-1] if older else None
-        safe = (f"The newest intact checkpoint is {newest}; nothing saved before was changed."
-                if newest else "No checkpoint was written before this one.")
         what = ("the checkpoint state file of" if state else "the checkpoint") + f" {path}"
-        return (f"Could not write a checkpoint to {self._logdir}: {reason}.\n"
-                f"Writing {what} failed and the run stopped. {safe} Fix the cause (free disk "
-                "space, permissions), then resume from the newest checkpoint (re-run the cell, "
-                "or `%supervise resume`).")
+        return checkpoints.write_failure(self._logdir, error, what,
+                                         older[-1] if older else None)
 
 
 def _object_graph(root) -> Tuple[list, list]:

@@ -38,7 +38,7 @@ from .._validate import check_checkpoint_path, check_number, invalid
 # The errors are re-exported: they were defined here first.
 from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
                            describe_error, prepare_logdir, restore_candidates, restore_newest,
-                           sweep)
+                           sweep, write_failure)
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from .. import services
 
@@ -883,18 +883,10 @@ class Supervisor:
         return True
 
     def _write_failure(self, step, error) -> str:
-        reason = describe_error(error)
-        # TensorFlow names its temporary file first: "<path>.tempstate...; No space left..."
-        reason = reason.rsplit("; ", 1)[-1]
         newest = (self._saver.last_checkpoints or [None])[-1] or tf.train.latest_checkpoint(
             self._logdir)
         where = f"{self._save_path}-{step}" if step is not None else self._save_path
-        safe = (f"The newest intact checkpoint is {newest}; nothing saved before was changed."
-                if newest else "No checkpoint was written before this one.")
-        return (f"Could not write a checkpoint to {self._logdir}: {reason}.\n"
-                f"The checkpoint {where} was not saved and the run stopped. {safe} "
-                "Fix the cause (free disk space, permissions), then resume from the newest "
-                "checkpoint (a new managed_session: re-run the cell, or `%supervise resume`).")
+        return write_failure(self._logdir, error, f"the checkpoint {where}", newest)
 
     def _save_if_moved(self, sess, *, final=False):
         """Saves unless the newest checkpoint already holds the current step."""
