@@ -51,6 +51,7 @@ from ..checkpoints import (CheckpointWriteError, describe_error, prepare_logdir,
 from .._validate import check_checkpoint_path, invalid
 from ..backend import RunConfig, StopBody
 from ..lockfile import LogdirLock
+from ..timer import Timer
 from . import saving
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -280,13 +281,14 @@ class EagerSupervisor:
         self._writer: Optional[saving.CheckpointWriter] = None
         self._event_file = None
         self._step = 0
-        self._last_saved_step: Optional[int] = None
         self._looked = False                       # should_stop() was called in this session
         self._stop_pending_at_last_step = False
         self._scalars: Dict[str, object] = {}
-        self._next_save = float("inf")
-        self._next_summary = float("inf")
-        self._next_progress = 0.0
+        # When to save, write the scalars and report progress (restarted when ready); the
+        # save timer also knows the step the newest checkpoint holds.
+        self._save_timer = Timer(secs=config.save_model_secs)
+        self._summary_timer = Timer(secs=config.save_summaries_secs)
+        self._progress_timer = Timer(secs=PROGRESS_SECS)
         self._fit_position = (0, 0, 0)             # (fit index, epoch, batch) now
         self._restored_position: Optional[tuple] = None
         self._coord = tf.compat.v1.train.Coordinator()
@@ -588,7 +590,7 @@ class EagerSupervisor:
             self._restored_position = (int(self._state.fit.numpy()),
                                        int(self._state.epoch.numpy()),
                                        int(self._state.batch.numpy()))
-            self._last_saved_step = self._step
+            self._save_timer.last_step = self._step
         elif self._config.init_fn is not None:
             self._config.init_fn()
         self._make_ready(restored)
@@ -617,11 +619,8 @@ class EagerSupervisor:
     def _make_ready(self, restored: Optional[str]) -> None:
         self._ready = True
         self._restored_from = restored
-        now = time.monotonic()
-        if self._writer is not None and self._config.save_model_secs:
-            self._next_save = now + self._config.save_model_secs
-        if self._config.save_summaries_secs:
-            self._next_summary = now + self._config.save_summaries_secs
+        self._save_timer.restart()
+        self._summary_timer.restart()
         if self._event_file is not None:
             self._event_file.add_session_log(_SessionLog(status=_SessionLog.START), self._step)
         self._hub.emit(events.SessionReady, self._step, restored, True, time.time())
@@ -649,15 +648,14 @@ class EagerSupervisor:
             with self._save_lock:
                 if self._pending_rollback is not None:
                     self._roll_back()
-        now = time.monotonic()
-        if now >= self._next_summary:
-            self._next_summary = now + self._config.save_summaries_secs
+        if self._summary_timer.due():
+            self._summary_timer.restart()
             self._write_scalars(self._scalars, self._step)
-        if now >= self._next_progress:
-            self._next_progress = now + PROGRESS_SECS
+        if self._progress_timer.due():
+            self._progress_timer.restart()
             self._emit_progress(progress)
         request = self._save_request
-        if request is not None or now >= self._next_save:
+        if request is not None or (self._writer is not None and self._save_timer.due()):
             self._save_at_boundary(request)
         # After the save, and its verdict: a rollback takes the step back below max_steps.
         max_steps = self._config.max_steps
@@ -680,12 +678,11 @@ class EagerSupervisor:
                 raise
             finally:
                 request.done.set()
-        elif self._step != self._last_saved_step:
+        elif self._save_timer.moved(self._step):
             self._save()
         # else the newest checkpoint holds this very state (a rollback restored it): writing
         # it again would cost a save and put the good checkpoint's files at risk for nothing.
-        if self._config.save_model_secs and self._writer is not None:
-            self._next_save = time.monotonic() + self._config.save_model_secs
+        self._save_timer.restart()
 
     def _save(self, final: bool = False) -> Optional[str]:
         """Takes a checkpoint of the current step (its files are written in the background).
@@ -711,7 +708,7 @@ class EagerSupervisor:
             self._state.batch.assign(batch)
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
             path = self._writer.save(step)
-            self._last_saved_step = step
+            self._save_timer.last_step = step
             # A check made before the write has its verdict now: no step more on a bad model.
             if self._writer.checked_before and not self._take_verdict(final):
                 return None
@@ -739,7 +736,7 @@ class EagerSupervisor:
         verdict = self._writer.verdict() if self._writer is not None else None
         if verdict is None or not verdict.variables:
             return True
-        self._last_saved_step = None
+        self._save_timer.last_step = None
         return self._refuse(verdict.step, finite.describe_problem(verdict.variables, []), final)
 
     def _refuse(self, step: int, problem: str, final: bool) -> bool:
@@ -785,7 +782,7 @@ class EagerSupervisor:
                 "diverged state.", step, problem, path) from e
         _keep_learning_rates(rates, path)
         self._step = int(self._state.step.numpy())
-        self._last_saved_step = self._step
+        self._save_timer.last_step = self._step
         self._rollbacks += 1
         self._scalars = {}
         for value in self._items.values():
@@ -819,7 +816,7 @@ class EagerSupervisor:
             # The verdict of a save made before: that checkpoint was not the final one, so
             # (in the training thread) it may still roll back, and then nothing moved.
             self._take_verdict(final=threading.current_thread() is not self._thread)
-            if self._step != self._last_saved_step and self._save(final=True) is not None:
+            if self._save_timer.moved(self._step) and self._save(final=True) is not None:
                 self._take_verdict(final=True)
 
     def _on_saved(self, step, path, wall_time, seconds) -> None:

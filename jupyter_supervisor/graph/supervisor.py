@@ -41,6 +41,7 @@ from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError,  # noq
                            sweep, write_failure)
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from .. import services
+from ..timer import Timer
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -234,7 +235,10 @@ class Supervisor:
         # The session of the chief's last prepare, for the final checkpoint in stop().
         self._sess = None
         self._save_lock = threading.Lock()        # one Saver.save (or restore) at a time
-        self._last_saved_step: Optional[int] = None  # guarded by _save_lock
+        # When to save and write summaries; the save timer's last_step (the step the newest
+        # checkpoint holds) is guarded by _save_lock.
+        self._save_timer = Timer()
+        self._summary_timer = Timer()
         self._on_nan = on_nan
         self._max_rollbacks = max_rollbacks
         self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
@@ -252,6 +256,8 @@ class Supervisor:
             self._logdir = os.fspath(logdir) if logdir else logdir
             self._save_summaries_secs = save_summaries_secs
             self._save_model_secs = save_model_secs
+            self._save_timer = Timer(secs=save_model_secs)
+            self._summary_timer = Timer(secs=save_summaries_secs)
             if self._logdir:
                 prepare_logdir(self._logdir)
                 self._save_path = os.path.join(self._logdir, checkpoint_basename)
@@ -515,20 +521,20 @@ class Supervisor:
             self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.START), step)
         threads = []
         writer = self._summary_writer
-        if self._save_summaries_secs and writer:
+        if self._summary_timer.enabled and writer:
             if self._summary_op is not None:
                 threads.append(services.SummaryService(
-                    self._coord, self._save_summaries_secs,
+                    self._coord, self._summary_timer.secs,
                     compute=lambda: self._compute_summary(sess), write=self._write_summary))
             if self._global_step is not None:
                 threads.append(services.StepCounterService(
-                    self._coord, self._save_summaries_secs,
+                    self._coord, self._summary_timer.secs,
                     tag=f"{self._global_step.op.name}/sec",
                     read=lambda: services.read_step(sess, self._global_step),
                     writer=writer, hub=self._hub))
-        if self._saver and self._save_model_secs:
+        if self._saver and self._save_timer.enabled:
             threads.append(services.CheckpointService(
-                self._coord, self._save_model_secs, save=lambda: self._save_if_moved(sess)))
+                self._coord, self._save_timer.secs, save=lambda: self._save_if_moved(sess)))
         for thread in threads:
             self._threads.add(thread)
             thread.start()
@@ -600,7 +606,7 @@ class Supervisor:
             self._write_graph()
             step = self.read_global_step(sess)
             with self._save_lock:
-                self._last_saved_step = step if restored_from else None
+                self._save_timer.last_step = step if restored_from else None
             self._hub.emit(events.SessionReady, step, restored_from, True, time.time())
             if start_standard_services:
                 logger.info("Starting standard services.")
@@ -782,7 +788,7 @@ class Supervisor:
             except tf.errors.OpError as e:
                 raise CheckpointWriteError(self._write_failure(step, e)) from e
             seconds = time.time() - start
-            self._last_saved_step = step
+            self._save_timer.last_step = step
             # What retention keeps now, newest first (the Saver knows; no file is re-read).
             kept = tuple(reversed(self._saver.last_checkpoints))
         if self._summary_writer and step is not None:
@@ -866,7 +872,7 @@ class Supervisor:
                     self._coord.request_stop(sys.exc_info())
                 return False
             restored = self.read_global_step(sess)
-            self._last_saved_step = restored
+            self._save_timer.last_step = restored
             self._rollbacks += 1
             count = self._rollbacks
             self._scalars.clear()
@@ -892,7 +898,7 @@ class Supervisor:
         """Saves unless the newest checkpoint already holds the current step."""
         step = self.read_global_step(sess)
         with self._save_lock:
-            if step is not None and step == self._last_saved_step:
+            if not self._save_timer.moved(step):
                 return
         self._save(sess, final=final)
 
