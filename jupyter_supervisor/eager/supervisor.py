@@ -46,8 +46,7 @@ from tensorflow.core.util import event_pb2
 from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
 from .. import events, finite, services
-from ..checkpoints import (CheckpointWriteError, describe_error, prepare_logdir,
-                           restore_candidates, sweep)
+from ..checkpoints import CheckpointWriteError, prepare_logdir, restore_candidates, sweep
 from .._validate import check_checkpoint_path, invalid
 from ..backend import RunConfig, StopBody
 from ..lockfile import LogdirLock
@@ -297,10 +296,9 @@ class EagerSupervisor:
         self._fits = 0
         self._notes: List[str] = []
         self._closed = False
-        # on_nan="rollback": (step, problem) of a refused save whose rollback the training
-        # thread makes at its next step boundary; under _save_lock.
-        self._pending_rollback: Optional[tuple] = None
-        self._rollbacks = 0
+        # on_nan: what a refused save leads to (a rollback the training thread makes at its
+        # next step boundary); under _save_lock.
+        self._policy = finite.Policy(config.on_nan, config.max_rollbacks)
 
     # ------------------------------------------------------------------------- Backend
 
@@ -583,7 +581,7 @@ class EagerSupervisor:
                 self._config.checkpoint_basename, self._config.keep, existing,
                 async_save=self._async_save, on_saved=self._on_saved,
                 checked=(_trainable_variables(self._items.values())
-                         if self._config.on_nan != finite.IGNORE else ()),
+                         if self._policy.checks else ()),
                 on_error=self.request_stop)
         if restored is not None:
             self._step = int(self._state.step.numpy())
@@ -644,9 +642,9 @@ class EagerSupervisor:
             # boundary after the write ended (before, it would cost this thread a check).
             with self._save_lock:
                 self._take_verdict(final=False)
-        if self._pending_rollback is not None:  # a save from another thread was refused
+        if self._policy.pending is not None:  # a save from another thread was refused
             with self._save_lock:
-                if self._pending_rollback is not None:
+                if self._policy.pending is not None:
                     self._roll_back()
         if self._summary_timer.due():
             self._summary_timer.restart()
@@ -694,7 +692,7 @@ class EagerSupervisor:
                 return None
             if not self._take_verdict(final):
                 return None
-            if self._pending_rollback is not None and not final:
+            if self._policy.pending is not None and not final:
                 if threading.current_thread() is self._thread:
                     self._roll_back()
                 return None
@@ -740,63 +738,44 @@ class EagerSupervisor:
         return self._refuse(verdict.step, finite.describe_problem(verdict.variables, []), final)
 
     def _refuse(self, step: int, problem: str, final: bool) -> bool:
-        """With ``_save_lock`` held, nothing saved for ``step``: with ``on_nan="rollback"``
-        (not ``final``, while rollbacks are left) returns False after the rollback (training
-        thread) or with it scheduled (another thread); else raises NonFiniteError, which also
-        stops the run when raised in another thread than the training thread."""
+        """With ``_save_lock`` held, nothing saved for ``step``: the policy schedules a
+        rollback, and this returns False after it (training thread) or with it pending
+        (another thread); or it raises NonFiniteError, which also stops the run when raised in
+        another thread than the training thread."""
         self._writer.wait()  # a save in flight that passes is the newest good one
         kept = self._writer.kept
-        newest_good = kept[-1] if kept else None
-        if (self._config.on_nan == finite.ROLLBACK and not final and newest_good
-                and self._rollbacks < self._config.max_rollbacks):
-            self._pending_rollback = (step, problem)
-            logger.info("Training diverged at step %s: %s. Not saved; rolling back to %s.",
-                        step, problem, newest_good)
-            if threading.current_thread() is self._thread:
-                self._roll_back()
-            return False
-        error = finite.NonFiniteError(
-            finite.non_finite_message(step, problem, newest_good, rollbacks=self._rollbacks,
-                                      final=final), step, problem, newest_good)
-        logger.error("%s", error)
-        if threading.current_thread() is not self._thread:
-            self.request_stop(error)
-        raise error
+        try:
+            self._policy.refused(step, problem, kept[-1] if kept else None, final=final)
+        except finite.NonFiniteError as error:
+            if threading.current_thread() is not self._thread:
+                self.request_stop(error)
+            raise
+        if threading.current_thread() is self._thread:
+            self._roll_back()
+        return False
 
     def _roll_back(self) -> None:
         """Training thread, ``_save_lock`` held, at a step boundary: restores the newest good
         checkpoint (an older one if it cannot be read) in place of the diverged model, with
         the global step and the optimizer's state, and reports it. Keras models' running
         metrics restart, or fit's mean loss would stay NaN until the epoch ends."""
-        step, problem = self._pending_rollback
-        self._pending_rollback = None
+        rollback = self._policy.take()
         paths = list(reversed(self._writer.kept))
         rates = _learning_rates(self._items)
         try:
             path = saving.restore_newest(self._root, self._logdir, paths)
         except Exception as e:  # pylint: disable=broad-except
-            path = paths[0] if paths else None
-            raise finite.NonFiniteError(
-                f"Training diverged at step {step}: {problem}. Rolling back to {path} failed "
-                f"({describe_error(e)}), and the run stopped. Nothing was saved for the "
-                "diverged state.", step, problem, path) from e
+            raise self._policy.rollback_failed(
+                rollback._replace(path=paths[0] if paths else None), e) from e
         _keep_learning_rates(rates, path)
         self._step = int(self._state.step.numpy())
         self._save_timer.last_step = self._step
-        self._rollbacks += 1
         self._scalars = {}
         for value in self._items.values():
             if callable(getattr(value, "reset_metrics", None)):
                 value.reset_metrics()
-        message = finite.rollback_message(step, problem, path, self._step, self._rollbacks,
-                                          self._config.max_rollbacks)
-        logger.warning("%s", message)
-        if self._event_file is not None:
-            # Like a restart from the checkpoint: TensorBoard drops the diverged points.
-            self._event_file.add_session_log(_SessionLog(status=_SessionLog.START, msg=message),
-                                             self._step)
-        self._hub.emit(events.RolledBack, step, self._step, path, problem, self._rollbacks,
-                       self._config.max_rollbacks, time.time())
+        self._policy.rolled_back(rollback._replace(path=path), self._step, self._event_file,
+                                 self._hub)
 
     def _save_and_wait(self, final: bool = False) -> Optional[str]:
         with self._save_lock:

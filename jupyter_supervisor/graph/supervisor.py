@@ -239,14 +239,11 @@ class Supervisor:
         # checkpoint holds) is guarded by _save_lock.
         self._save_timer = Timer()
         self._summary_timer = Timer()
-        self._on_nan = on_nan
-        self._max_rollbacks = max_rollbacks
+        # on_nan: what a refused checkpoint leads to (its pending rollback and count are
+        # guarded by _save_lock; read anywhere).
+        self._policy = finite.Policy(on_nan, max_rollbacks)
         self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
         self._summary_generation = None           # of the summary service's last summary
-        # A rollback the training thread makes at its next step boundary:
-        # (step, problem, checkpoint path), or None. Set under _save_lock, read anywhere.
-        self._pending_rollback: Optional[tuple] = None
-        self._rollbacks = 0                       # made in this session; under _save_lock
         self._training_thread: Optional[threading.Thread] = None  # the one that prepared
         # Every thread this Supervisor started (services, queue runners, loops), so that the
         # notebook can tell whose output a thread's print is. Weak: finished threads go away.
@@ -559,7 +556,7 @@ class Supervisor:
     def _report_summary(self, summary, step, generation=None):
         """Emits SummaryWritten; when checking finiteness, the scalars are parsed here (once)
         and their newest values kept for the check before the next checkpoint."""
-        if self._on_nan == finite.IGNORE:
+        if not self._policy.checks:
             self._hub.emit(_summary_event, summary, step, time.time())
             return
         scalars = events.scalars_from_summary(summary)
@@ -596,8 +593,7 @@ class Supervisor:
         self._sess = None
         self._training_thread = threading.current_thread()
         with self._save_lock:
-            self._pending_rollback = None
-            self._rollbacks = 0
+            self._policy.reset()
         self._scalars.clear()
         if self._is_chief:
             sess, restored_from = self._prepare_chief_session(
@@ -758,11 +754,11 @@ class Supervisor:
         if not self._saver or not self._save_path or sess is None:
             return None
         with self._save_lock:
-            if self._pending_rollback is not None and not final:
+            if self._policy.pending is not None and not final:
                 return None  # the state is bad: the training thread rolls back first
             step = self.read_global_step(sess)
             self._check_finite(sess, step, final=final)
-            if self._pending_rollback is not None:
+            if self._policy.pending is not None:
                 return None
             start = time.time()
             logger.info("Saving checkpoint to path %s", self._save_path)
@@ -804,7 +800,7 @@ class Supervisor:
         """With ``_save_lock`` held, before a save: returns when the newest scalar summaries
         are finite, and the variables (when the Saver is not guarded: see
         ``_make_finite_check``), or with ``on_nan="ignore"``. Otherwise ``_on_non_finite``."""
-        if self._on_nan == finite.IGNORE:
+        if not self._policy.checks:
             return
         summaries = self._scalars.non_finite()
         variables = []
@@ -815,27 +811,14 @@ class Supervisor:
 
     def _on_non_finite(self, step, variables, summaries, *, final: bool,
                        other_saved: bool = False) -> None:
-        """With ``_save_lock`` held, nothing saved: schedules a rollback (``on_nan=
-        "rollback"``, not for the final checkpoint, while rollbacks are left), or raises
-        NonFiniteError and requests the stop."""
+        """With ``_save_lock`` held, nothing saved: the policy schedules a rollback, or raises
+        NonFiniteError, which stops the run."""
         problem = finite.describe_problem(variables, summaries, other_saved and not variables)
-        newest = self._newest_checkpoint()
-        if (self._on_nan == finite.ROLLBACK and not final and newest
-                and self._rollbacks < self._max_rollbacks):
-            self._pending_rollback = (step, problem, newest)
-            logger.info("Training diverged at step %s: %s. Not saved; rolling back to %s at "
-                        "the next step.", step, problem, newest)
-            return
-        error = finite.NonFiniteError(
-            finite.non_finite_message(step, problem, newest, rollbacks=self._rollbacks,
-                                      final=final), step, problem, newest)
-        logger.error("%s", error)
-        if final:
-            raise error
         try:
-            raise error
+            self._policy.refused(step, problem, self._newest_checkpoint(), final=final)
         except finite.NonFiniteError:
-            self._coord.request_stop(sys.exc_info())  # the run fails with it
+            if not final:
+                self._coord.request_stop(sys.exc_info())  # the run fails with it
             raise
 
     def _newest_checkpoint(self) -> Optional[str]:
@@ -848,49 +831,33 @@ class Supervisor:
         a rollback that a failed finiteness check scheduled. True if it rolled back. Does
         nothing on another thread than the one that prepared the session, where a restore
         could interleave with a training step."""
-        if self._pending_rollback is None or \
+        if self._policy.pending is None or \
                 threading.current_thread() is not self._training_thread:
             return False
         sess = sess if sess is not None else self._sess
         if sess is None:
             return False
         with self._save_lock:
-            pending, self._pending_rollback = self._pending_rollback, None
-            if pending is None:
+            rollback = self._policy.take()
+            if rollback is None:
                 return False
-            step, problem, path = pending
             try:
                 with self._graph.as_default():
-                    self._saver.restore(sess, path)
+                    self._saver.restore(sess, rollback.path)
             except tf.errors.OpError as e:
-                message = (f"Training diverged at step {step}: {problem}. Rolling back to "
-                           f"{path} failed ({describe_error(e)}), and the run stopped. "
-                           "Nothing was saved for the diverged state.")
                 try:
-                    raise finite.NonFiniteError(message, step, problem, path) from e
+                    raise self._policy.rollback_failed(rollback, e) from e
                 except finite.NonFiniteError:
                     self._coord.request_stop(sys.exc_info())
                 return False
             restored = self.read_global_step(sess)
             self._save_timer.last_step = restored
-            self._rollbacks += 1
-            count = self._rollbacks
             self._scalars.clear()
-        message = finite.rollback_message(step, problem, path, restored, count,
-                                          self._max_rollbacks)
-        logger.warning("%s", message)
-        if self._summary_writer:
-            # Like a restart from the checkpoint: TensorBoard drops the diverged points.
-            self._summary_writer.add_session_log(
-                _SessionLog(status=_SessionLog.START, msg=message),
-                restored if restored is not None else 0)
-        self._hub.emit(events.RolledBack, step, restored, path, problem, count,
-                       self._max_rollbacks, time.time())
+            self._policy.rolled_back(rollback, restored, self._summary_writer, self._hub)
         return True
 
     def _write_failure(self, step, error) -> str:
-        newest = (self._saver.last_checkpoints or [None])[-1] or tf.train.latest_checkpoint(
-            self._logdir)
+        newest = self._newest_checkpoint()
         where = f"{self._save_path}-{step}" if step is not None else self._save_path
         return write_failure(self._logdir, error, f"the checkpoint {where}", newest)
 
@@ -970,7 +937,7 @@ class Supervisor:
         Called by the training thread between steps, it also makes a pending rollback
         (``on_nan="rollback"``) first: see ``step_boundary``.
         """
-        if self._pending_rollback is not None:
+        if self._policy.pending is not None:
             self.step_boundary()
         if self._stop_is_set():
             self._stop_seen = True
