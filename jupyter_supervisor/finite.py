@@ -57,14 +57,36 @@ _FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
 _NAMES_SHOWN = 3
 
 
-def check_policy(on_nan, max_rollbacks, *, on_nan_name: str = "on_nan",
-                 max_rollbacks_name: str = "max_rollbacks") -> None:
+# What each mode does, as the magic's help says it.
+ON_NAN_HELP = (
+    "What happens when a checkpoint is due and the model is not finite (a NaN or an infinity "
+    "in a trainable variable or in the newest value of a scalar summary; checked with every "
+    "checkpoint: periodic, final, Save, sv.save_checkpoint(); the variables beside the write, "
+    "which gets the checkpoint's name only if they pass). 'stop': nothing is saved and the "
+    "run fails with a message naming the step, what was not finite and the newest good "
+    "checkpoint (lower the learning rate, then resume from it). 'rollback': nothing is saved; "
+    "the newest good checkpoint is restored at the body's next step (eager: the step of the "
+    "save, or, when only the weights were not finite, the first step after the write) and "
+    "training goes on, at most --max-rollbacks times (each shown in the panel and the event "
+    "file), then as 'stop'; the checkpoint that ends a fit or the run stops it too. In a Keras "
+    "fit the data goes on where it was (the bad batch is not trained again). 'ignore': no "
+    "check (TensorFlow's behaviour: a diverged model is saved and pushes good checkpoints "
+    "out). A checkpoint that was not written never removes an older one.")
+
+
+def check_on_nan(name: str, value) -> None:
+    """Raises ValueError (the form of ``_validate``) unless ``value`` is one of
+    ``ON_NAN_MODES``."""
+    if value not in ON_NAN_MODES:
+        raise ValueError(invalid(name, value,
+                                 "one of " + ", ".join(repr(m) for m in ON_NAN_MODES)))
+
+
+def check_policy(on_nan, max_rollbacks) -> None:
     """Raises ValueError (the form of ``_validate``) for an unknown ``on_nan`` or a
     ``max_rollbacks`` that is not an integer >= 1."""
-    if on_nan not in ON_NAN_MODES:
-        raise ValueError(invalid(on_nan_name, on_nan,
-                                 "one of " + ", ".join(repr(m) for m in ON_NAN_MODES)))
-    check_number(max_rollbacks_name, max_rollbacks, integer=True, minimum=1)
+    check_on_nan("on_nan", on_nan)
+    check_number("max_rollbacks", max_rollbacks, integer=True, minimum=1)
 
 
 class NonFiniteError(RuntimeError):

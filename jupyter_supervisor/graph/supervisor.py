@@ -34,7 +34,7 @@ from tensorflow.python.framework import meta_graph
 from tensorflow.python.util import deprecation
 
 from .. import events, finite
-from .._validate import check_checkpoint_path, check_number, invalid
+from .._validate import check_basename, check_checkpoint_path, check_number, invalid
 # The errors are re-exported: they were defined here first.
 from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
                            describe_error, prepare_logdir, restore_candidates, restore_newest,
@@ -179,12 +179,10 @@ class Supervisor:
                                      "a callable taking the session, or None"))
         if saver not in (None, Supervisor.USE_DEFAULT) and not isinstance(saver, _v1.train.Saver):
             raise TypeError(invalid("saver", saver, "a tf.compat.v1.train.Saver, or None"))
-        if not isinstance(checkpoint_basename, str) or not checkpoint_basename:
-            raise ValueError(invalid("checkpoint_basename", checkpoint_basename,
-                                      "a non-empty file name such as 'model.ckpt'"))
-        if is_chief and logdir and saver is not None:  # before anything is added to the graph
-            check_checkpoint_path("logdir", os.fspath(logdir))
-            check_checkpoint_path("checkpoint_basename", checkpoint_basename)
+        if is_chief and logdir:  # before anything is added to the graph
+            if saver is not None:
+                check_checkpoint_path("logdir", os.fspath(logdir))
+            check_basename("checkpoint_basename", checkpoint_basename)
         finite.check_policy(on_nan, max_rollbacks)
         if graph is None:
             graph = _v1.get_default_graph()
