@@ -991,7 +991,7 @@ def test_the_step_rate_starts_again_when_the_step_goes_back(tmp_path):
     """A rollback takes the global step back: the step counter measures from there, instead of
     reporting a negative rate (in the event file and to the panel)."""
     from jupyter_supervisor import services  # pylint: disable=import-outside-toplevel
-    from jupyter_supervisor.eager.supervisor import _EventFile  # pylint: disable=C0415
+    from jupyter_supervisor.eager.reporting import _EventFile  # pylint: disable=C0415
     steps = iter([100, 200, 150, 250])   # at the start, then one read per interval
     clock = iter([0.0, 1.0, 2.0, 3.0])   # one interval of a second each
     hub = events.EventHub()
