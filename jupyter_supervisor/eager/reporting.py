@@ -22,8 +22,8 @@ STEP_RATE_TAG = "global_step/sec"
 
 class _EventFile:
     """An event file of its own name (unique, sorting after earlier ones: see
-    ``services.event_file_suffix``), with the FileWriter methods the step counter service
-    calls. TF1's FileWriter refuses eager mode; its file writer does not."""
+    ``services.event_file_suffix``), with the FileWriter methods this module and the step
+    counter service call. TF1's FileWriter refuses eager mode; its file writer does not."""
 
     def __init__(self, logdir: str):
         self._writer = EventFileWriter(logdir, filename_suffix=services.event_file_suffix())
@@ -37,9 +37,6 @@ class _EventFile:
         if step is not None:
             event.step = int(step)
         self._writer.add_event(event)
-
-    def flush(self) -> None:
-        self._writer.flush()
 
     def close(self) -> None:
         self._writer.close()

@@ -472,11 +472,6 @@ class Supervisor:
         """Waits until the events emitted so far reached the listeners; False on timeout."""
         return self._hub.flush(timeout)
 
-    @property
-    def threads(self) -> tuple:
-        """The live threads this Supervisor started: services, queue runners and loops."""
-        return tuple(t for t in list(self._threads) if t.is_alive())
-
     def owns_thread(self, thread: threading.Thread) -> bool:
         """True if ``thread`` was started by this Supervisor."""
         return thread in self._threads
