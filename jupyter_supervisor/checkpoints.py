@@ -199,8 +199,8 @@ def remove_unlisted_saves(logdir: str, basename: str) -> None:
     for a Saver that keeps checkpoints it does not list (``max_to_keep=None`` or
     ``keep_checkpoint_every_n_hours``): its caller passes ``unlisted=False`` to ``sweep``."""
     existing, listed, damaged = checkpoint_listing(logdir, basename)
-    here = os.path.normpath(logdir)
-    if damaged or not existing or any(os.path.dirname(os.path.normpath(p)) != here
+    here = os.path.abspath(logdir)
+    if damaged or not existing or any(os.path.dirname(os.path.abspath(p)) != here
                                       for p in listed):
         return
     kept = {os.path.basename(p) for p in listed}

@@ -360,6 +360,18 @@ def _run_and_kill(trainers, host, cold, kind, rng, params, where):
     return life, paused
 
 
+def _train_to_a_clean_stop(trainers, server, params):
+    """Forks a training process that stops cleanly at ``params["stop_at"]``; returns its READY
+    report once it ended with a final checkpoint there."""
+    life = _start(trainers, server, False, params)
+    ready = trainers.wait_for(life.pid, {"READY"}, "the restart to come up")
+    done = trainers.wait_for(life.pid, {"DONE"}, "the run to stop cleanly")
+    exited = trainers.wait_for(server.pid, {"EXITED"}, "the run to exit",
+                               match=lambda data: data["child"] == life.pid)
+    assert done["step"] == params["stop_at"] and exited["code"] == 0, (done, exited)
+    return ready
+
+
 def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval(tmp_path):
     seed = int(os.environ.get("FAULTS_SEED") or random.SystemRandom().randrange(2 ** 32))
     print(f"\nfault-injection seed: {seed} (replay with FAULTS_SEED={seed})")
@@ -459,13 +471,8 @@ def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval
 
         # After 50 kills the logdir still trains and stops cleanly, with a final checkpoint.
         stop_at = newest.step + 300
-        life = _start(trainers, server, False, dict(base, stop_at=stop_at))
-        ready = trainers.wait_for(life.pid, {"READY"}, "the last restart to come up")
+        ready = _train_to_a_clean_stop(trainers, server, dict(base, stop_at=stop_at))
         assert ready["step"] == newest.step
-        done = trainers.wait_for(life.pid, {"DONE"}, "the last run to stop cleanly")
-        exited = trainers.wait_for(server.pid, {"EXITED"}, "the last run to exit",
-                                   match=lambda data: data["child"] == life.pid)
-        assert done["step"] == stop_at and exited["code"] == 0, (done, exited)
     finally:
         trainers.close()
 
@@ -517,11 +524,7 @@ def test_a_save_killed_before_it_was_listed_is_swept_by_the_next_run(tmp_path):
         # A clean run that stops before the orphan's step: it never saves under that name.
         stop_at = before.step + 1
         assert int(orphan.rsplit("-", 1)[1]) > stop_at
-        life = _start(trainers, server, False, dict(params, stop_at=stop_at, pause=None))
-        done = trainers.wait_for(life.pid, {"DONE"}, "the clean run to stop")
-        exited = trainers.wait_for(server.pid, {"EXITED"}, "the clean run to exit",
-                                   match=lambda data: data["child"] == life.pid)
-        assert done["step"] == stop_at and exited["code"] == 0, (done, exited)
+        _train_to_a_clean_stop(trainers, server, dict(params, stop_at=stop_at, pause=None))
     finally:
         trainers.close()
     after = newest_readable(logdir)
