@@ -182,9 +182,9 @@ def save_blocking(units, repeats):
                 for _ in range(repeats + 1):
                     sv.step()
                     start = time.perf_counter()
-                    sv._save()  # pylint: disable=protected-access  (the boundary's save)
+                    sv._checkpointer._save()  # pylint: disable=protected-access  (the boundary's save)
                     blocked.append(time.perf_counter() - start)
-                    sv._writer.wait()  # pylint: disable=protected-access
+                    sv._checkpointer.writer.wait()  # pylint: disable=protected-access
                     total.append(time.perf_counter() - start)
         finally:
             sv.close()

@@ -40,6 +40,16 @@ def check_checkpoint_path(name: str, path: str) -> None:
                                  "this one): choose another path"))
 
 
+def check_basename(name: str, value) -> None:
+    """Raises ValueError (the form above) unless ``value`` is a checkpoint basename: a
+    non-empty file name (checkpoints always go into the logdir) without
+    ``PATTERN_CHARACTERS`` (see ``has_pattern_characters``)."""
+    if not isinstance(value, str) or not value or "/" in value \
+            or has_pattern_characters(value):
+        raise ValueError(invalid(name, value, "a file name such as 'model.ckpt', without /, "
+                                 + PATTERN_TEXT))
+
+
 def check_number(name: str, value, *, integer: bool = False, minimum: float = 0,
                  allow_none: bool = False, unit: str = "") -> None:
     """Raises ValueError (the form above) unless ``value`` is a finite number (an integer with

@@ -1,10 +1,13 @@
 """The checkpoints of a logdir, shared by both backends: which exist (newest first), with a
-fallback to the checkpoint files when the ``checkpoint`` state file is damaged, the step a
-checkpoint path names, the removal of what saves cut short left, and the errors both backends
-raise about checkpoints.
+fallback to the checkpoint files when the ``checkpoint`` state file is damaged; the restore of
+the newest readable one, falling back past unreadable ones, with its messages; the sweep of what
+saves cut short left (partial writes, complete saves the state file never listed); the step a
+checkpoint path names; and the errors both backends raise about checkpoints.
 
 TensorFlow 1 (Saver) and TensorFlow 2 (CheckpointManager) write the same state file and the same
-``<prefix>-<step>`` names, so one listing serves both.
+``<basename>-<step>`` names, so one listing serves both. A backend gives only what differs: how
+it restores one path (``restore_newest``'s ``restore``, with the errors that mean "unreadable")
+and how its saves are named (the basename).
 """
 import contextlib
 import glob
@@ -12,7 +15,7 @@ import logging
 import os
 import re
 import shutil
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple, TypeVar
 
 import tensorflow as tf
 
@@ -24,6 +27,10 @@ logger = logging.getLogger("jupyter_supervisor")
 STATE_FILE = "checkpoint"
 
 _STEP_SUFFIX = re.compile(r"-(\d+)$")
+# The files of one checkpoint <basename>-<step>: data shards, index, and a Saver's meta graph.
+_FILE_SUFFIX = r"\.(index|meta|data-\d+-of-\d+)"
+
+_Restored = TypeVar("_Restored")
 
 
 class CheckpointMismatchError(tf.errors.NotFoundError):
@@ -46,6 +53,20 @@ def describe_error(error) -> str:
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line[:1].isspace() and not line.startswith(noise)]
     return lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
+
+
+def write_failure(logdir: str, error, what: str, newest: Optional[str]) -> str:
+    """The message of a ``CheckpointWriteError``: ``error`` (what the write raised) said as
+    the OS reason, ``what`` failed ("the checkpoint <path>", or its state file), ``newest``:
+    the newest intact checkpoint (None: there is none), and what to do."""
+    # TensorFlow names its temporary file first: "<path>.tempstate...; No space left..."
+    reason = describe_error(error).rsplit("; ", 1)[-1]
+    safe = (f"The newest intact checkpoint is {newest}; nothing saved before was changed."
+            if newest else "No checkpoint was written before this one.")
+    return (f"Could not write a checkpoint to {logdir}: {reason}.\n"
+            f"Writing {what} failed and the run stopped. {safe} Fix the cause (free disk "
+            "space, permissions), then resume from the newest checkpoint (re-run the cell, "
+            "or `%supervise resume`; in a script, a new session).")
 
 
 def step_of(path: str) -> Optional[int]:
@@ -98,6 +119,100 @@ def _checkpoint_files(logdir: str, basename: str) -> List[str]:
         elif suffix[:1] == "-" and suffix[1:].isdigit():
             found.append((int(suffix[1:]), os.path.join(logdir, basename + suffix)))
     return [path for _, path in sorted(found, reverse=True)]
+
+
+def restore_candidates(logdir: str, basename: str) -> List[str]:
+    """The checkpoints of ``logdir`` to try restoring, newest first (``checkpoint_listing``).
+    A damaged state file is warned about (its checkpoint files are used instead); raises
+    RuntimeError, saying what to do, when it is damaged and no file is found, or when it lists
+    checkpoints whose files are all gone: starting afresh would overwrite them."""
+    existing, listed, damaged = checkpoint_listing(logdir, basename)
+    state_file = os.path.join(logdir, STATE_FILE)
+    if damaged:
+        if not existing:
+            raise RuntimeError(
+                f"The checkpoint state file {state_file!r} cannot be read, and there is no "
+                f"{basename}-<step> checkpoint next to it. Restore it from a backup, or delete "
+                "it to start from scratch.")
+        logger.warning("The checkpoint state file %s cannot be read; using the checkpoint files "
+                       "found instead (newest: %s). The next checkpoint rewrites it.",
+                       state_file, existing[0])
+    elif listed and not existing:
+        raise RuntimeError(
+            f"The checkpoint state file in {logdir!r} lists checkpoints whose files are gone "
+            f"({', '.join(listed)}). Restore them, or delete {state_file!r} to start from "
+            "scratch.")
+    return existing
+
+
+def restore_newest(paths: List[str], restore: Callable[[str], _Restored],
+                   unreadable: Tuple[type, ...],
+                   logdir: str) -> Optional[Tuple[str, _Restored]]:
+    """Calls ``restore(path)`` for the newest of ``paths`` (``restore_candidates``), then,
+    while it raises one of ``unreadable`` (a damaged checkpoint: truncated or garbled files),
+    for the next older one, with a warning; returns ``(path, what restore returned)``, or None
+    without paths. ``CheckpointMismatchError`` (the model changed) is raised at once, never
+    passed over. Raises RuntimeError when none can be read, saying what to do."""
+    failures = []
+    for path in paths:
+        try:
+            restored = restore(path)
+        except CheckpointMismatchError:
+            raise
+        except unreadable as e:
+            failures.append((path, e))
+            if path != paths[-1]:
+                logger.warning("Cannot read checkpoint %s (%s); trying the older %s.", path,
+                               describe_error(e), paths[paths.index(path) + 1])
+            continue
+        if failures:
+            logger.warning("Restored from %s because the newer %s could not be read.", path,
+                           ", ".join(p for p, _ in failures))
+        return path, restored
+    if failures:
+        raise RuntimeError(
+            f"None of the checkpoints in {logdir!r} can be read: "
+            + "; ".join(f"{p}: {describe_error(e)}" for p, e in failures)
+            + ". Move them away to start from scratch, or restore a backup.") from failures[0][1]
+    return None
+
+
+def sweep(logdir: str, basename: str, *, unlisted: bool = True) -> None:
+    """Deletes what saves cut short left in ``logdir`` (see ``remove_partial_saves``) and,
+    with ``unlisted``, the complete ``<basename>-<step>`` checkpoints that the state file does
+    not list (``remove_unlisted_saves``). Only with the logdir's lock held: then no live writer
+    owns them. Local file systems only (as the lock)."""
+    remove_partial_saves(os.path.join(logdir, basename))
+    if unlisted:
+        remove_unlisted_saves(logdir, basename)
+
+
+def remove_unlisted_saves(logdir: str, basename: str) -> None:
+    """Deletes the files of the ``<basename>-<step>`` checkpoints in ``logdir`` that its state
+    file does not list.
+
+    A save writes its files, then lists them in the state file, then deletes what fell out of
+    retention: a process killed between the first two leaves a complete checkpoint that no
+    restore uses and no retention ever deletes (a ``keep=1`` logdir was seen holding three).
+    Nothing is deleted when the state file is missing or damaged (then the files are what a
+    restore uses) or lists a checkpoint outside ``logdir``, nor another basename's files. Not
+    for a Saver that keeps checkpoints it does not list (``max_to_keep=None`` or
+    ``keep_checkpoint_every_n_hours``): its caller passes ``unlisted=False`` to ``sweep``."""
+    existing, listed, damaged = checkpoint_listing(logdir, basename)
+    here = os.path.abspath(logdir)
+    if damaged or not existing or any(os.path.dirname(os.path.abspath(p)) != here
+                                      for p in listed):
+        return
+    kept = {os.path.basename(p) for p in listed}
+    pattern = re.compile(re.escape(basename) + r"-\d+(?=" + _FILE_SUFFIX + "$)")
+    for name in sorted(os.listdir(logdir)):
+        match = pattern.match(name)
+        if match is None or match.group(0) in kept:
+            continue
+        logger.info("Removing %s: a checkpoint file the state file does not list (a save cut "
+                    "short before it listed its files).", name)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(logdir, name))
 
 
 def remove_partial_saves(prefix: str) -> None:

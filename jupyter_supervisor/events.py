@@ -178,11 +178,6 @@ class EventHub:
         with self._lock:
             self._listeners = self._listeners + (listener,)
 
-    def remove_listener(self, listener: Callable[[object], None]) -> None:
-        """Stops calling ``listener``; a listener that was not added is ignored."""
-        with self._lock:
-            self._listeners = tuple(l for l in self._listeners if l is not listener)
-
     def emit(self, factory: Callable[..., object], *args) -> None:
         """Queues ``factory(*args)`` to be built and delivered off the caller's thread."""
         if not self._listeners:

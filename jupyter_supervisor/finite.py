@@ -23,22 +23,28 @@ checkpoint gets its name, a backend checks
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
   is usually the first sign.
 
-What to do when the check fails is the run's ``on_nan`` policy: ``stop`` (the default: no
-checkpoint, the run fails with ``NonFiniteError`` saying what to do), ``rollback`` (restore the
-newest good checkpoint at the next step boundary and go on, at most ``max_rollbacks`` times,
-then stop) or ``ignore`` (no check: TensorFlow's behaviour). The backends decide where a
-rollback happens (at a step boundary of the training thread); the words are here, once.
+What to do when the check fails is the run's ``on_nan`` policy, ``Policy``: ``stop`` (the
+default: no checkpoint, the run fails with ``NonFiniteError`` saying what to do), ``rollback``
+(restore the newest good checkpoint at the next step boundary and go on, at most
+``max_rollbacks`` times, then stop) or ``ignore`` (no check: TensorFlow's behaviour). The
+policy decides, counts and words it, once; a backend only says where a rollback happens (at a
+step boundary of its training thread) and performs the restore it is told to.
 
 Nothing of IPython or ipywidgets. TensorFlow is imported when a check is built, so that the
 policy's names and ``check_policy`` serve ``RunConfig`` and the magic without it.
 """
 import contextlib
 import glob
+import logging
 import math
 import threading
+import time
 from typing import Callable, List, Mapping, NamedTuple, Optional, Sequence
 
+from . import events
 from ._validate import check_number, invalid
+
+logger = logging.getLogger("jupyter_supervisor")
 
 STOP, ROLLBACK, IGNORE = "stop", "rollback", "ignore"
 ON_NAN_MODES = (STOP, ROLLBACK, IGNORE)
@@ -51,14 +57,36 @@ _FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
 _NAMES_SHOWN = 3
 
 
-def check_policy(on_nan, max_rollbacks, *, on_nan_name: str = "on_nan",
-                 max_rollbacks_name: str = "max_rollbacks") -> None:
+# What each mode does, as the magic's help says it.
+ON_NAN_HELP = (
+    "What happens when a checkpoint is due and the model is not finite (a NaN or an infinity "
+    "in a trainable variable or in the newest value of a scalar summary; checked with every "
+    "checkpoint: periodic, final, Save, sv.save_checkpoint(); the variables beside the write, "
+    "which gets the checkpoint's name only if they pass). 'stop': nothing is saved and the "
+    "run fails with a message naming the step, what was not finite and the newest good "
+    "checkpoint (lower the learning rate, then resume from it). 'rollback': nothing is saved; "
+    "the newest good checkpoint is restored at the body's next step (eager: the step of the "
+    "save, or, when only the weights were not finite, the first step after the write) and "
+    "training goes on, at most --max-rollbacks times (each shown in the panel and the event "
+    "file), then as 'stop'; the checkpoint that ends a fit or the run stops it too. In a Keras "
+    "fit the data goes on where it was (the bad batch is not trained again). 'ignore': no "
+    "check (TensorFlow's behaviour: a diverged model is saved and pushes good checkpoints "
+    "out). A checkpoint that was not written never removes an older one.")
+
+
+def check_on_nan(name: str, value) -> None:
+    """Raises ValueError (the form of ``_validate``) unless ``value`` is one of
+    ``ON_NAN_MODES``."""
+    if value not in ON_NAN_MODES:
+        raise ValueError(invalid(name, value,
+                                 "one of " + ", ".join(repr(m) for m in ON_NAN_MODES)))
+
+
+def check_policy(on_nan, max_rollbacks) -> None:
     """Raises ValueError (the form of ``_validate``) for an unknown ``on_nan`` or a
     ``max_rollbacks`` that is not an integer >= 1."""
-    if on_nan not in ON_NAN_MODES:
-        raise ValueError(invalid(on_nan_name, on_nan,
-                                 "one of " + ", ".join(repr(m) for m in ON_NAN_MODES)))
-    check_number(max_rollbacks_name, max_rollbacks, integer=True, minimum=1)
+    check_on_nan("on_nan", on_nan)
+    check_number("max_rollbacks", max_rollbacks, integer=True, minimum=1)
 
 
 class NonFiniteError(RuntimeError):
@@ -75,6 +103,87 @@ class NonFiniteError(RuntimeError):
         self.step = step
         self.problem = problem
         self.newest_good = newest_good
+
+
+class Rollback(NamedTuple):
+    """A rollback the policy decided: ``step`` and ``problem`` of the refused checkpoint, and
+    ``path``, the newest good checkpoint to restore."""
+    step: Optional[int]
+    problem: str
+    path: str
+
+
+class Policy:
+    """The ``on_nan`` policy of one session: what a checkpoint refused as not finite leads to.
+
+    A backend calls ``refused`` when nothing was saved; that returns the ``Rollback`` to make
+    (kept as ``pending`` until ``take``n), or raises ``NonFiniteError``. The backend restores
+    ``Rollback.path`` at its next step boundary, then calls ``rolled_back`` (or
+    ``rollback_failed``). Not thread-safe: a backend calls it under its save lock."""
+
+    def __init__(self, on_nan: str = STOP, max_rollbacks: int = DEFAULT_MAX_ROLLBACKS):
+        check_policy(on_nan, max_rollbacks)
+        self.on_nan = on_nan
+        self.max_rollbacks = max_rollbacks
+        self.rollbacks = 0                          # made in this session
+        self.pending: Optional[Rollback] = None     # decided, not yet taken
+
+    @property
+    def checks(self) -> bool:
+        """False with ``on_nan="ignore"``: nothing is checked."""
+        return self.on_nan != IGNORE
+
+    def reset(self) -> None:
+        """A new session: no rollback made, none pending."""
+        self.rollbacks, self.pending = 0, None
+
+    def refused(self, step: Optional[int], problem: str, newest_good: Optional[str], *,
+                final: bool) -> Rollback:
+        """Nothing was saved for ``step`` because ``problem``. With ``on_nan="rollback"``, not
+        for the ``final`` checkpoint (which ends the run), with a good checkpoint and while
+        rollbacks are left: returns the rollback (also ``pending``). Else raises
+        NonFiniteError (logged), naming ``newest_good``."""
+        if (self.on_nan == ROLLBACK and not final and newest_good
+                and self.rollbacks < self.max_rollbacks):
+            self.pending = Rollback(step, problem, newest_good)
+            logger.info("Training diverged at step %s: %s. Not saved; rolling back to %s.",
+                        step, problem, newest_good)
+            return self.pending
+        error = NonFiniteError(
+            non_finite_message(step, problem, newest_good, rollbacks=self.rollbacks,
+                               final=final), step, problem, newest_good)
+        logger.error("%s", error)
+        raise error
+
+    def take(self) -> Optional[Rollback]:
+        """The pending rollback, now to be made (None: none)."""
+        pending, self.pending = self.pending, None
+        return pending
+
+    def rollback_failed(self, rollback: Rollback, error: BaseException) -> "NonFiniteError":
+        """The error that stops the run when the restore of ``rollback`` raised ``error``."""
+        from .checkpoints import describe_error  # pylint: disable=import-outside-toplevel
+        return NonFiniteError(
+            f"Training diverged at step {rollback.step}: {rollback.problem}. Rolling back to "
+            f"{rollback.path} failed ({describe_error(error)}), and the run stopped. Nothing "
+            "was saved for the diverged state.", rollback.step, rollback.problem, rollback.path)
+
+    def rolled_back(self, rollback: Rollback, restored_step: Optional[int], event_file,
+                    hub: "events.EventHub") -> None:
+        """After the restore of ``rollback`` (at ``restored_step``): counts it, logs it, marks
+        it in ``event_file`` (or None) as a restart from the checkpoint, so that TensorBoard
+        drops the diverged points, and reports ``events.RolledBack``."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        self.rollbacks += 1
+        message = rollback_message(rollback.step, rollback.problem, rollback.path,
+                                   restored_step, self.rollbacks, self.max_rollbacks)
+        logger.warning("%s", message)
+        if event_file is not None:
+            session_log = tf.compat.v1.SessionLog
+            event_file.add_session_log(session_log(status=session_log.START, msg=message),
+                                       restored_step if restored_step is not None else 0)
+        hub.emit(events.RolledBack, rollback.step, restored_step, rollback.path,
+                 rollback.problem, self.rollbacks, self.max_rollbacks, time.time())
 
 
 # ------------------------------------------------------------------------------- variables

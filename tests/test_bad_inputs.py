@@ -8,7 +8,6 @@ Rows whose outcome is a note or a warning assert that the run went on. Every log
 checkpoints before the bad input is compared byte for byte afterwards: nothing saved is lost.
 The last test runs one row of each kind of error in a real kernel, as a notebook shows them.
 """
-import argparse
 import dataclasses
 import hashlib
 import logging
@@ -22,6 +21,7 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 import tensorflow as tf
+from IPython.core.error import UsageError
 from tensorflow.python.eager import context
 
 import jupyter_supervisor
@@ -678,8 +678,9 @@ def test_a_basename_with_glob_characters_is_refused(basename):
     """TensorFlow finds a checkpoint's files by glob pattern: it could write these, never read
     them back. Refused by the option and by RunConfig (``basename-with-directory``'s form)."""
     expected = "Expected a file name such as 'model.ckpt', without /, *, ?, [ or \\."
-    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(expected)):
-        magics._file_name(basename)  # pylint: disable=protected-access
+    with pytest.raises(UsageError, match=re.escape(expected)):
+        magics.SuperviseMagics.supervise_cell.parser.parse_args(
+            ["--checkpoint-basename", basename])
     with pytest.raises(ValueError, match=re.escape(expected)):
         jupyter_supervisor.RunConfig(checkpoint_basename=basename)
 

@@ -590,6 +590,48 @@ def test_damaged_state_file_restores_the_newest_checkpoint_file(tmp_path, backen
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")  # rewritten
 
 
+def _checkpoints_on_disk(logdir):
+    """The <basename>-<step> checkpoints whose files are in ``logdir``, by name."""
+    return sorted({name.split(".index")[0] for name in os.listdir(logdir)
+                   if name.startswith("model.ckpt-") and name.endswith(".index")})
+
+
+def test_a_save_killed_before_it_was_listed_is_swept_by_the_next_run(tmp_path, backends):
+    """A SIGKILL between a save's files and the state file update leaves a complete checkpoint
+    that no restore uses and no retention deletes: the next run removes it, so a logdir holds
+    at most ``keep`` checkpoints, all listed."""
+    logdir, keep, orphan_step = str(tmp_path / "run"), 2, 15
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "eager_scripts", "kill_before_listing.py"),
+         logdir, str(keep), str(orphan_step)],
+        env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = child.stdout.readline().decode()  # ends when the child prints or exits
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        stderr = child.stderr.read().decode()[-3000:]
+        child.stdout.close()
+        child.stderr.close()
+    orphan = os.path.join(logdir, f"model.ckpt-{orphan_step}")
+    assert line.split() == ["PAUSED", orphan], (line, stderr)
+    listed = checkpoint_paths(logdir)
+    assert [step_of(p) for p in listed] == [10, 5] and os.path.exists(orphan + ".index")
+    assert len(_checkpoints_on_disk(logdir)) == keep + 1
+
+    w = tf.Variable(0.0)
+    sv = backends(logdir, keep=keep)
+    with sv.session():
+        assert sv.track(w=w) == listed[0]
+        w.assign_add(1.0)
+        sv.step()
+    listed = checkpoint_paths(logdir)
+    assert [step_of(p) for p in listed] == [11, 10]
+    assert _checkpoints_on_disk(logdir) == sorted(os.path.basename(p) for p in listed)
+    assert not any(name.startswith(f"model.ckpt-{orphan_step}") for name in os.listdir(logdir))
+
+
 def test_a_second_backend_on_the_logdir_is_refused(tmp_path, backends):
     backends(tmp_path)
     with pytest.raises(LogdirLockedError, match="in use"):

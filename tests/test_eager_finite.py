@@ -261,7 +261,7 @@ def quiet_body(sv, train_step, poison_at, stop_at, settle=False):
         train_step(bad)
         steps.append(sv.step())
         if settle:
-            writer = sv._writer  # pylint: disable=protected-access
+            writer = sv._checkpointer.writer  # pylint: disable=protected-access
             wait_for(lambda: not writer.verdict_pending or writer.verdict_known, DEADLINE)
         if steps[-1] >= stop_at:
             sv.request_stop()

@@ -360,6 +360,18 @@ def _run_and_kill(trainers, host, cold, kind, rng, params, where):
     return life, paused
 
 
+def _train_to_a_clean_stop(trainers, server, params):
+    """Forks a training process that stops cleanly at ``params["stop_at"]``; returns its READY
+    report once it ended with a final checkpoint there."""
+    life = _start(trainers, server, False, params)
+    ready = trainers.wait_for(life.pid, {"READY"}, "the restart to come up")
+    done = trainers.wait_for(life.pid, {"DONE"}, "the run to stop cleanly")
+    exited = trainers.wait_for(server.pid, {"EXITED"}, "the run to exit",
+                               match=lambda data: data["child"] == life.pid)
+    assert done["step"] == params["stop_at"] and exited["code"] == 0, (done, exited)
+    return ready
+
+
 def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval(tmp_path):
     seed = int(os.environ.get("FAULTS_SEED") or random.SystemRandom().randrange(2 ** 32))
     print(f"\nfault-injection seed: {seed} (replay with FAULTS_SEED={seed})")
@@ -459,13 +471,8 @@ def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval
 
         # After 50 kills the logdir still trains and stops cleanly, with a final checkpoint.
         stop_at = newest.step + 300
-        life = _start(trainers, server, False, dict(base, stop_at=stop_at))
-        ready = trainers.wait_for(life.pid, {"READY"}, "the last restart to come up")
+        ready = _train_to_a_clean_stop(trainers, server, dict(base, stop_at=stop_at))
         assert ready["step"] == newest.step
-        done = trainers.wait_for(life.pid, {"DONE"}, "the last run to stop cleanly")
-        exited = trainers.wait_for(server.pid, {"EXITED"}, "the last run to exit",
-                                   match=lambda data: data["child"] == life.pid)
-        assert done["step"] == stop_at and exited["code"] == 0, (done, exited)
     finally:
         trainers.close()
 
@@ -483,6 +490,8 @@ def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval
     timed = [r for r in records if r["bound"] is not None]
     worst = max(timed, key=lambda r: r["lost_secs"] / r["bound"])
     leftovers = _leftovers(logdir, final.listed)
+    # The saves killed before the state file listed them were swept by the next start.
+    assert not leftovers["unlisted checkpoint files"], leftovers
     print(f"{KILLS} kills ({', '.join(f'{k}: {n}' for k, n in KILL_KINDS.items())}); "
           f"{len(COLD_LIVES)} cold restarts; {len(corrupted)} newest checkpoints corrupted "
           f"before a restart: {corrupted}")
@@ -492,6 +501,36 @@ def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval
     print("steps/s reported: " + ", ".join(str(round(r["rate"])) for r in timed if r["rate"]))
     for what, names in sorted(leftovers.items()):
         print(f"left in the logdir: {len(names)} {what}: {names[:12]}")
+
+
+def test_a_save_killed_before_it_was_listed_is_swept_by_the_next_run(tmp_path):
+    """A SIGKILL between a save's data and index files and the state file update leaves a
+    complete checkpoint that no restore uses and the Saver's retention never deletes: the next
+    run removes it, so the logdir holds at most max_to_keep checkpoints, all listed."""
+    logdir = str(tmp_path / "run")
+    params = dict(logdir=logdir, save_model_secs=SAVE_MODEL_SECS, save_summaries_secs=0,
+                  stop_at=None, pause={"at": "DATA_WRITTEN", "save": trainer.MAX_TO_KEEP})
+    trainers = Trainers(tmp_path)
+    try:
+        server = trainers.spawn("serve")
+        trainers.wait_for(server.pid, {"STANDBY"}, "a training process to import TensorFlow",
+                          timeout=IMPORT_DEADLINE)
+        life = _start(trainers, server, False, params)
+        paused = trainers.wait_for(life.pid, {"PAUSED"}, "a save held before its listing")
+        _kill(trainers, life)
+        orphan, before = paused["path"], newest_readable(logdir)
+        assert os.path.exists(orphan + ".index") and orphan not in before.listed
+        assert len(before.listed) == trainer.MAX_TO_KEEP
+        # A clean run that stops before the orphan's step: it never saves under that name.
+        stop_at = before.step + 1
+        assert int(orphan.rsplit("-", 1)[1]) > stop_at
+        _train_to_a_clean_stop(trainers, server, dict(params, stop_at=stop_at, pause=None))
+    finally:
+        trainers.close()
+    after = newest_readable(logdir)
+    assert after.step == stop_at and len(after.listed) == trainer.MAX_TO_KEEP
+    assert not _leftovers(logdir, after.listed)["unlisted checkpoint files"]
+    assert not glob.glob(glob.escape(orphan) + "*")
 
 
 # ------------------------------------------------------------------------------- disk full

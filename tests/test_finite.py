@@ -786,3 +786,36 @@ def test_a_non_trainable_variable_may_hold_inf(tmp_path):
         assert sv.save_checkpoint(sess).endswith("model.ckpt-10")
     reader = tf.train.load_checkpoint(os.path.join(str(tmp_path), "model.ckpt-10"))
     assert np.isinf(reader.get_tensor("best_loss"))
+
+
+# ------------------------------------------------------------------------------ the policy
+
+def test_policy_rolls_back_while_rollbacks_are_left_then_stops():
+    """finite.Policy decides, counts and words what a refused checkpoint leads to; the
+    backends only restore what it names (their rollbacks are tested above and in
+    test_eager_finite.py)."""
+    hub = events.EventHub()
+    records = []
+    hub.add_listener(records.append)
+    policy = finite.Policy(finite.ROLLBACK, max_rollbacks=2)
+    for count in (1, 2):
+        rollback = policy.refused(10 * count, "summary 'loss' is NaN", "ckpt-5", final=False)
+        assert policy.pending == rollback and policy.take() == rollback
+        assert policy.pending is None and policy.take() is None
+        policy.rolled_back(rollback, 5, None, hub)
+        assert policy.rollbacks == count
+    with pytest.raises(finite.NonFiniteError, match="again after 2 rollbacks") as raised:
+        policy.refused(30, "summary 'loss' is NaN", "ckpt-5", final=False)
+    assert (raised.value.step, raised.value.newest_good) == (30, "ckpt-5")
+    assert hub.flush(10)
+    assert [(r.step, r.restored_step, r.count) for r in records] == [(10, 5, 1), (20, 5, 2)]
+
+
+@pytest.mark.parametrize("on_nan, final, newest", [(finite.STOP, False, "ckpt-5"),
+                                                   (finite.ROLLBACK, True, "ckpt-5"),
+                                                   (finite.ROLLBACK, False, None)])
+def test_policy_stops_when_it_cannot_roll_back(on_nan, final, newest):
+    policy = finite.Policy(on_nan)
+    with pytest.raises(finite.NonFiniteError, match="Training diverged at step 7"):
+        policy.refused(7, "variable 'w' holds NaN or infinite values", newest, final=final)
+    assert policy.pending is None and policy.rollbacks == 0

@@ -576,6 +576,28 @@ def test_checkpoint_lacking_a_variable_is_a_mismatch_not_a_fallback(tmp_path, ca
     assert checkpoint_steps(logdir) == [3, 6]
 
 
+@pytest.mark.parametrize("saver_options", [dict(max_to_keep=None),
+                                           dict(max_to_keep=2,
+                                                keep_checkpoint_every_n_hours=1e-9)])
+def test_checkpoints_a_saver_keeps_unlisted_are_not_swept(tmp_path, saver_options):
+    """A Saver that keeps checkpoints without listing them (no max_to_keep, or
+    keep_checkpoint_every_n_hours) keeps them when a run starts on the logdir: only the
+    unlisted saves of a plain retention are what a cut-short save left."""
+    logdir = str(tmp_path)
+    for session in range(2):  # the second one only starts, restores and stops
+        model = new_model()
+        with model.graph.as_default():
+            saver = v1.train.Saver(**saver_options)
+        sv = make_supervisor(model, logdir=logdir, saver=saver, save_model_secs=0,
+                             save_summaries_secs=0)
+        with sv.managed_session() as sess:
+            for _ in range(3 if session == 0 else 0):
+                sess.run(model.train_op)
+                sv.save_checkpoint(sess)
+        assert checkpoint_steps(logdir) == [1, 2, 3]
+        assert len(listed_steps(logdir)) < 3
+
+
 # --------------------------------------------------------------------------- one chief per logdir
 
 def test_second_chief_is_refused_until_the_first_stops(tmp_path):
@@ -969,7 +991,7 @@ def test_the_step_rate_starts_again_when_the_step_goes_back(tmp_path):
     """A rollback takes the global step back: the step counter measures from there, instead of
     reporting a negative rate (in the event file and to the panel)."""
     from jupyter_supervisor import services  # pylint: disable=import-outside-toplevel
-    from jupyter_supervisor.eager.supervisor import _EventFile  # pylint: disable=C0415
+    from jupyter_supervisor.eager.reporting import _EventFile  # pylint: disable=C0415
     steps = iter([100, 200, 150, 250])   # at the start, then one read per interval
     clock = iter([0.0, 1.0, 2.0, 3.0])   # one interval of a second each
     hub = events.EventHub()

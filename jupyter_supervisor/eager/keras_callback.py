@@ -46,17 +46,13 @@ time), then puts the real one back. Limits:
 * Several fits in one cell body are told apart by their order: a resume skips the fits that
   had finished, and continues the one that was running.
 """
-# The callback is the EagerSupervisor's other half: it uses the supervisor's fit-side methods.
-# pylint: disable=protected-access
 import inspect
 import logging
-import threading
 from typing import Optional
 
 import keras
 
 from .._validate import invalid
-from ..backend import StopBody
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -76,8 +72,7 @@ class _TrainFunction:
         self.logs = {}
 
     def __call__(self, iterator):
-        sv = self.callback._sv
-        if not sv._active or threading.current_thread() is not sv._thread:
+        if not self.callback.sv.trains_here():
             self.uninstall()  # a fit outside the session that installed it
             return self.original(iterator)
         if self.skip > 0:
@@ -86,7 +81,7 @@ class _TrainFunction:
                 next(iterator)
             self.skip -= count
             return {}
-        if self.pending is not None and self.callback._end_batches(self.begin):
+        if self.pending is not None and self.callback.end_batches(self.begin):
             return self.logs  # stopped: this call trains nothing, and fit ends after it
         self.logs = self.original(iterator)
         self.pending = self.begin
@@ -119,9 +114,9 @@ class SupervisorCallback(keras.callbacks.Callback):
 
     def __init__(self, sv):
         super().__init__()
-        self._sv = sv
+        self.sv = sv
         self._function: Optional[_TrainFunction] = None
-        self._fit_index = -1
+        self._start = None   # the supervisor's FitStart of the running fit
         self._epoch = 0
         self._done_in_epoch = 0
         self._epochs = None
@@ -132,22 +127,17 @@ class SupervisorCallback(keras.callbacks.Callback):
     # ---------------------------------------------------------------------------- begin / end
 
     def on_train_begin(self, logs=None):
-        sv = self._sv
-        sv._check_active("model.fit(..., callbacks=[sv.callback])")
         model = self.model
         if isinstance(model.train_function, _TrainFunction):  # an earlier fit raised
             model.train_function.uninstall()
-        self._fit_index = sv._fit_started()
-        sv._track_fit(model)
-        if sv._stop_requested:
-            # Stopped before this fit (a stop during an earlier fit, max_steps restored):
-            # the body did not look, so it ends here.
-            raise StopBody()
+        # Raises StopBody when stopped before this fit (a stop during an earlier fit,
+        # max_steps restored): the body did not look, so it ends here.
+        self._start = self.sv.fit_begin(model)
         self._epochs = self.params.get("epochs")
         self._batches = self.params.get("steps")
         epoch, batch = self._resume_point()
         if epoch:
-            model._initial_epoch = epoch
+            model._initial_epoch = epoch  # pylint: disable=protected-access  (as BackupAndRestore)
             self._set_initial_epoch = True
         if batch:
             logger.info("Resuming fit at epoch %d, batch %d (skipping the %d finished "
@@ -156,20 +146,18 @@ class SupervisorCallback(keras.callbacks.Callback):
         model.train_function = self._function
         self._epoch, self._done_in_epoch = epoch, batch
         self._stopped_in_epoch = False
-        sv._fit_position = (self._fit_index, epoch, batch)
-        sv._set_stepping(True)
+        self.sv.fit_at(epoch, batch)
         if self._epochs is not None and epoch >= self._epochs:
             logger.info("The checkpoint is at the end of this fit (epoch %d of %d): nothing "
                         "to train.", epoch, self._epochs)
 
     def _resume_point(self):
         """(epoch, batches done in it) where this fit starts, from the restored checkpoint."""
-        sv = self._sv
-        position = sv._restored_position
+        index, position = self._start
         user_epoch = _fit_argument(self.model, "initial_epoch") or 0
-        if position is None or self._fit_index > position[0]:
+        if position is None or index > position[0]:
             return int(user_epoch), 0
-        if self._fit_index < position[0]:  # this fit had ended before that checkpoint
+        if index < position[0]:  # this fit had ended before that checkpoint
             return (self._epochs or 0), 0
         _, epoch, batch = position
         if self._batches is not None and batch >= self._batches:
@@ -177,17 +165,15 @@ class SupervisorCallback(keras.callbacks.Callback):
         if user_epoch not in (0, epoch):
             raise ValueError(invalid(
                 "initial_epoch", user_epoch,
-                f"0 or {epoch}: the checkpoint {sv.restored_from} resumes this fit at epoch "
+                f"0 or {epoch}: the checkpoint {self.sv.restored_from} resumes this fit at epoch "
                 f"{epoch} (0-based), batch {batch}, and fit continues from there by itself. "
                 "Leave initial_epoch out, or train from another epoch in a new logdir"))
         return epoch, batch
 
     def on_train_end(self, logs=None):
-        sv = self._sv
         self._end_pending()
         self.uninstall()
-        sv._save_if_moved()
-        sv._set_stepping(False)
+        self.sv.fit_end()
 
     def uninstall(self) -> None:
         """Gives the model its own train_function back, and forgets the resume epoch."""
@@ -195,23 +181,22 @@ class SupervisorCallback(keras.callbacks.Callback):
             self._function.uninstall()
             self._function = None
         if self._set_initial_epoch:
-            self.model._initial_epoch = None
+            self.model._initial_epoch = None  # pylint: disable=protected-access
             self._set_initial_epoch = False
 
     # ---------------------------------------------------------------------------- epochs
 
     def on_epoch_begin(self, epoch, logs=None):
         if self._set_initial_epoch:  # fit has read it; later fits must not see it
-            self.model._initial_epoch = None
+            self.model._initial_epoch = None  # pylint: disable=protected-access
             self._set_initial_epoch = False
         if epoch != self._epoch:
             self._done_in_epoch = 0
         self._epoch = epoch
         self._stopped_in_epoch = False
-        self._sv._fit_position = (self._fit_index, epoch, self._done_in_epoch)
+        self.sv.fit_at(epoch, self._done_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
-        sv = self._sv
         function = self._function
         pending = function is not None and function.pending is not None
         done = self._done_in_epoch
@@ -224,12 +209,12 @@ class SupervisorCallback(keras.callbacks.Callback):
         else:  # the data ran out, unless a stop broke the epoch off
             complete = not self._stopped_in_epoch and not self.model.stop_training
         if pending:
-            self._end_batches(done, mid_epoch=False, epoch_complete=complete)
+            self.end_batches(done, mid_epoch=False, epoch_complete=complete)
         if complete:
             self._epoch, self._done_in_epoch = epoch + 1, 0
-            sv._fit_position = (self._fit_index, epoch + 1, 0)
+            self.sv.fit_at(epoch + 1, 0)
         if logs:
-            sv._write_scalars(logs, sv._step, prefix="epoch_")
+            self.sv.fit_epoch_end(logs)
 
     # ---------------------------------------------------------------------------- batches
 
@@ -245,9 +230,9 @@ class SupervisorCallback(keras.callbacks.Callback):
         end = function.pending + function.per_call
         if self._batches is not None:
             end = min(end, self._batches)
-        self._end_batches(end, mid_epoch=False)
+        self.end_batches(end, mid_epoch=False)
 
-    def _end_batches(self, done: int, mid_epoch: bool = True,
+    def end_batches(self, done: int, mid_epoch: bool = True,
                      epoch_complete: bool = False) -> bool:
         """The step boundary after the call that began at ``pending``, with ``done`` batches of
         the epoch done (``epoch_complete``: all of them; a checkpoint here resumes at the next
@@ -256,11 +241,12 @@ class SupervisorCallback(keras.callbacks.Callback):
         count = max(1, done - function.pending)
         function.pending = None
         self._done_in_epoch = done
-        sv = self._sv
-        sv._fit_position = ((self._fit_index, self._epoch + 1, 0) if epoch_complete
-                            else (self._fit_index, self._epoch, done))
-        if sv._fit_batches(count, function.logs,
-                           (self._epoch, self._epochs, done, self._batches)):
+        if epoch_complete:
+            self.sv.fit_at(self._epoch + 1, 0)
+        else:
+            self.sv.fit_at(self._epoch, done)
+        if self.sv.fit_batches(count, function.logs,
+                               (self._epoch, self._epochs, done, self._batches)):
             self.model.stop_training = True
             self._stopped_in_epoch = mid_epoch
             return True

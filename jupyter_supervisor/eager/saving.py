@@ -33,16 +33,15 @@ from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.trackable import base as trackable_base
 from tensorflow.python.util import object_identity
 
-from .. import finite
-from ..checkpoints import (STATE_FILE, CheckpointMismatchError, CheckpointWriteError,
-                           checkpoint_listing, describe_error)
+from .. import checkpoints, finite
+from ..checkpoints import CheckpointMismatchError, CheckpointWriteError
 
 logger = logging.getLogger("jupyter_supervisor")
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
 # What reading a damaged checkpoint raises (truncated or overwritten files): it falls back.
-_UNREADABLE = (tf.errors.OpError, IndexError, message.DecodeError)
+UNREADABLE = (tf.errors.OpError, IndexError, message.DecodeError)
 
 
 def is_variable(obj) -> bool:
@@ -153,78 +152,36 @@ def misfit(reader, root, graph=None) -> Optional[str]:
     return "; ".join(problems) or None
 
 
-def candidates(logdir: str, basename: str) -> List[str]:
-    """The logdir's checkpoints to try, newest first (see checkpoints.checkpoint_listing)."""
-    existing, listed, damaged = checkpoint_listing(logdir, basename)
-    state_file = os.path.join(logdir, STATE_FILE)
-    if damaged:
-        if not existing:
-            raise RuntimeError(
-                f"The checkpoint state file {state_file!r} cannot be read, and there is no "
-                f"{basename}-<step> checkpoint next to it. Restore it from a backup, or delete "
-                "it to start from scratch.")
-        logger.warning("The checkpoint state file %s cannot be read; using the checkpoint files "
-                       "found instead (newest: %s). The next checkpoint rewrites it.",
-                       state_file, existing[0])
-    elif listed and not existing:
-        raise RuntimeError(
-            f"The checkpoint state file in {logdir!r} lists checkpoints whose files are gone "
-            f"({', '.join(listed)}). Restore them, or delete {state_file!r} to start from "
-            "scratch.")
-    return existing
+def restore(root, path: str) -> None:
+    """Restores ``root`` (a tf.train.Checkpoint) from the checkpoint ``path``: raises one of
+    ``UNREADABLE`` for a damaged one (``checkpoints.restore_newest`` then tries an older one),
+    CheckpointMismatchError for one that does not fit."""
+    reader = tf.train.load_checkpoint(path)
+    keys = reader.get_variable_to_shape_map()
+    graph = object_graph(reader) if OBJECT_GRAPH_KEY in keys else None
+    if graph is None:
+        raise CheckpointMismatchError(
+            f"The checkpoint {path} was written by a graph-mode (TF1) Saver: it names "
+            f"variables ({', '.join(sorted(keys)[:3])}{' ...' if len(keys) > 3 else ''}), "
+            "while an eager run saves and restores objects (tf.train.Checkpoint). Train "
+            "the eager model in another logdir, or run this logdir's graph code with "
+            "tf.compat.v1.disable_eager_execution().")
+    problem = misfit(reader, root, graph)
+    if problem is not None:
+        raise CheckpointMismatchError(
+            f"The checkpoint {path} does not fit the tracked objects: {problem}. The model "
+            "changed since it was saved (or the logdir holds another model). Use a new "
+            "logdir to start afresh; to warm-start from this checkpoint, restore it in an "
+            f"init_fn: tf.train.Checkpoint(model=model).read({path!r}).expect_partial().")
+    root.read(path).expect_partial()
 
 
-def restore_newest(root, logdir: str, basename: str, paths: List[str]) -> Optional[str]:
-    """Restores ``root`` (a tf.train.Checkpoint) from the newest readable checkpoint of
-    ``paths`` (``candidates(logdir, basename)``); returns its path, or None when there is none.
-    An unreadable one falls back to the next older one with a warning; one that does not fit
-    raises CheckpointMismatchError."""
-    failures = []
-    for path in paths:
-        try:
-            reader = tf.train.load_checkpoint(path)
-            keys = reader.get_variable_to_shape_map()
-            graph = object_graph(reader) if OBJECT_GRAPH_KEY in keys else None
-        except _UNREADABLE as e:
-            failures.append((path, e))
-            _warn_fallback(paths, path, e)
-            continue
-        if graph is None:
-            raise CheckpointMismatchError(
-                f"The checkpoint {path} was written by a graph-mode (TF1) Saver: it names "
-                f"variables ({', '.join(sorted(keys)[:3])}{' ...' if len(keys) > 3 else ''}), "
-                "while an eager run saves and restores objects (tf.train.Checkpoint). Train "
-                "the eager model in another logdir, or run this logdir's graph code with "
-                "tf.compat.v1.disable_eager_execution().")
-        problem = misfit(reader, root, graph)
-        if problem is not None:
-            raise CheckpointMismatchError(
-                f"The checkpoint {path} does not fit the tracked objects: {problem}. The model "
-                "changed since it was saved (or the logdir holds another model). Use a new "
-                "logdir to start afresh; to warm-start from this checkpoint, restore it in an "
-                f"init_fn: tf.train.Checkpoint(model=model).read({path!r}).expect_partial().")
-        try:
-            root.read(path).expect_partial()
-        except _UNREADABLE as e:
-            failures.append((path, e))
-            _warn_fallback(paths, path, e)
-            continue
-        if failures:
-            logger.warning("Restored from %s because the newer %s could not be read.", path,
-                           ", ".join(p for p, _ in failures))
-        return path
-    if failures:
-        raise RuntimeError(
-            f"None of the checkpoints in {logdir!r} can be read: "
-            + "; ".join(f"{p}: {describe_error(e)}" for p, e in failures)
-            + ". Move them away to start from scratch, or restore a backup.") from failures[0][1]
-    return None
-
-
-def _warn_fallback(paths, path, error) -> None:
-    if path != paths[-1]:
-        logger.warning("Cannot read checkpoint %s (%s); trying the older %s.", path,
-                       describe_error(error), paths[paths.index(path) + 1])
+def restore_newest(root, logdir: str, paths: List[str]) -> Optional[str]:
+    """Restores ``root`` from the newest readable checkpoint of ``paths``
+    (``checkpoints.restore_newest``); returns its path, or None without paths."""
+    restored = checkpoints.restore_newest(paths, lambda path: restore(root, path), UNREADABLE,
+                                          logdir)
+    return restored[0] if restored is not None else None
 
 
 # ------------------------------------------------------------------------------------ save
@@ -572,16 +529,10 @@ class CheckpointWriter:
             raise CheckpointWriteError(self._failure(self._kept[-1], e, state=True)) from e
 
     def _failure(self, path: str, error, state: bool = False) -> str:
-        reason = describe_error(error).rsplit("; ", 1)[-1]
         older = [p for p in self._kept if p != path]
-        newest = older[-1] if older else None
-        safe = (f"The newest intact checkpoint is {newest}; nothing saved before was changed."
-                if newest else "No checkpoint was written before this one.")
         what = ("the checkpoint state file of" if state else "the checkpoint") + f" {path}"
-        return (f"Could not write a checkpoint to {self._logdir}: {reason}.\n"
-                f"Writing {what} failed and the run stopped. {safe} Fix the cause (free disk "
-                "space, permissions), then resume from the newest checkpoint (re-run the cell, "
-                "or `%supervise resume`).")
+        return checkpoints.write_failure(self._logdir, error, what,
+                                         older[-1] if older else None)
 
 
 def _object_graph(root) -> Tuple[list, list]:

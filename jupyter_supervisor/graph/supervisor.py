@@ -34,13 +34,14 @@ from tensorflow.python.framework import meta_graph
 from tensorflow.python.util import deprecation
 
 from .. import events, finite
-from .._validate import check_checkpoint_path, check_number, invalid
+from .._validate import check_basename, check_checkpoint_path, check_number, invalid
 # The errors are re-exported: they were defined here first.
-from ..checkpoints import (STATE_FILE, CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
-                           checkpoint_listing, describe_error, prepare_logdir,
-                           remove_partial_saves)
+from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
+                           describe_error, prepare_logdir, restore_candidates, restore_newest,
+                           sweep, write_failure)
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from .. import services
+from ..timer import Timer
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -51,6 +52,9 @@ _SessionLog = _v1.SessionLog
 # Errors a restore raises when a checkpoint's files cannot be read (truncated, corrupted, missing
 # shards). Whether it fits the graph is checked before, by _check_fits.
 _UNREADABLE = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError)
+
+# A Saver's keep_checkpoint_every_n_hours by default: it keeps no checkpoint it does not list.
+_KEEP_NONE_EVERY_N_HOURS = 10000.0
 
 # Variable op types that must carry a device on a non-chief (TF 1 ref variables and TF 2
 # resource variables alike).
@@ -175,12 +179,10 @@ class Supervisor:
                                      "a callable taking the session, or None"))
         if saver not in (None, Supervisor.USE_DEFAULT) and not isinstance(saver, _v1.train.Saver):
             raise TypeError(invalid("saver", saver, "a tf.compat.v1.train.Saver, or None"))
-        if not isinstance(checkpoint_basename, str) or not checkpoint_basename:
-            raise ValueError(invalid("checkpoint_basename", checkpoint_basename,
-                                      "a non-empty file name such as 'model.ckpt'"))
-        if is_chief and logdir and saver is not None:  # before anything is added to the graph
-            check_checkpoint_path("logdir", os.fspath(logdir))
-            check_checkpoint_path("checkpoint_basename", checkpoint_basename)
+        if is_chief and logdir:  # before anything is added to the graph
+            if saver is not None:
+                check_checkpoint_path("logdir", os.fspath(logdir))
+            check_basename("checkpoint_basename", checkpoint_basename)
         finite.check_policy(on_nan, max_rollbacks)
         if graph is None:
             graph = _v1.get_default_graph()
@@ -232,15 +234,15 @@ class Supervisor:
         # The session of the chief's last prepare, for the final checkpoint in stop().
         self._sess = None
         self._save_lock = threading.Lock()        # one Saver.save (or restore) at a time
-        self._last_saved_step: Optional[int] = None  # guarded by _save_lock
-        self._on_nan = on_nan
-        self._max_rollbacks = max_rollbacks
+        # When to save and write summaries; the save timer's last_step (the step the newest
+        # checkpoint holds) is guarded by _save_lock.
+        self._save_timer = Timer()
+        self._summary_timer = Timer()
+        # on_nan: what a refused checkpoint leads to (its pending rollback and count are
+        # guarded by _save_lock; read anywhere).
+        self._policy = finite.Policy(on_nan, max_rollbacks)
         self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
         self._summary_generation = None           # of the summary service's last summary
-        # A rollback the training thread makes at its next step boundary:
-        # (step, problem, checkpoint path), or None. Set under _save_lock, read anywhere.
-        self._pending_rollback: Optional[tuple] = None
-        self._rollbacks = 0                       # made in this session; under _save_lock
         self._training_thread: Optional[threading.Thread] = None  # the one that prepared
         # Every thread this Supervisor started (services, queue runners, loops), so that the
         # notebook can tell whose output a thread's print is. Weak: finished threads go away.
@@ -250,6 +252,8 @@ class Supervisor:
             self._logdir = os.fspath(logdir) if logdir else logdir
             self._save_summaries_secs = save_summaries_secs
             self._save_model_secs = save_model_secs
+            self._save_timer = Timer(secs=save_model_secs)
+            self._summary_timer = Timer(secs=save_summaries_secs)
             if self._logdir:
                 prepare_logdir(self._logdir)
                 self._save_path = os.path.join(self._logdir, checkpoint_basename)
@@ -465,18 +469,9 @@ class Supervisor:
         """Calls ``listener(event)`` for every ``events`` record, on a dispatcher thread."""
         self._hub.add_listener(listener)
 
-    def remove_listener(self, listener: Callable[[object], None]) -> None:
-        """Stops calling ``listener``."""
-        self._hub.remove_listener(listener)
-
     def flush_events(self, timeout: Optional[float] = None) -> bool:
         """Waits until the events emitted so far reached the listeners; False on timeout."""
         return self._hub.flush(timeout)
-
-    @property
-    def threads(self) -> tuple:
-        """The live threads this Supervisor started: services, queue runners and loops."""
-        return tuple(t for t in list(self._threads) if t.is_alive())
 
     def owns_thread(self, thread: threading.Thread) -> bool:
         """True if ``thread`` was started by this Supervisor."""
@@ -517,20 +512,20 @@ class Supervisor:
             self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.START), step)
         threads = []
         writer = self._summary_writer
-        if self._save_summaries_secs and writer:
+        if self._summary_timer.enabled and writer:
             if self._summary_op is not None:
                 threads.append(services.SummaryService(
-                    self._coord, self._save_summaries_secs,
+                    self._coord, self._summary_timer.secs,
                     compute=lambda: self._compute_summary(sess), write=self._write_summary))
             if self._global_step is not None:
                 threads.append(services.StepCounterService(
-                    self._coord, self._save_summaries_secs,
+                    self._coord, self._summary_timer.secs,
                     tag=f"{self._global_step.op.name}/sec",
                     read=lambda: services.read_step(sess, self._global_step),
                     writer=writer, hub=self._hub))
-        if self._saver and self._save_model_secs:
+        if self._saver and self._save_timer.enabled:
             threads.append(services.CheckpointService(
-                self._coord, self._save_model_secs, save=lambda: self._save_if_moved(sess)))
+                self._coord, self._save_timer.secs, save=lambda: self._save_if_moved(sess)))
         for thread in threads:
             self._threads.add(thread)
             thread.start()
@@ -555,7 +550,7 @@ class Supervisor:
     def _report_summary(self, summary, step, generation=None):
         """Emits SummaryWritten; when checking finiteness, the scalars are parsed here (once)
         and their newest values kept for the check before the next checkpoint."""
-        if self._on_nan == finite.IGNORE:
+        if not self._policy.checks:
             self._hub.emit(_summary_event, summary, step, time.time())
             return
         scalars = events.scalars_from_summary(summary)
@@ -592,8 +587,7 @@ class Supervisor:
         self._sess = None
         self._training_thread = threading.current_thread()
         with self._save_lock:
-            self._pending_rollback = None
-            self._rollbacks = 0
+            self._policy.reset()
         self._scalars.clear()
         if self._is_chief:
             sess, restored_from = self._prepare_chief_session(
@@ -602,7 +596,7 @@ class Supervisor:
             self._write_graph()
             step = self.read_global_step(sess)
             with self._save_lock:
-                self._last_saved_step = step if restored_from else None
+                self._save_timer.last_step = step if restored_from else None
             self._hub.emit(events.SessionReady, step, restored_from, True, time.time())
             if start_standard_services:
                 logger.info("Starting standard services.")
@@ -656,38 +650,20 @@ class Supervisor:
             sess.close()
         return None, f"Ready_for_local_init_op: {not_ready}" if not local_ready else not_ready
 
-    def _checkpoint_candidates(self):
-        """Checkpoint prefixes of the logdir, newest first, whose files exist; and those the
-        state file lists."""
-        if not self._saver or not self._logdir:
-            return [], []
-        basename = os.path.basename(self._save_path)
-        existing, listed, damaged = checkpoint_listing(self._logdir, basename)
-        if damaged:
-            state_file = os.path.join(self._logdir, STATE_FILE)
-            if not existing:
-                raise RuntimeError(
-                    f"The checkpoint state file {state_file!r} cannot be read, and there is no "
-                    f"{basename}-<step> checkpoint next to it. Restore it from a backup, or "
-                    "delete it to start from scratch.")
-            logger.warning("The checkpoint state file %s cannot be read; using the checkpoint "
-                           "files found instead (newest: %s). The next checkpoint rewrites it.",
-                           state_file, existing[0])
-        return existing, listed
-
-    def _remove_partial_saves(self):
-        """Only with the logdir's lock held: then no live writer can own them."""
+    def _sweep(self):
+        """Only with the logdir's lock held: then no live writer can own what it removes. A
+        Saver that keeps checkpoints it does not list (max_to_keep=None, or
+        keep_checkpoint_every_n_hours) keeps its unlisted ones."""
         if self._lock is not None and self._lock.held:
-            remove_partial_saves(self._save_path)
+            saver_def = self._saver.saver_def if self._saver else None
+            lists_all = saver_def is not None and saver_def.max_to_keep > 0 and \
+                saver_def.keep_checkpoint_every_n_hours >= _KEEP_NONE_EVERY_N_HOURS
+            sweep(self._logdir, os.path.basename(self._save_path), unlisted=lists_all)
 
     def _prepare_chief_session(self, master, config, wait_for_checkpoint, max_wait_secs):
-        self._remove_partial_saves()
-        candidates, listed = self._checkpoint_candidates()
-        if listed and not candidates:
-            raise RuntimeError(
-                f"The checkpoint state file in {self._logdir!r} lists checkpoints whose files are "
-                f"gone ({', '.join(listed)}). Restore them, or delete "
-                f"{os.path.join(self._logdir, 'checkpoint')!r} to start from scratch.")
+        self._sweep()
+        candidates = (restore_candidates(self._logdir, os.path.basename(self._save_path))
+                      if self._saver and self._logdir else [])
         prepare = lambda **where: self._session_manager.prepare_session(  # noqa: E731
             master, init_op=self._init_op, saver=self._saver, wait_for_checkpoint=wait_for_checkpoint,
             max_wait_secs=max_wait_secs, config=config, init_feed_dict=self._init_feed_dict,
@@ -697,28 +673,16 @@ class Supervisor:
             restored = tf.train.latest_checkpoint(self._logdir) if (
                 wait_for_checkpoint and self._saver and self._logdir) else None
             return sess, restored
-        failures = []
-        for path in candidates:
+
+        def restore(path):
             self._check_fits(path)
-            try:
-                sess = prepare(checkpoint_filename_with_path=path)
-            except _UNREADABLE as e:
-                failures.append((path, e))
-                if path != candidates[-1]:
-                    logger.warning("Cannot read checkpoint %s (%s); trying the older %s.",
-                                   path, describe_error(e), candidates[candidates.index(path) + 1])
-                continue
-            if failures:
-                logger.warning("Restored from %s because the newer %s could not be read.",
-                               path, ", ".join(p for p, _ in failures))
-            # Oldest first, existing only, so that retention goes on deleting the old ones.
-            with deprecation.silence():  # it uses a deprecated TF helper internally
-                self._saver.recover_last_checkpoints(list(reversed(candidates)))
-            return sess, path
-        raise RuntimeError(
-            f"None of the checkpoints in {self._logdir!r} can be read: "
-            + "; ".join(f"{p}: {describe_error(e)}" for p, e in failures)
-            + ". Move them away to start from scratch, or restore a backup.") from failures[0][1]
+            return prepare(checkpoint_filename_with_path=path)
+
+        path, sess = restore_newest(candidates, restore, _UNREADABLE, self._logdir)
+        # Oldest first, existing only, so that retention goes on deleting the old ones.
+        with deprecation.silence():  # it uses a deprecated TF helper internally
+            self._saver.recover_last_checkpoints(list(reversed(candidates)))
+        return sess, path
 
     def _check_fits(self, path):
         """Raises CheckpointMismatchError when ``path`` does not fit the variables of the graph.
@@ -784,11 +748,11 @@ class Supervisor:
         if not self._saver or not self._save_path or sess is None:
             return None
         with self._save_lock:
-            if self._pending_rollback is not None and not final:
+            if self._policy.pending is not None and not final:
                 return None  # the state is bad: the training thread rolls back first
             step = self.read_global_step(sess)
             self._check_finite(sess, step, final=final)
-            if self._pending_rollback is not None:
+            if self._policy.pending is not None:
                 return None
             start = time.time()
             logger.info("Saving checkpoint to path %s", self._save_path)
@@ -814,7 +778,7 @@ class Supervisor:
             except tf.errors.OpError as e:
                 raise CheckpointWriteError(self._write_failure(step, e)) from e
             seconds = time.time() - start
-            self._last_saved_step = step
+            self._save_timer.last_step = step
             # What retention keeps now, newest first (the Saver knows; no file is re-read).
             kept = tuple(reversed(self._saver.last_checkpoints))
         if self._summary_writer and step is not None:
@@ -830,7 +794,7 @@ class Supervisor:
         """With ``_save_lock`` held, before a save: returns when the newest scalar summaries
         are finite, and the variables (when the Saver is not guarded: see
         ``_make_finite_check``), or with ``on_nan="ignore"``. Otherwise ``_on_non_finite``."""
-        if self._on_nan == finite.IGNORE:
+        if not self._policy.checks:
             return
         summaries = self._scalars.non_finite()
         variables = []
@@ -841,27 +805,14 @@ class Supervisor:
 
     def _on_non_finite(self, step, variables, summaries, *, final: bool,
                        other_saved: bool = False) -> None:
-        """With ``_save_lock`` held, nothing saved: schedules a rollback (``on_nan=
-        "rollback"``, not for the final checkpoint, while rollbacks are left), or raises
-        NonFiniteError and requests the stop."""
+        """With ``_save_lock`` held, nothing saved: the policy schedules a rollback, or raises
+        NonFiniteError, which stops the run."""
         problem = finite.describe_problem(variables, summaries, other_saved and not variables)
-        newest = self._newest_checkpoint()
-        if (self._on_nan == finite.ROLLBACK and not final and newest
-                and self._rollbacks < self._max_rollbacks):
-            self._pending_rollback = (step, problem, newest)
-            logger.info("Training diverged at step %s: %s. Not saved; rolling back to %s at "
-                        "the next step.", step, problem, newest)
-            return
-        error = finite.NonFiniteError(
-            finite.non_finite_message(step, problem, newest, rollbacks=self._rollbacks,
-                                      final=final), step, problem, newest)
-        logger.error("%s", error)
-        if final:
-            raise error
         try:
-            raise error
+            self._policy.refused(step, problem, self._newest_checkpoint(), final=final)
         except finite.NonFiniteError:
-            self._coord.request_stop(sys.exc_info())  # the run fails with it
+            if not final:
+                self._coord.request_stop(sys.exc_info())  # the run fails with it
             raise
 
     def _newest_checkpoint(self) -> Optional[str]:
@@ -874,65 +825,41 @@ class Supervisor:
         a rollback that a failed finiteness check scheduled. True if it rolled back. Does
         nothing on another thread than the one that prepared the session, where a restore
         could interleave with a training step."""
-        if self._pending_rollback is None or \
+        if self._policy.pending is None or \
                 threading.current_thread() is not self._training_thread:
             return False
         sess = sess if sess is not None else self._sess
         if sess is None:
             return False
         with self._save_lock:
-            pending, self._pending_rollback = self._pending_rollback, None
-            if pending is None:
+            rollback = self._policy.take()
+            if rollback is None:
                 return False
-            step, problem, path = pending
             try:
                 with self._graph.as_default():
-                    self._saver.restore(sess, path)
+                    self._saver.restore(sess, rollback.path)
             except tf.errors.OpError as e:
-                message = (f"Training diverged at step {step}: {problem}. Rolling back to "
-                           f"{path} failed ({describe_error(e)}), and the run stopped. "
-                           "Nothing was saved for the diverged state.")
                 try:
-                    raise finite.NonFiniteError(message, step, problem, path) from e
+                    raise self._policy.rollback_failed(rollback, e) from e
                 except finite.NonFiniteError:
                     self._coord.request_stop(sys.exc_info())
                 return False
             restored = self.read_global_step(sess)
-            self._last_saved_step = restored
-            self._rollbacks += 1
-            count = self._rollbacks
+            self._save_timer.last_step = restored
             self._scalars.clear()
-        message = finite.rollback_message(step, problem, path, restored, count,
-                                          self._max_rollbacks)
-        logger.warning("%s", message)
-        if self._summary_writer:
-            # Like a restart from the checkpoint: TensorBoard drops the diverged points.
-            self._summary_writer.add_session_log(
-                _SessionLog(status=_SessionLog.START, msg=message),
-                restored if restored is not None else 0)
-        self._hub.emit(events.RolledBack, step, restored, path, problem, count,
-                       self._max_rollbacks, time.time())
+            self._policy.rolled_back(rollback, restored, self._summary_writer, self._hub)
         return True
 
     def _write_failure(self, step, error) -> str:
-        reason = describe_error(error)
-        # TensorFlow names its temporary file first: "<path>.tempstate...; No space left..."
-        reason = reason.rsplit("; ", 1)[-1]
-        newest = (self._saver.last_checkpoints or [None])[-1] or tf.train.latest_checkpoint(
-            self._logdir)
+        newest = self._newest_checkpoint()
         where = f"{self._save_path}-{step}" if step is not None else self._save_path
-        safe = (f"The newest intact checkpoint is {newest}; nothing saved before was changed."
-                if newest else "No checkpoint was written before this one.")
-        return (f"Could not write a checkpoint to {self._logdir}: {reason}.\n"
-                f"The checkpoint {where} was not saved and the run stopped. {safe} "
-                "Fix the cause (free disk space, permissions), then resume from the newest "
-                "checkpoint (a new managed_session: re-run the cell, or `%supervise resume`).")
+        return write_failure(self._logdir, error, f"the checkpoint {where}", newest)
 
     def _save_if_moved(self, sess, *, final=False):
         """Saves unless the newest checkpoint already holds the current step."""
         step = self.read_global_step(sess)
         with self._save_lock:
-            if step is not None and step == self._last_saved_step:
+            if not self._save_timer.moved(step):
                 return
         self._save(sess, final=final)
 
@@ -1011,7 +938,7 @@ class Supervisor:
         Called by the training thread between steps, it also makes a pending rollback
         (``on_nan="rollback"``) first: see ``step_boundary``.
         """
-        if self._pending_rollback is not None:
+        if self._policy.pending is not None:
             self.step_boundary()
         if self._stop_is_set():
             self._stop_seen = True

@@ -15,16 +15,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .. import finite
-from .._validate import PATTERN_TEXT, check_number, has_pattern_characters, invalid
+from ..backend import RunConfig
 from ..view import panel
-
-# Notebook-friendly defaults: a crash loses at most a minute, the plots move every 10 seconds.
-SAVE_MODEL_SECS = 60
-SAVE_SUMMARIES_SECS = 10
-STOP_GRACE_SECS = 30
-# A worker started before its chief notices the chief within seconds, not half a minute.
-RECOVERY_WAIT_SECS = 5
 
 COMMANDS = ("list", "stop", "resume", "save", "wait", "show")
 
@@ -63,28 +55,36 @@ def _user_errors(run):
             run.CheckpointMismatchError, ValueError, TypeError)
 
 
-# -- option types (argparse ``type=``): a refused value names the flag the user typed --------
+# -- the options of RunConfig (each declared there once), as argparse arguments -------------
 
-def _number(flag: str, *, integer: bool = False, minimum: float = 0):
-    """An argparse ``type=`` for a number option: the error names the flag the user typed."""
+def _checked(flag: str, kind: type, check):
+    """An argparse ``type=``: parses the text as ``kind``, then ``check``s it under the flag
+    the user typed (a refused value is an ArgumentTypeError saying what was expected)."""
     def parse(text: str):
-        value = int(text) if integer else float(text)  # ValueError: argparse's "invalid int"
-        try:
-            check_number(flag, value, integer=integer, minimum=minimum)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+        value = kind(text)  # ValueError: argparse's "invalid int value"
+        if check is not None:
+            try:
+                check(flag, value)
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(_option_message(str(e))) from None
         return value
-    parse.__name__ = "int" if integer else "float"
+    parse.__name__ = kind.__name__
     return parse
 
 
-def _file_name(text: str) -> str:
-    """An argparse ``type=`` for --checkpoint-basename."""
-    if not text or "/" in text or has_pattern_characters(text):
-        raise argparse.ArgumentTypeError(invalid("--checkpoint-basename", text,
-                                                 "a file name such as 'model.ckpt', without "
-                                                 "/, " + PATTERN_TEXT))
-    return text
+def _config_arguments(magic):
+    """Adds an argument per option of ``RunConfig`` (``RunConfig.options()``): its flag,
+    default, parsing, check and help come from there."""
+    for name, default, option, check in reversed(RunConfig.options()):
+        flag = "--" + name.replace("_", "-")
+        if option.kind is bool:
+            magic = argument(flag, action="store_true", help=option.help)(magic)
+            continue
+        # With choices, argparse's own message names them all.
+        magic = argument(flag, metavar=option.metavar, default=default, help=option.help,
+                         type=_checked(flag, option.kind, None if option.choices else check),
+                         choices=option.choices)(magic)
+    return magic
 
 
 @magics_class
@@ -92,46 +92,14 @@ class SuperviseMagics(Magics):
     """``%%supervise`` runs a cell under a Supervisor; ``%supervise`` lists and steers runs."""
 
     @magic_arguments("%supervise")  # the help's usage line then reads %%supervise
-    @argument("--logdir", metavar="PATH", default=None,
-              help="Directory for checkpoints and event files (no *, ?, [ or \\ in it). "
-                   "Re-running the cell resumes from its newest checkpoint. Without it nothing "
-                   "is saved. Default: none.")
-    @argument("--name", default=None,
-              help="Name of the run in %%supervise stop/resume/... "
-                   "Default: the logdir's last component ('run' without a logdir).")
-    @argument("--save-model-secs", metavar="SECS", type=_number("--save-model-secs"),
-              default=SAVE_MODEL_SECS,
-              help="Seconds between checkpoints (0: only the final one). "
-                   "Default: %(default)s.")
-    @argument("--save-summaries-secs", metavar="SECS", type=_number("--save-summaries-secs"),
-              default=SAVE_SUMMARIES_SECS,
-              help="Seconds between summaries and step-rate records (0: none). "
-                   "Default: %(default)s.")
-    @argument("--checkpoint-basename", metavar="NAME", type=_file_name,
-              default="model.ckpt",
-              help="File name prefix of the checkpoints (no /, *, ?, [ or \\ in it). "
-                   "Default: %(default)s.")
-    @argument("--keep", metavar="N", type=_number("--keep", integer=True, minimum=1),
-              default=5,
-              help="How many of the newest checkpoints are kept. Default: %(default)s.")
-    @argument("--max-steps", metavar="N", type=_number("--max-steps", integer=True, minimum=1),
-              default=None,
-              help="Stop cleanly (final checkpoint, status 'finished') when the global step "
-                   "reaches N; the loop must check sv.should_stop(). Default: no limit.")
+    @_config_arguments
     @argument("--init-fn", metavar="NAME", default=None,
               help="A function of the notebook called after initialization when there is no "
                    "checkpoint to restore (e.g. to warm-start): fn(sess) for graph code, fn() "
                    "in eager mode (after sv.track or the start of fit). Default: none.")
-    @argument("--repeat", action="store_true",
-              help="The cell body is one training step: run it again and again until the "
-                   "run stops (no while loop needed).")
     @argument("--wait", action="store_true",
               help="Block until the run ends (for scripts, nbval, papermill). A kernel "
                    "interrupt then stops the run with a final checkpoint.")
-    @argument("--master", default="",
-              help="TensorFlow master of a cluster whose server for this task runs "
-                   "elsewhere, e.g. grpc://host:2222 (not with --cluster). "
-                   "Default: an in-process session.")
     @argument("--cluster", metavar="CLUSTER", default=None,
               help="Train as a task of a TensorFlow cluster, with --job and --task-index. "
                    "CLUSTER: the name of a notebook variable holding a dict such as "
@@ -146,10 +114,6 @@ class SuperviseMagics(Magics):
     @argument("--job", metavar="NAME", default=None,
               help="This task's job in --cluster: 'worker', or 'chief' for a cluster with "
                    "a chief job (needed with --cluster). Default: none.")
-    @argument("--task-index", metavar="N", type=_number("--task-index", integer=True),
-              default=0,
-              help="This task's index in its --job (with --master: among the workers). "
-                   "Default: %(default)s.")
     @argument("--chief", dest="chief", action="store_true", default=None,
               help="This task is the chief: it initializes or restores the model and "
                    "writes the checkpoints and summaries. Default: with --cluster, task 0 "
@@ -159,36 +123,6 @@ class SuperviseMagics(Magics):
               help="This task is not the chief: it waits for the chief's model "
                    "(checking every --recovery-wait-secs; the panel says 'waiting for "
                    "chief'), then trains. It saves nothing, even with --logdir.")
-    @argument("--recovery-wait-secs", metavar="SECS", type=_number("--recovery-wait-secs"),
-              default=RECOVERY_WAIT_SECS,
-              help="How often a non-chief checks whether the chief's model is ready "
-                   "(TensorFlow's Supervisor: 30). Default: %(default)s.")
-    @argument("--on-nan", metavar="ACTION", choices=finite.ON_NAN_MODES, default=finite.STOP,
-              help="What happens when a checkpoint is due and the model is not finite (a NaN "
-                   "or an infinity in a trainable variable or in the newest value of a scalar "
-                   "summary; checked with every checkpoint: periodic, final, Save, "
-                   "sv.save_checkpoint(); the variables beside the write, which gets the "
-                   "checkpoint's name only if they pass). 'stop': nothing is saved and the run fails with a "
-                   "message naming the step, what was not finite and the newest good "
-                   "checkpoint (lower the learning rate, then resume from it). 'rollback': "
-                   "nothing is saved; the newest good checkpoint is restored at the body's next "
-                   "step (eager: the step of the save, or, when only the weights were not "
-                   "finite, the first step after the write) and training goes on, at most --max-rollbacks times (each shown in "
-                   "the panel and the event file), then as 'stop'; the checkpoint that ends a "
-                   "fit or the run stops it too. In a Keras fit the data goes on where it "
-                   "was (the bad batch is not trained again). 'ignore': no check "
-                   "(TensorFlow's behaviour: a diverged model is saved and pushes good "
-                   "checkpoints out). A checkpoint that was not written never removes an "
-                   "older one. Default: %(default)s.")
-    @argument("--max-rollbacks", metavar="N",
-              type=_number("--max-rollbacks", integer=True, minimum=1),
-              default=finite.DEFAULT_MAX_ROLLBACKS,
-              help="With --on-nan rollback: how many rollbacks a session makes before it "
-                   "stops as with 'stop'. Default: %(default)s.")
-    @argument("--stop-grace-secs", metavar="SECS", type=_number("--stop-grace-secs"),
-              default=STOP_GRACE_SECS,
-              help="How long a stop waits for the service threads to end. "
-                   "Default: %(default)s.")
     @cell_magic("supervise")
     def supervise_cell(self, line, cell):
         """Run the cell under a Supervisor in a background thread; the cell returns at once.
@@ -266,15 +200,10 @@ class SuperviseMagics(Magics):
             except (ValueError, TypeError) as e:
                 raise UsageError(_option_message(str(e))) from None
         try:
-            config = run.RunConfig(
-                logdir=args.logdir, name=args.name, save_model_secs=args.save_model_secs,
-                save_summaries_secs=args.save_summaries_secs,
-                checkpoint_basename=args.checkpoint_basename, keep=args.keep,
-                max_steps=args.max_steps, init_fn=self._init_fn(args.init_fn),
-                repeat=args.repeat, master=args.master, task_index=args.task_index,
-                is_chief=is_chief, recovery_wait_secs=args.recovery_wait_secs,
-                stop_grace_secs=args.stop_grace_secs, session_config=session_config,
-                on_nan=args.on_nan, max_rollbacks=args.max_rollbacks)
+            config = RunConfig(
+                **{name: getattr(args, name) for name, *_ in RunConfig.options()},
+                init_fn=self._init_fn(args.init_fn), is_chief=is_chief,
+                session_config=session_config)
             if task is not None:
                 # Last, once every option is known to be good: a server cannot be stopped.
                 server = _cluster_module().task_server(*task)

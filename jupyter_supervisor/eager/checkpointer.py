@@ -1,0 +1,383 @@
+"""What an eager run checkpoints, and when: ``Checkpointer``.
+
+A checkpoint is taken only at a step boundary of the training thread, so it never holds half of
+a step: when one is due (``timer.Timer``), asked for from another thread (``save_now``: the
+training thread serves the request at its next boundary), or ends a fit or the session. The
+snapshot and the files are ``saving``'s; what a model that is not finite leads to is
+``finite.Policy``'s, and the Checkpointer performs the rollback it is told to: the newest good
+checkpoint restored (model, optimizer, global step) at a step boundary of the training thread.
+"""
+import logging
+import math
+import threading
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from .. import finite
+from ..checkpoints import restore_candidates
+from ..timer import Timer
+from . import saving
+from .reporting import Reporter, to_float
+
+logger = logging.getLogger("jupyter_supervisor")
+
+# The checkpoint name of the run's own state (global step, where fit is), beside the user's.
+STATE_NAME = "jupyter_supervisor"
+
+
+class _RunState(tf.Module):
+    """What the run itself checkpoints: the global step, and where a Keras fit is (the index
+    of the fit call in the cell body, the epoch, the batches done in that epoch)."""
+
+    def __init__(self):
+        super().__init__(name=STATE_NAME)
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.fit = tf.Variable(0, dtype=tf.int64, trainable=False, name="fit")
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch")
+
+
+class Where:
+    """Where the run is, written by the training thread: the global step, where fit is
+    (fit index, epoch, batches done in it) and the newest scalars (numbers or tensors)."""
+
+    def __init__(self):
+        self.step = 0
+        self.fit = (0, 0, 0)
+        self.scalars: Dict[str, object] = {}
+
+
+class _SaveRequest:
+    """A save_now() from another thread, done by the training thread at its next boundary."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.path: Optional[str] = None
+        self.error: Optional[BaseException] = None
+
+
+def _trainable_variables(objects) -> list:
+    """The trainable tf.Variables of what a run tracks (models, layers, modules, variables)."""
+    found, seen = [], set()
+    for obj in objects:
+        if isinstance(obj, tf.Variable):
+            candidates = [obj] if obj.trainable else []
+        else:
+            candidates = list(getattr(obj, "trainable_variables", None) or ())
+        for variable in candidates:
+            if saving.is_variable(variable):
+                variable = saving.base_variable(variable)  # a Keras 3 variable wraps one
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                found.append(variable)
+    return found
+
+
+def _learning_rates(objects: Dict[str, object]) -> List[tuple]:
+    """[(name, variable, value now)] for the tracked optimizers whose learning rate is a
+    variable (a Keras optimizer given a number; a schedule is computed from the step)."""
+    found = []
+    for name, obj in objects.items():
+        rate = getattr(obj, "learning_rate", None) if hasattr(obj, "apply_gradients") else None
+        if rate is not None and saving.is_variable(rate):
+            found.append((name, rate, float(np.asarray(rate.numpy()))))
+    return found
+
+
+def _keep_learning_rates(rates: List[tuple], path: str) -> None:
+    """After a restore from ``path``: puts back each learning rate of ``rates`` (from
+    ``_learning_rates`` before the restore) that the checkpoint changed. The rate in memory is
+    the one the notebook set (a lower one after a divergence, the usual fix) or the one
+    training reached; the checkpoint's would silently undo it."""
+    for name, variable, value in rates:
+        restored = float(np.asarray(variable.numpy()))
+        if restored != value:
+            variable.assign(value)
+            logger.warning("The checkpoint %s holds the learning rate %g for %r; the run keeps "
+                           "%g, the value the optimizer had (it is saved with the next "
+                           "checkpoint).", path, restored, name, value)
+
+
+class Checkpointer:
+    """The checkpoints of one eager session (see the module docstring).
+
+    ``where``: the run's position, shared with the supervisor; ``reporter``: its records;
+    ``request_stop(error)``: stops the run (a write that failed, a refusal in another thread
+    than the training thread). ``track`` names what is saved and restores it; then
+    ``at_boundary`` (training thread) saves when due or asked.
+    """
+
+    def __init__(self, config, where: Where, reporter: Reporter,
+                 request_stop: Callable[[BaseException], None], *, async_save: bool = True):
+        self._config = config
+        self._logdir = config.logdir if config.saves else None
+        self._where = where
+        self._reporter = reporter
+        self._request_stop = request_stop
+        self._async_save = async_save
+        self._policy = finite.Policy(config.on_nan, config.max_rollbacks)
+        self.timer = Timer(secs=config.save_model_secs)  # last_step: the newest checkpoint's
+        # One save at a time; held also while the training thread starts or ends its loop.
+        self._save_lock = threading.RLock()
+        # Guards the save request and _stepping (read by other threads).
+        self._mutex = threading.Lock()
+        self._save_request: Optional[_SaveRequest] = None
+        self._stepping = False       # a loop is between steps (set and cleared under _save_lock)
+        self.thread: Optional[threading.Thread] = None   # the training thread
+        self.items: Optional[Dict[str, object]] = None
+        self._state: Optional[_RunState] = None
+        self._root = None                          # tf.train.Checkpoint for restoring
+        self.writer: Optional[saving.CheckpointWriter] = None
+
+    def track(self, items: Dict[str, object]) -> Optional[str]:
+        """Names what is saved (``items``, and the run's own state) and restores the newest
+        readable checkpoint into it; returns its path (None: none, or no logdir). Where the
+        checkpoint was is then in ``where`` (``restored_position``)."""
+        self.items = dict(items)
+        self._state = _RunState()
+        self._root = tf.train.Checkpoint(**self.items, **{STATE_NAME: self._state})
+        if not self._logdir:
+            return None
+        existing = restore_candidates(self._logdir, self._config.checkpoint_basename)
+        rates = _learning_rates(self.items)
+        restored = saving.restore_newest(self._root, self._logdir, existing)
+        if restored is not None:
+            _keep_learning_rates(rates, restored)
+        self.writer = saving.CheckpointWriter(
+            {**self.items, STATE_NAME: self._state}, self._logdir,
+            self._config.checkpoint_basename, self._config.keep, existing,
+            async_save=self._async_save, on_saved=self._on_saved,
+            checked=(_trainable_variables(self.items.values())
+                     if self._policy.checks else ()),
+            on_error=self._request_stop)
+        if restored is not None:
+            self._where.step = int(self._state.step.numpy())
+            self.timer.last_step = self._where.step
+        return restored
+
+    @property
+    def restored_position(self) -> tuple:
+        """(fit index, epoch, batch) of the state restored by ``track``."""
+        return (int(self._state.fit.numpy()), int(self._state.epoch.numpy()),
+                int(self._state.batch.numpy()))
+
+    # ------------------------------------------------------------------------ any thread
+
+    def save_now(self, timeout: float, ready: bool) -> Optional[str]:
+        """A checkpoint now, once its files are written: from the training thread at once;
+        from another while the body steps, by the training thread at its next boundary
+        (TimeoutError after ``timeout``); else at once if the run is ``ready``."""
+        if threading.current_thread() is self.thread:
+            return self._save_and_wait()
+        with self._save_lock:
+            with self._mutex:
+                stepping = self._stepping
+                if stepping:
+                    request = self._save_request = self._save_request or _SaveRequest()
+            if not stepping:
+                # Before track() (or fit) restored, there is nothing of this run to save.
+                return self._save_and_wait() if ready else None
+        if not request.done.wait(timeout):
+            with self._mutex:
+                if self._save_request is request:
+                    self._save_request = None
+            if not request.done.is_set():
+                raise TimeoutError(
+                    f"No step boundary within {timeout:g} s, so no checkpoint was written: the "
+                    "body is in a step that long, or it runs code between steps without "
+                    "calling sv.step().")
+        if request.error is not None:
+            raise request.error
+        return request.path
+
+    def save_if_moved(self) -> None:
+        """The checkpoint that ends a fit or the session, unless this step is saved; the
+        verdicts of the checks of this step's save and of that one."""
+        with self._save_lock:
+            if self.writer is None:
+                return
+            # The verdict of a save made before: that checkpoint was not the final one, so
+            # (in the training thread) it may still roll back, and then nothing moved.
+            self._take_verdict(final=threading.current_thread() is not self.thread)
+            if self.timer.moved(self._where.step) and self._save(final=True) is not None:
+                self._take_verdict(final=True)
+
+    @property
+    def stepping(self) -> bool:
+        """True while a loop steps (between its ``set_stepping(True)`` and ``(False)``)."""
+        return self._stepping
+
+    def set_stepping(self, value: bool, error: Optional[BaseException] = None) -> None:
+        """A loop starts (True) or ends stepping: a save asked meanwhile is served at its
+        boundaries; one still waiting when the loop ends is served now, as the checkpoint
+        ending it (or fails with ``error``, the loop's)."""
+        with self._save_lock:
+            with self._mutex:
+                self._stepping = value
+                request = self._save_request if not value else None
+        if request is None:
+            return
+        if error is None:
+            self._save_at_boundary(request, final=True)
+            return
+        with self._mutex:
+            self._save_request = None
+        request.error = RuntimeError(f"No checkpoint was written: the run failed first "
+                                     f"({type(error).__name__}: {error}).")
+        request.done.set()
+
+    # ------------------------------------------------------------------------ training thread
+
+    def at_boundary(self) -> None:
+        """The step boundary: a verdict or rollback due, then a save due or asked for."""
+        if self.writer is not None and self.writer.verdict_known:
+            # The check of the save before ran beside its write: its verdict, at the first
+            # boundary after the write ended (before, it would cost this thread a check).
+            with self._save_lock:
+                self._take_verdict(final=False)
+        if self._policy.pending is not None:  # a save from another thread was refused
+            with self._save_lock:
+                if self._policy.pending is not None:
+                    self._roll_back()
+
+    def save_at_boundary(self) -> None:
+        """Saves when a save is due or asked for."""
+        request = self._save_request
+        if request is not None or (self.writer is not None and self.timer.due()):
+            self._save_at_boundary(request)
+
+    def take_pending_verdict(self) -> None:
+        """Takes the verdict of the newest save now, if one is pending (before a stop: a
+        rollback takes the step back)."""
+        if self.writer is not None and self.writer.verdict_pending:
+            with self._save_lock:
+                self._take_verdict(final=False)
+
+    def _save_at_boundary(self, request: Optional[_SaveRequest], final: bool = False) -> None:
+        if request is not None:
+            with self._mutex:
+                self._save_request = None
+            try:
+                request.path = self._save_and_wait(final)
+            except BaseException as e:  # pylint: disable=broad-except
+                request.error = e
+                raise
+            finally:
+                request.done.set()
+        elif self.timer.moved(self._where.step):
+            self._save()
+        # else the newest checkpoint holds this very state (a rollback restored it): writing
+        # it again would cost a save and put the good checkpoint's files at risk for nothing.
+        self.timer.restart()
+
+    def _save(self, final: bool = False) -> Optional[str]:
+        """Takes a checkpoint of the current step (its files are written in the background).
+        None when nothing was saved: the model is not finite and it rolled back (or will, at
+        the training thread's next boundary). ``final``: the checkpoint that ends a fit or the
+        session, which never rolls back."""
+        with self._save_lock:
+            if self.writer is None:
+                return None
+            if not self._take_verdict(final):
+                return None
+            if self._policy.pending is not None and not final:
+                if threading.current_thread() is self.thread:
+                    self._roll_back()
+                return None
+            step = self._where.step
+            if not self._check_finite(step, final):
+                return None
+            fit, epoch, batch = self._where.fit
+            self._state.step.assign(step)
+            self._state.fit.assign(fit)
+            self._state.epoch.assign(epoch)
+            self._state.batch.assign(batch)
+            logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
+            path = self.writer.save(step)
+            self.timer.last_step = step
+            # A check made before the write has its verdict now: no step more on a bad model.
+            if self.writer.checked_before and not self._take_verdict(final):
+                return None
+            return path
+
+    def _save_and_wait(self, final: bool = False) -> Optional[str]:
+        with self._save_lock:
+            path = self._save(final)
+            if path is not None:
+                self.writer.wait()
+                if not self._take_verdict(final):
+                    return None
+            return path
+
+    def _check_finite(self, step: int, final: bool) -> bool:
+        """With ``_save_lock`` held, before a save: True when the newest value of every
+        reported scalar is finite, or with ``on_nan="ignore"``; else ``_refuse``. The trainable
+        variables are checked by the writer (``saving.CheckpointWriter``: beside the write,
+        its verdict taken by ``_take_verdict``); here only to name them."""
+        if self.writer is None or not self.writer.checks:
+            return True
+        numbers = {tag: to_float(value) for tag, value in self._where.scalars.items()}
+        scalars = [finite.NonFiniteScalar(tag, value, None)
+                   for tag, value in sorted(numbers.items())
+                   if value is not None and not math.isfinite(value)]
+        if not scalars:
+            return True
+        return self._refuse(step, finite.describe_problem(self.writer.non_finite_now(), scalars),
+                            final)
+
+    def _take_verdict(self, final: bool) -> bool:
+        """With ``_save_lock`` held: takes the verdict of the newest save's check of the
+        variables (waiting for the check, not the write). True when there was none or it
+        passed; else (the save wrote nothing) ``_refuse`` at the step of that save."""
+        verdict = self.writer.verdict() if self.writer is not None else None
+        if verdict is None or not verdict.variables:
+            return True
+        self.timer.last_step = None
+        return self._refuse(verdict.step, finite.describe_problem(verdict.variables, []), final)
+
+    def _refuse(self, step: int, problem: str, final: bool) -> bool:
+        """With ``_save_lock`` held, nothing saved for ``step``: the policy schedules a
+        rollback, and this returns False after it (training thread) or with it pending
+        (another thread); or it raises NonFiniteError, which also stops the run when raised in
+        another thread than the training thread."""
+        self.writer.wait()  # a save in flight that passes is the newest good one
+        kept = self.writer.kept
+        try:
+            self._policy.refused(step, problem, kept[-1] if kept else None, final=final)
+        except finite.NonFiniteError as error:
+            if threading.current_thread() is not self.thread:
+                self._request_stop(error)
+            raise
+        if threading.current_thread() is self.thread:
+            self._roll_back()
+        return False
+
+    def _roll_back(self) -> None:
+        """Training thread, ``_save_lock`` held, at a step boundary: restores the newest good
+        checkpoint (an older one if it cannot be read) in place of the diverged model, with
+        the global step and the optimizer's state, and reports it. Keras models' running
+        metrics restart, or fit's mean loss would stay NaN until the epoch ends."""
+        rollback = self._policy.take()
+        paths = list(reversed(self.writer.kept))
+        rates = _learning_rates(self.items)
+        try:
+            path = saving.restore_newest(self._root, self._logdir, paths)
+        except Exception as e:  # pylint: disable=broad-except
+            raise self._policy.rollback_failed(
+                rollback._replace(path=paths[0] if paths else None), e) from e
+        _keep_learning_rates(rates, path)
+        self._where.step = int(self._state.step.numpy())
+        self.timer.last_step = self._where.step
+        self._where.scalars = {}
+        for value in self.items.values():
+            if callable(getattr(value, "reset_metrics", None)):
+                value.reset_metrics()
+        self._policy.rolled_back(rollback._replace(path=path), self._where.step,
+                                 self._reporter.event_file, self._reporter.hub)
+
+    def _on_saved(self, step, path, wall_time, seconds) -> None:
+        """Writer thread: the checkpoint's files are under its name."""
+        kept = tuple(reversed(self.writer.kept)) if self.writer is not None else ()
+        self._reporter.saved(step, path, wall_time, seconds, kept)
