@@ -288,6 +288,7 @@ class EagerSupervisor:
         self._next_save = float("inf")
         self._next_summary = float("inf")
         self._next_progress = 0.0
+        self._last_progress: Optional[tuple] = None  # fit's position at the last boundary
         self._fit_position = (0, 0, 0)             # (fit index, epoch, batch) now
         self._restored_position: Optional[tuple] = None
         self._coord = tf.compat.v1.train.Coordinator()
@@ -655,6 +656,8 @@ class EagerSupervisor:
             with self._save_lock:
                 if self._pending_rollback is not None:
                     self._roll_back()
+        if progress is not None:
+            self._last_progress = progress
         now = time.monotonic()
         if now >= self._next_summary:
             self._next_summary = now + self._config.save_summaries_secs
@@ -923,6 +926,8 @@ class EagerSupervisor:
         reason = self._stop_reason or events.REQUESTED
         if error is not None:
             reason = events.ERROR
+        if self._ready:  # where training really ended, not the last throttled Progress
+            self._emit_progress(self._last_progress)
         self._hub.emit(events.Stopped, reason, error, self._step if self._ready else None,
                        time.time())
         if error is not None:

@@ -25,7 +25,7 @@ STOP_GRACE_SECS = 30
 # A worker started before its chief notices the chief within seconds, not half a minute.
 RECOVERY_WAIT_SECS = 5
 
-COMMANDS = ("list", "stop", "resume", "save", "wait", "show")
+COMMANDS = ("list", "stop", "resume", "save", "wait", "show", "compare")
 
 
 class RunFailedError(RuntimeError):
@@ -298,21 +298,37 @@ class SuperviseMagics(Magics):
               help="list: a table of the runs (the default). stop: stop after the current "
                    "step, with a final checkpoint. resume: continue from the newest "
                    "checkpoint. save: write a checkpoint now. wait: block until the run ends "
-                   "(an interrupt stops it). show: display its panel again.")
-    @argument("name", nargs="?", default=None,
-              help="The run; may be left out when there is only one.")
+                   "(an interrupt stops it). show: display its panel again (where no widget "
+                   "renders: its status, what happened, the best value of each metric). "
+                   "compare: the curves of several runs in one chart per tag "
+                   "(%supervise compare a b c; without names, every run).")
+    @argument("name", nargs="*", default=[],
+              help="The run; may be left out when there is only one. compare takes several.")
     @line_magic("supervise")
     def supervise_line(self, line):
         """List and steer the runs started with %%supervise."""
         args = _parse(self.supervise_line, line, "%supervise?")
         if args.command == "list":
-            if args.name is not None:
+            if args.name:
                 raise UsageError("%supervise list takes no name.")
             print(_table())
             return
         run = _run_module()
+        if args.command == "compare":
+            try:
+                trainings = ([run.get_run(name) for name in dict.fromkeys(args.name)]
+                             if args.name else run.runs())
+            except KeyError as e:
+                raise UsageError(e.args[0]) from None
+            if not trainings:
+                raise UsageError("There is no run yet: start one with %%supervise.")
+            panel.compare(trainings)
+            return
+        if len(args.name) > 1:
+            raise UsageError(f"%supervise {args.command} takes one run name; received "
+                             f"{len(args.name)}: {' '.join(args.name)}.")
         try:
-            training = run.get_run(args.name)
+            training = run.get_run(args.name[0] if args.name else None)
         except KeyError as e:
             raise UsageError(e.args[0]) from None
         try:
@@ -545,6 +561,7 @@ def _end_summary(training) -> None:
     # text form as it was at display time: one line says how the run ended. Where no widget
     # can show (a terminal), the whole summary.
     if panel.widget_frontend_available():
+        panel.finish(training)  # the display's saved fallback, while this cell executes
         print(panel.text_status(training))
     else:  # a failure's traceback follows, raised: not printed here too
         print(panel.text_summary(training, with_error=training.status != "failed"))
