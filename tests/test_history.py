@@ -144,6 +144,29 @@ def test_steps_per_sec_has_one_estimate_and_step_rates_are_plotted_live():
     assert history.snapshot().steps_per_sec is None
 
 
+def test_no_rate_is_plotted_that_no_training_measured():
+    history = RunHistory(clock=FakeClock())
+    history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
+                                         wall_time=0.0))
+    history.set_status("running", active=True)
+    # At step 0 the first measured no interval, the second the start-up; 0 at 20 is a stall.
+    for step, rate in ((0, 0.0), (0, 0.0), (10, 20.0), (20, 0.0), (30, 20.0)):
+        history.on_event(events.StepRate(step=step, steps_per_sec=rate, wall_time=step))
+    history.set_status("stopping", active=True, stepping=False)
+    history.on_event(events.StepRate(step=31, steps_per_sec=5.0, wall_time=31.0))
+    history.on_event(events.Stopped(events.REQUESTED, None, 31, 32.0))
+    rates = history.snapshot().scalars["global_step/sec"]
+    assert (rates.steps.tolist(), rates.values.tolist()) == ([10, 20, 30], [20.0, 0.0, 20.0])
+    # --max-steps: no stopping status; the counter's last record measured the final save.
+    history.set_status("running", active=True)
+    history.on_event(events.StepRate(step=40, steps_per_sec=20.0, wall_time=40.0))
+    history.on_event(events.StepRate(step=40, steps_per_sec=0.0, wall_time=41.0))
+    history.on_event(events.StepRate(step=40, steps_per_sec=0.0, wall_time=41.5))
+    history.on_event(events.Stopped(events.REQUESTED, None, 40, 42.0))
+    rates = history.snapshot().scalars["global_step/sec"]
+    assert rates.steps.tolist()[-1] == 40 and rates.values.tolist()[-1] == 20.0
+
+
 def test_step_moves_forward_except_on_restore():
     history = RunHistory(clock=FakeClock())
     history.note_step(100)

@@ -398,6 +398,7 @@ def test_output_goes_to_a_jupyter_output_with_its_tail_bounded(make_panel, clock
     panel.tick()
     shown = "".join(o["text"] for o in out.outputs)
     assert len(shown) <= panel_module.OUTPUT_KEEP_CHARS + 4
+    assert shown.count("\n") <= panel_module.OUTPUT_KEEP_LINES + 1
     assert shown.startswith("...\nline ") and shown.endswith("line 1999\n")
 
 

@@ -533,6 +533,8 @@ def _stop(training, interrupted=False) -> None:
     if not ended:
         print(_still_stopping(training))
         return
+    if panel.widget_frontend_available():
+        panel.finish(training)  # the display's saved fallback, while this cell executes
     print(_stopped_line(training, interrupted))
 
 

@@ -242,7 +242,8 @@ class TrainingRun:
                     f"Run {self.name!r} cannot go from {old or 'new'!r} to {new!r}.")
             self._status = new
             self.history.set_status(new, active=new in ACTIVE_STATUSES,
-                                    new_session=new == STARTING)
+                                    new_session=new == STARTING,
+                                    stepping=new in (STARTING, RUNNING))
             self._changed.notify_all()
 
     # ---------------------------------------------------------------------------- starting

@@ -161,6 +161,14 @@ class _Series:
     def last_step(self) -> Optional[int]:
         return self._last[-1] if self._last else None
 
+    @property
+    def last_value(self) -> Optional[float]:
+        return self._sum[-1] / self._count[-1] if self._last else None
+
+    def drop_last(self) -> None:
+        """Drops the newest bucket."""
+        self._truncate(len(self._last) - 1)
+
     def add(self, step: int, value: float, wall: float) -> None:
         """Adds one point; a step lower than the last one first drops the points from it on."""
         if value != value:  # NaN: it counts, but takes no part in the envelope
@@ -294,6 +302,7 @@ class RunHistory:
         self._scalars_version = 0
         self._status = "starting"
         self._active = True
+        self._stepping = True
         self._step: Optional[int] = None
         self._steps_per_sec: Optional[float] = None
         self._rate_samples: "collections.deque[Tuple[float, int]]" = collections.deque(
@@ -319,6 +328,8 @@ class RunHistory:
         self._progress: Optional[events.Progress] = None
         self._ready = False                  # the current session restored or initialized
         self._rate_records = 0               # StepRate records since the session started
+        self._rate_tags: set = set()         # the tags StepRate records were plotted under
+        self._session_step: Optional[int] = None  # the step the current session started at
         self._stop_reason: Optional[str] = None
         self._rollbacks: "collections.deque[events.RolledBack]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
@@ -357,6 +368,7 @@ class RunHistory:
             elif isinstance(event, events.RolledBack):
                 self._on_rolled_back(event)
             elif isinstance(event, events.Stopped):
+                self._drop_rate_of_the_stop(event.step)
                 self._note_step(event.step)
                 self._stop_reason = event.reason
                 self._timeline.append(event)
@@ -379,14 +391,28 @@ class RunHistory:
     def _on_step_rate(self, event) -> None:
         # A plotted series, like the event file's; the header's steps/s is the history's own
         # estimate (one estimator, also without summaries). The step counter's first record
-        # after a start measures no interval (TensorFlow writes it too): not plotted.
+        # after a start measures no interval (TensorFlow writes it too), one taken before the
+        # first step measures the start-up (tracing, restoring) and one taken while the run
+        # stops measures the stop: none is plotted.
         self._note_step(event.step)
-        if not self._rate_records:
+        started_at = self._session_step
+        if (not self._rate_records or not self._stepping
+                or (started_at is not None and event.step <= started_at)):
             self._rate_records = 1
             return
+        self._rate_tags.add(event.tag)
         self._series_of(event.tag).add(int(event.step), float(event.steps_per_sec),
                                        float(event.wall_time))
         self._scalars_version += 1
+
+    def _drop_rate_of_the_stop(self, step) -> None:
+        # The step counter's last record may measure the final checkpoint being written, after
+        # the last step: a 0 at the final step that no training produced.
+        for tag in self._rate_tags:
+            series = self._series.get(tag)
+            while series is not None and series.last_step == step and series.last_value == 0:
+                series.drop_last()
+                self._scalars_version += 1
 
     def _on_session_ready(self, event) -> None:
         self._ready = True
@@ -394,6 +420,7 @@ class RunHistory:
         self._timeline.append(event)
         self._waiting_for_chief = False
         self._rate_records = 0
+        self._session_step = None if event.step is None else int(event.step)
         self._restored_from = event.restored_from
         self._rollbacks.clear()  # counted per session
         self._stop_reason = None
@@ -471,10 +498,13 @@ class RunHistory:
             if (self._step, self._steps_per_sec) != before:
                 self._version += 1
 
-    def set_status(self, status: str, *, active: bool, new_session: bool = False) -> None:
+    def set_status(self, status: str, *, active: bool, new_session: bool = False,
+                   stepping: Optional[bool] = None) -> None:
         """Sets the run's status (the run's vocabulary: any non-empty name). ``active``: the run
         is working (its elapsed time counts); ``new_session``: a session starts, not restored
-        or initialized yet. Each change goes into the timeline."""
+        or initialized yet; ``stepping`` (default: ``active``): training steps, so a step rate
+        measures training (one measured while a stop is written would be a made-up drop).
+        Each change goes into the timeline."""
         if not isinstance(status, str) or not status:
             raise ValueError(invalid("status", status, "a non-empty str"))
         with self._lock:
@@ -494,6 +524,7 @@ class RunHistory:
             self._steps_per_sec = None
             self._status = status
             self._active = bool(active)
+            self._stepping = bool(active if stepping is None else stepping)
             self._timeline.append(StatusChanged(status, self._step, self._wall_clock()))
             self._version += 1
 

@@ -28,7 +28,8 @@ const CSS = `
   padding: 4px 8px; margin: 4px 0; }
 .jsv-view .jsv-muted { color: #757575; }
 .jsv-view details { margin: 4px 0; }
-.jsv-view .jsv-timeline, .jsv-view .jsv-best { margin: 2px 0 2px 12px; padding: 0; }
+.jsv-view .jsv-timeline, .jsv-view .jsv-best { margin: 2px 0; padding-left: 22px; }
+.jsv-view .jsv-name { font-weight: bold; }
 .jsv-view .jsv-controls, .jsv-view .jsv-tools { display: flex; flex-wrap: wrap; gap: 6px;
   align-items: center; margin: 6px 0; }
 .jsv-view .jsv-tags { display: flex; flex-wrap: wrap; gap: 4px; margin: 4px 0; }
@@ -142,11 +143,12 @@ function smooth(values, weight) {
   });
 }
 
-function niceTicks(lo, hi, count) {
+function niceTicks(lo, hi, count, integer = false) {
   if (!(hi > lo)) return [lo];
   const raw = (hi - lo) / count;
   const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
+  let step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
+  if (integer) step = Math.max(1, Math.round(step));
   const out = [];
   for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
     out.push(Math.abs(t) < step * 1e-9 ? 0 : t);
@@ -167,9 +169,12 @@ function bounds(values) {
   return [lo, hi];
 }
 
-function padded([lo, hi]) {
+function padded([lo, hi], integer = false) {
   if (!Number.isFinite(lo)) return [0, 1];
-  if (hi <= lo) { const pad = lo === 0 ? 1 : Math.abs(lo) * 0.05; return [lo - pad, hi + pad]; }
+  if (hi <= lo) {
+    const pad = integer || lo === 0 ? 1 : Math.abs(lo) * 0.05;
+    return [lo - pad, hi + pad];
+  }
   const pad = (hi - lo) * 0.05;
   return [lo - pad, hi + pad];
 }
@@ -270,8 +275,9 @@ class Chart {
 
     // Domains: the zoom, else every point.
     const yOf = (v) => (log ? (v > 0 ? Math.log10(v) : NaN) : v);
-    let xDomain = this.zoom ? this.zoom.x : padded(bounds(lines.flatMap((l) => l.xs)));
-    if (xDomain[1] <= xDomain[0]) xDomain = padded([xDomain[0], xDomain[0]]);
+    const integer = opts.xAxis === "step";
+    let xDomain = this.zoom ? this.zoom.x : padded(bounds(lines.flatMap((l) => l.xs)), integer);
+    if (xDomain[1] <= xDomain[0]) xDomain = padded([xDomain[0], xDomain[0]], integer);
     let yDomain;
     if (this.zoom && this.zoom.y) {
       yDomain = this.zoom.y;
@@ -291,7 +297,7 @@ class Chart {
       xData: (p) => xDomain[0] + ((p - PAD.left) / plotW) * (xDomain[1] - xDomain[0]),
       yData: (p) => yDomain[0] + ((PAD.top + plotH - p) / plotH) * (yDomain[1] - yDomain[0]),
     };
-    const xTicks = niceTicks(xDomain[0], xDomain[1], 5);
+    const xTicks = niceTicks(xDomain[0], xDomain[1], 5, integer);
     const yTicks = log ? logTicks(yDomain[0], yDomain[1]) : niceTicks(yDomain[0], yDomain[1], 4);
     const yLabel = (t) => (log ? formatValue(Math.pow(10, t)) : formatValue(t));
     this.el.dataset.yscale = log ? "log" : "linear";
@@ -526,7 +532,7 @@ class View {
     this.legendEl.style.display = "none";
     const header = [];
     const line = el("div", "jsv-header-line");
-    const name = el("b", "jsv-name", s.name || "");
+    const name = el("span", "jsv-name", s.name || "");
     const status = el("span", `jsv-status jsv-status-${s.status || ""}`, s.label || "");
     status.style.color = s.tone || "#757575";
     status.style.fontWeight = "bold";

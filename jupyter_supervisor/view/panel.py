@@ -40,8 +40,9 @@ from .widget import INSTALL_HINT, SeriesFeed, ipywidgets, view_class
 
 logger = logging.getLogger("jupyter_supervisor")
 
-# What the output area keeps of the run's output: its tail, so that a body printing at every
-# step costs at most this much per output refresh.
+# What the output area keeps of the run's output: its newest lines, at most so many characters,
+# so that a body printing at every step costs at most this much per output refresh.
+OUTPUT_KEEP_LINES = 30
 OUTPUT_KEEP_CHARS = 6000
 ERROR_MAX_CHARS = 20_000
 KEPT_SHOWN = 8
@@ -396,6 +397,15 @@ def _panel_box_class():
     return PanelBox
 
 
+def _widget_bundle(widget, text: str) -> dict:
+    """The widget's display data with ``text`` as its text form (ipywidgets returns the data,
+    anywidget a (data, metadata) pair)."""
+    bundle = widget._repr_mimebundle_()  # pylint: disable=protected-access
+    data = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+    data["text/plain"] = text
+    return data
+
+
 def _check_seconds(**values) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -563,6 +573,7 @@ class Panel(_LiveView):
         self._snap_clock = 0.0
         self._output_seen = 0          # characters of the run's output shown (its total)
         self._output_chars = 0         # characters in the Output widget now
+        self._output_lines = 0         # and lines
         self._next_output = -math.inf
         self._handles: list = []       # the DisplayHandle of each display
         self._published = None         # what the displays' fallback shows (a key)
@@ -570,8 +581,7 @@ class Panel(_LiveView):
         self._view = view_class()(compare=False, runs=[str(run.name)])
         self._view.add_class("jsv-panel-view")
         self._view.on_msg(self._on_view_message)
-        self._output = widgets.Output(layout=widgets.Layout(max_height="20em",
-                                                            overflow="auto"))
+        self._output = widgets.Output()
         self._output.add_class("jsv-output")
         self._root = _panel_box_class()([self._view, self._output])
         self._root.add_class("jsv-panel")
@@ -656,22 +666,21 @@ class Panel(_LiveView):
         self._next_output = now + self._output_interval
         self._output_seen = snap.output_total
         text = snap.output[-new:] if new <= len(snap.output) else snap.output
-        if self._output_chars + len(text) > OUTPUT_KEEP_CHARS:
-            # Bounded: the newest lines only, as one stream output.
-            tail = snap.output[-OUTPUT_KEEP_CHARS:]
-            cut = tail.find("\n")
-            tail = tail[cut + 1:] if 0 <= cut < len(tail) - 1 else tail
+        lines = self._output_lines + text.count("\n")
+        if self._output_chars + len(text) > OUTPUT_KEEP_CHARS or lines > 2 * OUTPUT_KEEP_LINES:
+            # Bounded: the newest lines only, as one stream output (Jupyter's renderer then
+            # collapses carriage returns and colours ANSI codes as in any output).
+            tail = "\n".join(snap.output[-OUTPUT_KEEP_CHARS:].split("\n")[-OUTPUT_KEEP_LINES - 1:])
             self._output.outputs = ({"output_type": "stream", "name": "stdout",
                                      "text": "...\n" + tail},)
-            self._output_chars = len(tail)
+            self._output_chars, self._output_lines = len(tail), tail.count("\n")
         else:
             self._output.append_stdout(text)
-            self._output_chars += len(text)
+            self._output_chars, self._output_lines = self._output_chars + len(text), lines
         return True
 
     def _bundle(self, image: Optional[bytes] = None, text: Optional[str] = None) -> dict:
-        data = dict(self._root._repr_mimebundle_())  # pylint: disable=protected-access
-        data["text/plain"] = text if text is not None else text_status(self._run)
+        data = _widget_bundle(self._root, text if text is not None else text_status(self._run))
         if image:
             data["image/png"] = image
         return data
@@ -749,9 +758,8 @@ class Comparison(_LiveView):
     def display(self) -> None:
         """Shows the chart in the executing cell (main thread) and starts its refresher."""
         from IPython.display import display  # pylint: disable=import-outside-toplevel
-        data = dict(self._view._repr_mimebundle_())  # pylint: disable=protected-access
-        data["text/plain"] = "\n".join(text_status(run) for run in self._runs)
-        display(data, raw=True)
+        display(_widget_bundle(self._view, "\n".join(text_status(run) for run in self._runs)),
+                raw=True)
         self._start_refresher("compare")
 
 
