@@ -914,7 +914,9 @@ class EagerSupervisor:
         if self._attached is None and self._logdir:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
-            logger.warning(note)
+            # Shown once: the run prints its notes into its output (a log record would be a
+            # second copy, in whichever cell runs then).
+            logger.debug(note)
             self._notes.append(note)
         if self._event_file is not None:
             self._event_file.add_session_log(_SessionLog(status=_SessionLog.STOP),

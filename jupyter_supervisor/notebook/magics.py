@@ -563,7 +563,9 @@ def _end_summary(training) -> None:
     # text form as it was at display time: one line says how the run ended. Where no widget
     # can show (a terminal), the whole summary.
     if panel.widget_frontend_available():
-        panel.finish(training)  # the display's saved fallback, while this cell executes
+        # The display's saved fallback, while this cell executes; a failure's traceback is
+        # raised into this cell next, so the panel does not show it a second time.
+        panel.finish(training, error_in_cell=training.status == "failed")
         print(panel.text_status(training))
     else:  # a failure's traceback follows, raised: not printed here too
         print(panel.text_summary(training, with_error=training.status != "failed"))

@@ -577,6 +577,7 @@ class Panel(_LiveView):
         self._next_output = -math.inf
         self._handles: list = []       # the DisplayHandle of each display
         self._published = None         # what the displays' fallback shows (a key)
+        self._error_in_cell: Optional[str] = None   # an error whose traceback a cell shows
 
         self._view = view_class()(compare=False, runs=[str(run.name)])
         self._view.add_class("jsv-panel-view")
@@ -620,9 +621,12 @@ class Panel(_LiveView):
         self._published = None
         self._start_refresher(str(self._run.name))
 
-    def finish(self) -> None:
+    def finish(self, *, error_in_cell: bool = False) -> None:
         """Brings every display up to date now, its saved-notebook fallback included (the
-        magics call it when a run they waited for ended, while its cell still executes)."""
+        magics call it when a run they waited for ended, while its cell still executes).
+        ``error_in_cell``: the cell shows the failure's traceback; the panel does not repeat it."""
+        with self._lock:
+            self._error_in_cell = self._history.error if error_in_cell else None
         self.tick(force=True)
 
     def close(self) -> None:
@@ -646,8 +650,11 @@ class Panel(_LiveView):
         elapsed = snap.elapsed + (max(0.0, now - self._snap_clock) if snap.active else 0.0)
         with self._lock:
             message = self._message
+            in_cell = self._error_in_cell
         state = panel_state(self._run, snap, elapsed=elapsed, wall_now=self._wall_clock(),
                             message=message or self._last_failure)
+        if in_cell and in_cell == snap.error:  # once: the cell's own traceback shows it
+            state["error"] = ""
         changed = False
         if state != self._view.state:
             self._view.state = state
@@ -793,12 +800,14 @@ def show(run, clock: Callable[[], float] = time.monotonic) -> Optional[Panel]:
     return None
 
 
-def finish(run) -> None:
-    """Brings the panel shown for ``run`` (if any) up to date now, fallback included."""
+def finish(run, *, error_in_cell: bool = False) -> None:
+    """Brings the panel shown for ``run`` (if any) up to date now, fallback included.
+    ``error_in_cell``: the failure is raised into the executing cell, which shows its
+    traceback; the panel then names the error without repeating the traceback."""
     with _shown_lock:
         panel = _shown.get(run.name)
     if panel is not None and panel.run is run and not panel.closed:
-        panel.finish()
+        panel.finish(error_in_cell=error_in_cell)
 
 
 def compare(runs: Sequence) -> Optional[Comparison]:
