@@ -106,9 +106,11 @@ def _children(pid: int):
 
 
 class Lab:
-    """A JupyterLab server of our own; ``stop()`` ends its kernels and itself by PID."""
+    """A JupyterLab (``app="jupyterlab"``) or Notebook 7 (``app="notebook"``) server of our
+    own; ``stop()`` ends its kernels and itself by PID."""
 
-    def __init__(self, root: Path, home: Path):
+    def __init__(self, root: Path, home: Path, app: str = "jupyterlab"):
+        self.app = app
         self.root = root
         self.home = home
         (self.port,) = free_ports(1)
@@ -129,12 +131,13 @@ class Lab:
                         IPYTHONDIR=str(self.home / "ipython"),
                         PATH=os.path.dirname(sys.executable) + os.pathsep
                         + os.environ.get("PATH", ""))
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
+        app_class = "LabApp" if self.app == "jupyterlab" else "JupyterNotebookApp"
+        cmd = [sys.executable, "-m", self.app, "--no-browser", "--allow-root",
                "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
                f"--ServerApp.root_dir={self.root}",
                f"--IdentityProvider.token={self.token}",
-               f"--LabApp.workspaces_dir={self.home / 'workspaces'}",
-               f"--LabApp.user_settings_dir={self.home / 'settings'}",
+               f"--{app_class}.workspaces_dir={self.home / 'workspaces'}",
+               f"--{app_class}.user_settings_dir={self.home / 'settings'}",
                # A safety net should this process die without its teardown.
                "--ServerApp.shutdown_no_activity_timeout=600",
                "--MappingKernelManager.cull_idle_timeout=600"]
@@ -190,13 +193,13 @@ class Lab:
                     pass
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A running JupyterLab rooted at tmp_path/lab; stopped (kernels too) at the end, also when
-    the test process gets SIGTERM (e.g. from `timeout`)."""
+@pytest.fixture(params=["jupyterlab"])
+def lab(tmp_path, request):
+    """A running JupyterLab (or, parametrized, Notebook 7) rooted at tmp_path/lab; stopped
+    (kernels too) at the end, also when the test process gets SIGTERM (e.g. from `timeout`)."""
     root = tmp_path / "lab"
     root.mkdir()
-    server = Lab(root, tmp_path / "jhome")
+    server = Lab(root, tmp_path / "jhome", app=request.param)
 
     def on_sigterm(_signum, _frame):
         raise SystemExit(143)  # unwinds through the teardown below
@@ -465,3 +468,54 @@ def _drive(page, lab, root: Path) -> None:
     expect(live.locator(".jsv-dead")).to_have_text("kernel gone — re-run the cell")
     expect(live.locator("button.jsv-resume")).to_be_disabled()
     _shot(page, live, "panel-kernel-gone.png")
+
+
+# Notebook 7: the same front end, in Notebook's page.
+NOTEBOOK7_READY_JS = """() => {
+    const e = document.querySelector('.jp-Notebook-ExecutionIndicator');
+    return !!e && e.dataset.status === 'idle';
+}"""
+
+
+@pytest.mark.parametrize("lab", ["notebook"], indirect=True)
+def test_a_finished_run_in_notebook_7(lab, tmp_path):
+    root = tmp_path / "runs"
+    notebook = new_notebook(metadata={
+        "kernelspec": {"name": KERNEL_NAME, "display_name": "jupyter_supervisor test",
+                       "language": "python"}, "language_info": {"name": "python"}})
+    notebook.cells = [new_code_cell(cell.format(root=root) if "{root}" in cell else cell)
+                      for cell in ("%load_ext jupyter_supervisor", SETUP_CELL, SHORT_CELL,
+                                   SENTINEL_CELL)]
+    nbformat.write(notebook, str(lab.root / "panel.ipynb"))
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+        try:
+            page.goto(f"{lab.base}/notebooks/panel.ipynb?token={lab.token}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell")
+            # The server's kernel, then the page's connection to it.
+            deadline = time.monotonic() + WAIT_MS / 1000
+            while not [s for s in _api(lab.base, lab.token, "/api/sessions")
+                       if s["kernel"]["execution_state"] == "idle"]:
+                assert time.monotonic() < deadline, "the kernel did not start"
+                time.sleep(0.1)  # polling the server for the kernel's state
+            page.wait_for_function(NOTEBOOK7_READY_JS)
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            expect(page.locator(".jp-OutputArea-output", has_text=SENTINEL)).to_be_visible(
+                timeout=120_000)
+            short = _panel(page, "short")
+            expect(short.locator(".jsv-status")).to_have_text("finished")
+            expect(short.locator(".jsv-step")).to_have_text("step 25")
+            expect(short.locator(".jsv-fit")).to_have_text(_position(25, 5))
+            expect(short.locator(".jsv-progress-text")).to_have_text("100.0% of 25")
+            page.wait_for_function("e => Number(e.dataset.points) >= 2", arg=short.locator(
+                ".jsv-chart[data-tag='loss']").element_handle())
+            _shot(page, short, "notebook7-finished.png")
+        except BaseException:
+            _keep_evidence(page, [], lab)
+            raise
+        finally:
+            browser.close()
