@@ -740,17 +740,6 @@ class _Restarts:
         return stack[i][1] if i < len(stack) else math.inf
 
 
-def _scalar_values(tb, summary) -> Iterator[Tuple[str, float]]:
-    for value in summary.value:
-        kind = value.WhichOneof("value")
-        if kind == "simple_value":
-            yield value.tag, float(value.simple_value)
-        elif kind == "tensor" and not value.tensor.tensor_shape.dim:
-            array = tb.tensor_util.make_ndarray(value.tensor)
-            if array.dtype.kind in "fiub":
-                yield value.tag, float(array)
-
-
 def _read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict[str, _Series]:
     tb = _tensorboard_reader()
     start = tb.event_pb2.SessionLog.START
@@ -772,7 +761,7 @@ def _read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dic
         if (not event.HasField("summary") or event.step > limit
                 or event.step >= restarts.cut(position)):
             continue
-        for tag, value in _scalar_values(tb, event.summary):
+        for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
             target = series.get(tag)
             if target is None:
                 target = series[tag] = _Series(max_points)
