@@ -298,7 +298,8 @@ def test_panel_states_curves_and_a_dead_kernel_in_jupyterlab(lab, tmp_path):
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        # Tall enough that a whole panel fits in its screenshot.
+        page = browser.new_page(viewport={"width": 1280, "height": 1800})
         page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
         problems = []

@@ -569,3 +569,12 @@ def test_keep_and_checkpoint_basename(ip, model, tmp_path, wait_for):
     assert list(kept) == paths[-2:]
     assert sorted(f for f in os.listdir(logdir) if f.endswith(".index")) == sorted(
         os.path.basename(p) + ".index" for p in kept)
+
+
+def test_compare_without_a_widget_frontend_prints_each_run(ip, model, tmp_path, capsys):
+    supervise(ip, f"--logdir {tmp_path / 'cmp-a'} --max-steps 5 --save-summaries-secs 0 --wait")
+    capsys.readouterr()
+    ip.run_line_magic("supervise", "compare cmp-a")
+    assert capsys.readouterr().out.startswith("cmp-a: finished at step 5 of 5 (")
+    with pytest.raises(UsageError, match="There is no run named 'nonesuch'"):
+        ip.run_line_magic("supervise", "compare cmp-a nonesuch")

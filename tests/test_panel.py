@@ -631,3 +631,23 @@ def test_a_failure_raised_into_the_cell_is_not_repeated_in_the_panel(make_panel,
     run.history.set_error("Traceback (most recent call last):\nKeyError: 'x'\n")  # a new one
     panel.tick(force=True)
     assert "KeyError" in panel.widgets["view"].state["error"]
+
+
+def test_a_comparison_sends_each_runs_series_under_its_name(comm_log, clock):
+    runs = []
+    for name, scale in (("lr-0.1", 1.0), ("lr-0.01", 2.0)):
+        history = make_history(clock)
+        history.on_event(events.SummaryWritten(10, {"loss": scale}, WALL0 + 10))
+        runs.append(FakeRun(history, name=name))
+    comparison = panel_module.Comparison(runs, clock=clock)
+    try:
+        assert comparison.widgets["view"].compare is True
+        assert comparison.widgets["view"].runs == ["lr-0.1", "lr-0.01"]
+        comparison.tick(force=True)
+        sent = {content["run"]: decode_series(content, buffers[0])["loss"][2].tolist()
+                for content, buffers in customs(comm_log, "series")}
+        assert sent == {"lr-0.1": [1.0], "lr-0.01": [2.0]}
+    finally:
+        comparison.close()
+    with pytest.raises(ValueError, match="Expected at least one run"):
+        panel_module.Comparison([])
