@@ -317,7 +317,8 @@ def main():
     for name, figures in (("panel", new["live"]), (f"former panel ({BASELINE_REV})", old["live"])):
         print(f"{name:28s} kernel CPU {figures['cpu_share'] * 100:6.3f} % of a core   "
               f"{figures['messages_per_s']:5.1f} messages/s   {figures['kb_per_s']:6.2f} KB/s")
-    print("no panel                     kernel CPU  0.000 % of a core       0 messages/s     0 KB/s")
+    print("no panel                     kernel CPU  0.000 % of a core       0 messages/s"
+          "     0 KB/s")
     print(f"ratio panel/former: CPU {new['live']['cpu_share'] / old['live']['cpu_share']:.2f}, "
           f"messages {new['live']['messages_per_s'] / old['live']['messages_per_s']:.2f}, "
           f"bytes {new['live']['kb_per_s'] / old['live']['kb_per_s']:.2f}   "

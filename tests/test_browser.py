@@ -40,7 +40,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
 
-from helpers import checkpoint_step, child_env, free_ports
+from helpers import child_env, free_ports
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -256,8 +256,6 @@ COMPARE_CELL = "%supervise compare short cmd"
 SENTINEL_CELL = f"import sys\nprint({SENTINEL!r}, sys.executable)"
 BATCHES = 8
 TF2_STEP_KEY = "jupyter_supervisor/step/.ATTRIBUTES/VARIABLE_VALUE"
-# In the page: the step a panel's header shows ('' before there is one).
-STEP_JS = "e => e.querySelector('.jsv-step') ? e.querySelector('.jsv-step').dataset.step : ''"
 
 
 def _write_notebook(path: Path, root: Path) -> None:
@@ -364,7 +362,8 @@ def _drive(page, lab, root: Path) -> None:
     expect(short.locator(".jsv-fit")).to_have_text(_position(25, 5))
     expect(short.locator(".jsv-progress-text")).to_have_text("100.0% of 25")
     expect(short.locator(".jsv-eta")).to_have_count(0)
-    expect(short.locator(".jsv-timeline")).to_contain_text("finished at step 25 (--max-steps reached)")
+    expect(short.locator(".jsv-timeline")).to_contain_text(
+        "finished at step 25 (--max-steps reached)")
     expect(short.locator(".jsv-best")).to_contain_text("loss: ")
     _shot(page, short, "panel-finished.png")
 
@@ -398,7 +397,8 @@ def _drive(page, lab, root: Path) -> None:
     box.scroll_into_view_if_needed()
     area = box.bounding_box()
     box.hover(position={"x": area["width"] * 0.6, "y": area["height"] / 2})
-    expect(chart.locator(".jsv-readout")).to_have_text(re.compile(r"^[-\d.e]+ \(raw [-\d.e]+\)  step [\d,]+  \d\d:\d\d:\d\d  \+\d+ s$"))
+    expect(chart.locator(".jsv-readout")).to_have_text(re.compile(
+        r"^[-\d.e]+ \(raw [-\d.e]+\)  step [\d,]+  \d\d:\d\d:\d\d  \+\d+ s$"))
     linear_ticks = chart.get_attribute("data-y-ticks")
     live.locator(".jsv-log input").check()
     expect(chart).to_have_attribute("data-yscale", "log")

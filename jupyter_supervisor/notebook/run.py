@@ -67,7 +67,8 @@ _TRANSITIONS = {
 # How often the history learns the live step (for the panel; --max-steps does not depend on it).
 WATCH_SECS = 0.5
 
-__all__ = ["TrainingRun", "STATUSES", "ACTIVE_STATUSES", "FINAL_STATUSES", "RunConfig", "RunConflictError", "RunStateError",
+__all__ = ["TrainingRun", "STATUSES", "ACTIVE_STATUSES", "FINAL_STATUSES",
+           "RunConfig", "RunConflictError", "RunStateError",
            "IllegalTransitionError", "LogdirLockedError",
            "CheckpointMismatchError", "get_run", "runs",
            "stop_all"]

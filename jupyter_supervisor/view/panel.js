@@ -117,7 +117,11 @@ function applySeries(store, msg, buffers) {
                    : new Float64Array(0);
   let at = 0;
   for (const part of msg.parts) {
-    const take = () => { const out = Array.from(all.subarray(at, at + part.n)); at += part.n; return out; };
+    const take = () => {
+      const out = Array.from(all.subarray(at, at + part.n));
+      at += part.n;
+      return out;
+    };
     const steps = take(), values = take(), walls = take();
     const old = tags.get(part.tag) || {steps: [], values: [], walls: []};
     const keep = Math.min(part.from, old.steps.length);
@@ -260,14 +264,17 @@ class Chart {
     const width = Math.max(100, this.box.clientWidth || 330);
     const height = CHART_HEIGHT;
     const ratio = window.devicePixelRatio || 1;
-    if (this.canvas.width !== Math.round(width * ratio)) this.canvas.width = Math.round(width * ratio);
-    if (this.canvas.height !== Math.round(height * ratio)) this.canvas.height = Math.round(height * ratio);
+    const [pixelsW, pixelsH] = [Math.round(width * ratio), Math.round(height * ratio)];
+    if (this.canvas.width !== pixelsW) this.canvas.width = pixelsW;
+    if (this.canvas.height !== pixelsH) this.canvas.height = pixelsH;
     const ctx = this.canvas.getContext("2d");
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     ctx.clearRect(0, 0, width, height);
     const newest = lines.map((l) => {
       const i = l.series.values.length - 1;
-      return `${lines.length > 1 ? l.run + " " : ""}${formatValue(l.series.values[i])} (step ${l.series.steps[i].toLocaleString("en-US")})`;
+      const step = l.series.steps[i].toLocaleString("en-US");
+      const run = lines.length > 1 ? l.run + " " : "";
+      return `${run}${formatValue(l.series.values[i])} (step ${step})`;
     });
     this.title.textContent = `${this.tag}${newest.length ? " = " + newest.join(", ") : ""}`;
     this.el.dataset.points = String(lines.reduce((n, l) => n + l.xs.length, 0));
@@ -285,7 +292,9 @@ class Chart {
       const visible = [];
       for (const l of lines) {
         l.xs.forEach((x, i) => {
-          if (x >= xDomain[0] && x <= xDomain[1]) visible.push(yOf(l.series.values[i]), yOf(l.smoothed[i]));
+          if (x >= xDomain[0] && x <= xDomain[1]) {
+            visible.push(yOf(l.series.values[i]), yOf(l.smoothed[i]));
+          }
         });
       }
       yDomain = padded(bounds(visible));
