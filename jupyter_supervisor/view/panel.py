@@ -34,6 +34,8 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from .. import events
 from . import plots
 from .widget import INSTALL_HINT, SeriesFeed, ipywidgets, view_class
@@ -299,10 +301,10 @@ def best_values(snap) -> List[str]:
             continue
         higher = any(word in tag.lower() for word in _HIGHER_IS_BETTER)
         envelope = series.maxs if higher else series.mins
-        finite = [i for i, v in enumerate(envelope.tolist()) if math.isfinite(v)]
-        if not finite:
+        finite = np.flatnonzero(np.isfinite(envelope))
+        if not len(finite):
             continue
-        pick = (max if higher else min)(finite, key=lambda i: envelope[i])
+        pick = finite[(np.argmax if higher else np.argmin)(envelope[finite])]
         out.append(f"{tag}: {plots.format_value(float(envelope[pick]))} "
                    f"({'max' if higher else 'min'}) at step {int(series.steps[pick]):,}")
     return out
