@@ -9,14 +9,12 @@ often as summaries:
   bare       the loop `sess.run(train_op)` in a thread of the kernel, plain Session
   tf         the same loop under tf.compat.v1.train.Supervisor (managed_session, in a thread)
   supervise  the same loop as a %%supervise cell; its panel is displayed (the cell's output)
-  mpl-panel  (--with-matplotlib) the same as supervise with the former render path: matplotlib
-             PNGs, the next render max(1 s, 4 x the last one's cost) later
 Each run warms up, then its steps are counted over a window (at least two summary intervals).
 Printed per configuration: median steps/s of each mode, median of the per-round ratios
 supervise/tf and supervise/bare (target: supervise >= 0.99 of tf), and beside them the kernel's
 CPU time in the panel per second of training: the refresher thread's CPU clock
 (time.pthread_getcpuclockid; CPU time holds up on a loaded machine where wall-clock ratios do
-not), of which plot renders, the IOPub thread's, the comm traffic this frontend received, and
+not), the IOPub thread's, the comm traffic this frontend received, and
 the panel's share of the kernel's CPU: the most the panel can take from training, so
 1 - share bounds supervise/tf from below as far as the panel goes. Nothing is asserted.
 
@@ -25,7 +23,7 @@ gave the kernel ("kernel CPU", in cores): steps/s = that / CPU per step. Read st
 with the load average in mind; the CPU figures are the ones that reproduce.
 
     PYTHONPATH=. .venv/bin/python bench/bench_training_cost.py [--rounds 5] [--window 5]
-        [--configs 1x1,10x8] [--diagnose] [--with-matplotlib]
+        [--configs 1x1,10x8] [--diagnose]
 """
 import argparse
 import ast
@@ -40,7 +38,6 @@ from jupyter_client.manager import KernelManager
 
 CONFIGS = ((1.0, 1), (1.0, 8), (10.0, 1), (10.0, 8))   # (summary seconds, scalar tags)
 MODES = ("bare", "tf", "supervise")
-BEFORE = "mpl-panel"   # --with-matplotlib: %%supervise with the former matplotlib render path
 # --diagnose: %%supervise without one of its parts, to see what each costs.
 DIAGNOSTIC = ("sup-nopanel", "sup-ignore")
 
@@ -128,13 +125,9 @@ def cpu_by_kind(before, wall):
 def _threads(prefix):
     return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
-def _panels():
-    shown = getattr(_panel_module, "_shown", {})  # show()'s registry of panels
-    return [p for p in list(shown.values()) if not p.closed]
-
 def measure(warmup, seconds):
     """Waits for the first step, warms up, then counts steps over `seconds`: steps/s, CPU
-    seconds per second of the panel refresher(s), of their plot renders, of IOPub."""
+    seconds per second of the panel refresher(s) and of IOPub."""
     pause = threading.Event()
     deadline = time.monotonic() + 120
     while count[0] == 0:
@@ -144,11 +137,8 @@ def measure(warmup, seconds):
     pause.wait(warmup)
     panels = _threads("jupyter_supervisor-panel-")
     iopub = _threads("IOPub")
-    shown = _panels()
     all0 = cpu_clocks()
     cpu0 = [_cpu(t) for t in panels]
-    render0 = sum(p.render_cpu for p in shown)
-    renders0 = sum(p.renders for p in shown)
     io0 = [_cpu(t) for t in iopub]
     n0, t0, p0, w0 = count[0], time.perf_counter(), time.process_time(), time.time()
     pause.wait(seconds)
@@ -161,22 +151,8 @@ def measure(warmup, seconds):
             "cpu_per_step": (p1 - p0) / max(1, n1 - n0),
             "cpu_per_sec": (p1 - p0) / wall,
             "panel": (sum(cpu1) - sum(cpu0)) / wall,
-            "render": (sum(p.render_cpu for p in shown) - render0) / wall,
-            "renders": (sum(p.renders for p in shown) - renders0) / wall,
             "iopub": (sum(io1) - sum(io0)) / wall,
             "threads": threads}
-
-_PANEL_DEFAULTS = dict(_panel_module.Panel.__init__.__kwdefaults__)
-
-def panel_renders(kind):
-    """'svg': the panel as it is; 'png': matplotlib renders paced by the former rule (the next
-    render after max(plot_interval, 4 x its cost), i.e. a budget of a quarter of a core)."""
-    defaults = _panel_module.Panel.__init__.__kwdefaults__
-    defaults.clear()
-    defaults.update(_PANEL_DEFAULTS)
-    if kind == "png":
-        from jupyter_supervisor.view.plots import PlotRenderer
-        defaults.update(renderer=PlotRenderer(), render_budget=0.25)
 
 def stop_thread(thread):
     done.set()
@@ -247,7 +223,7 @@ def run_one(kernel, mode, secs, tags, logdir, warmup, window):
     elif mode == "tf":
         kernel.execute(f"_t = start_tf({tags}, {logdir!r}, {secs})")
     else:
-        kernel.execute(f"build({tags})\npanel_renders({'png' if mode == BEFORE else 'svg'!r})")
+        kernel.execute(f"build({tags})")
         body = BODY.format(logdir=logdir, secs=secs)
         if mode == "sup-ignore":  # no finiteness check before a checkpoint
             body = body.replace("%%supervise ", "%%supervise --on-nan ignore ", 1)
@@ -278,8 +254,6 @@ def main():
     parser.add_argument("--window", type=float, default=5.0,
                         help="seconds counted per run at 1 s summaries (2.2x that at 10 s)")
     parser.add_argument("--warmup", type=float, default=1.5)
-    parser.add_argument("--with-matplotlib", action="store_true",
-                        help=f"add the mode {BEFORE}: the panel's former matplotlib render path")
     parser.add_argument("--threads", type=int, default=0,
                         help="TensorFlow's inter- and intra-op threads for every mode (0: its "
                              "default, one per core); 1 leaves a core to the other threads and "
@@ -293,8 +267,7 @@ def main():
     configs = CONFIGS if args.configs == "all" else tuple(
         (float(s), int(t)) for s, t in (c.split("x") for c in args.configs.split(",")))
 
-    modes = (MODES + ((BEFORE,) if args.with_matplotlib else ())
-             + (DIAGNOSTIC if args.diagnose else ()))
+    modes = MODES + (DIAGNOSTIC if args.diagnose else ())
     workdir = tempfile.mkdtemp(prefix="bench_training_cost-")
     kernel = Kernel(workdir)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; TensorFlow threads "
@@ -354,8 +327,7 @@ def main():
             f"{m} {med(r['cpu_per_sec'] for r in runs[m]):5.2f}" for m in modes)
               + " cores (what the shared machine gave it: steps/s = this / CPU per step)")
         print(f"  panel       refresher CPU {med(r['panel'] for r in sup) * 1e3:.2f} ms per s of "
-              f"training (plot renders {med(r['render'] for r in sup) * 1e3:.2f} ms/s, "
-              f"{med(r['renders'] for r in sup):.2f} renders/s); IOPub thread "
+              f"training; IOPub thread "
               f"{med(r['iopub'] for r in sup) * 1e3:.2f} ms/s (under tf "
               f"{med(r['iopub'] for r in runs['tf']) * 1e3:.2f}); comm to the frontend "
               f"{med(r['comm_kb'] for r in sup):.1f} KB/s in {med(r['comm_msgs'] for r in sup):.1f}"
@@ -380,16 +352,6 @@ def main():
                 print(f"  {mode:12s} supervise/tf {paired(rates, mode, 'tf'):.3f}, as fast as tf "
                       f"{paired(cpu, 'tf', mode):.3f}; training thread's CPU per step "
                       f"{med(r['threads'].get('jupyter_supervisor-run', 0) / r['rate'] for r in runs[mode]) * 1e6:.1f} us")
-        if BEFORE in runs:
-            old = runs[BEFORE]
-            old_share = med((r["panel"] + r["iopub"]) / r["cpu_per_sec"] for r in old)
-            print(f"  {BEFORE}   supervise/tf {paired(rates, BEFORE, 'tf'):.3f}, as fast as tf "
-                  f"{paired(cpu, 'tf', BEFORE):.3f}; refresher CPU "
-                  f"{med(r['panel'] for r in old) * 1e3:.2f} ms/s (renders "
-                  f"{med(r['render'] for r in old) * 1e3:.2f} ms/s, "
-                  f"{med(r['renders'] for r in old):.2f}/s); comm "
-                  f"{med(r['comm_kb'] for r in old):.1f} KB/s; share of the kernel's CPU "
-                  f"{old_share * 100:.2f} %")
     print(f"\nload average now {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     return 0
 

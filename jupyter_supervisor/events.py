@@ -28,7 +28,7 @@ import logging
 import queue
 import threading
 import types
-from typing import Callable, Mapping, Optional, Tuple
+from typing import Callable, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -123,6 +123,20 @@ class Stopped:
     why: str = ""
 
 
+def scalar_values(summary, make_ndarray: Callable) -> Iterator[Tuple[str, float]]:
+    """(tag, value) of each scalar of a Summary proto: TF1's ``simple_value`` and TF2's scalar
+    tensors (converted with ``make_ndarray``: TensorFlow's or TensorBoard's, whichever the
+    caller has). The one reading of a Summary, for live records and event files alike."""
+    for value in summary.value:
+        kind = value.WhichOneof("value")
+        if kind == "simple_value":
+            yield value.tag, float(value.simple_value)
+        elif kind == "tensor" and not value.tensor.tensor_shape.dim:
+            array = make_ndarray(value.tensor)
+            if array.dtype.kind in "fiub":
+                yield value.tag, float(array)
+
+
 def scalars_from_summary(summary) -> Mapping[str, float]:
     """Returns {tag: value} for the scalar values of a Summary proto or its serialized bytes.
 
@@ -136,16 +150,7 @@ def scalars_from_summary(summary) -> Mapping[str, float]:
         proto.ParseFromString(bytes(summary))
     else:
         proto = summary
-    out = {}
-    for value in proto.value:
-        kind = value.WhichOneof("value")
-        if kind == "simple_value":
-            out[value.tag] = float(value.simple_value)
-        elif kind == "tensor" and not value.tensor.tensor_shape.dim:
-            array = tensor_util.MakeNdarray(value.tensor)
-            if array.dtype.kind in "fiub":
-                out[value.tag] = float(array)
-    return types.MappingProxyType(out)
+    return types.MappingProxyType(dict(scalar_values(proto, tensor_util.MakeNdarray)))
 
 
 class EventHub:

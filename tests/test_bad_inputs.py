@@ -282,6 +282,11 @@ def _(ctx):
     return ctx.magic("list mnist")
 
 
+@scenario("stop-two-runs")
+def _(ctx):
+    return ctx.magic("stop a b")
+
+
 # ---------------------------------------------------------------------------------- the model
 
 @scenario("eager-on-a-graph-logdir")

@@ -1,18 +1,25 @@
 """The panel in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright.
 
-One test, two stories (TF1 graph code, and a TensorFlow 2 Keras fit): a notebook loads the
-extension, builds a small model and starts ``%%supervise`` on it. In the rendered page the step advances and the plots (an SVG
-the browser draws) appear and are redrawn; Stop makes the run 'stopped' with its newest checkpoint (read here with
-TensorFlow) at the step the panel shows; Resume makes it 'running' again from that step, with a
-rate and a plot redrawn from the new session's summaries.
+One Lab session, one notebook, several runs of a small Keras model in one kernel, each ending
+another way, read from the page as a user sees it:
+- "short" reaches --max-steps 25 under --wait: 'finished', step 25, fit's real epoch/batch,
+  100 %, no ETA; the notebook saved afterwards stores its final text and an image;
+- "boom" raises in its body: 'failed', its error, the failure in the timeline;
+- "cmd" is stopped by `%supervise stop`: 'stopped' at the newest checkpoint's step, with the
+  epoch/batch of that step;
+- "live" (verbose=1) trains while the curves are explored: the value under the mouse as text,
+  the log scale, drag-zoom and double-click reset; its output shows no escape characters; then
+  the Stop button: 'stopped' at the newest checkpoint's step;
+- `%supervise compare short cmd` overlays two runs with a legend and a two-line readout;
+- a reloaded page shows the panels again with their timelines and every point;
+- a kernel restart turns the old panels visibly dead within seconds, buttons disabled.
 
 The server is our own: a free loopback port, a random token, config/runtime/data/settings/
 workspace folders under the test's tmp_path, and a kernelspec of its own that runs this very
 Python (``sys.executable``, where jupyter_supervisor is installed). Kernels and server are stopped
-by PID at the end, also when the test is killed with SIGTERM. JupyterLab's settings keep their
-defaults, comms over kernel subshells included: a button's callback then runs on a subshell's
-thread, not the kernel's main thread, as it does for users. Every wait is on a condition in the
-page, with a timeout. The screenshot is test-artifacts/panel.png (panel-failure.png on failure).
+by PID at the end, also when the test is killed with SIGTERM. Every wait is on a condition in the
+page, with a timeout. Screenshots of each state go to test-artifacts/ (panel-failure.png on
+failure).
 """
 import json
 import os
@@ -33,7 +40,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
 
-from helpers import checkpoint_step, child_env, free_ports
+from helpers import child_env, free_ports
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -45,84 +52,6 @@ SENTINEL = "ALL-CELLS-DONE"
 SERVER_STARTUP = 60.0
 WAIT_MS = 45_000
 
-# The suite's model (tests/helpers.py, on the kernel's PYTHONPATH), bound as gs, w, loss, train_op.
-MODEL_CELL = """\
-import time
-import tensorflow as tf
-from helpers import build_model
-
-tf.compat.v1.disable_eager_execution()
-build_model(globals(), learning_rate=0.01)
-"""
-
-# One training step; the sleep is part of the training code, keeping the rate modest (2 cores).
-SUPERVISE_CELL = """\
-%%supervise --logdir {logdir} --save-summaries-secs 0.5 --save-model-secs 5 --repeat
-sess.run(train_op)
-time.sleep(0.01)
-"""
-
-# TensorFlow 2: a small Keras model in eager mode, and its fit under the run's callback (a
-# callback's short sleep keeps the rate modest on 2 cores).
-KERAS_MODEL_CELL = """\
-import time
-import keras
-import eager_models
-x, y = eager_models.data(n=64)
-model = eager_models.make_model()
-slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.01))
-"""
-KERAS_CELL = """\
-%%supervise --logdir {logdir} --save-summaries-secs 0.5 --save-model-secs 5
-model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback, slow], verbose=0)
-"""
-# Each story: the model cell, the %%supervise cell, and how to read a checkpoint's step.
-STORIES = {
-    "graph": (MODEL_CELL, SUPERVISE_CELL, checkpoint_step),
-    "keras": (KERAS_MODEL_CELL, KERAS_CELL, lambda path: int(tf.train.load_checkpoint(path)
-                                                            .get_tensor(TF2_STEP_KEY))),
-}
-TF2_STEP_KEY = "jupyter_supervisor/step/.ATTRIBUTES/VARIABLE_VALUE"
-
-SENTINEL_CELL = f"import sys\nprint({SENTINEL!r}, sys.executable)"
-
-# JavaScript run in the page. The panel's header is an HTML widget re-rendered on each change;
-# .jsv-step carries the step as data-step ('' before there is one).
-STEP_JS = """() => {
-    const e = document.querySelector('.jsv-panel .jsv-step');
-    return e && e.dataset.step !== '' ? Number(e.dataset.step) : null;
-}"""
-# The plot: an <svg> the browser drew (SvgRenderer), laid out with a size and at least one curve
-# or dot; its data-render (which drawing it is) when so, else null.
-PLOT_SRC_JS = """() => {
-    const plot = document.querySelector('.jsv-panel .jsv-plot');
-    const svg = plot && plot.querySelector('svg.jsv-plot-svg');
-    if (!svg || getComputedStyle(plot).display === 'none') return null;
-    const box = svg.getBoundingClientRect();
-    const drawn = svg.querySelector('path.jsv-plot-line, circle');
-    if (box.width === 0 || box.height === 0 || !drawn) return null;
-    return svg.dataset.render;
-}"""
-# From now on, records every (status, step) the header shows into window.__jsvShown, and the
-# step the header shows at each redraw of the plot into window.__jsvRedrawnAt.
-RECORD_JS = """() => {
-    const header = document.querySelector('.jsv-panel .jsv-header');
-    const plot = document.querySelector('.jsv-panel .jsv-plot');
-    const shownStep = () => {
-        const step = header.querySelector('.jsv-step');
-        return step && step.dataset.step !== '' ? Number(step.dataset.step) : null;
-    };
-    window.__jsvShown = [];
-    window.__jsvRedrawnAt = [];
-    new MutationObserver(() => {
-        const status = header.querySelector('.jsv-status');
-        window.__jsvShown.push([status ? status.textContent : null, shownStep()]);
-    }).observe(header, {subtree: true, childList: true, characterData: true, attributes: true});
-    new MutationObserver(() => window.__jsvRedrawnAt.push(shownStep()))
-        .observe(plot, {subtree: true, childList: true});
-}"""
-# What .jsv-rate reads while running: a rate, and not a zero one.
-RUNNING_RATE = re.compile(r"^(?!0 )[\d,.]+ steps/s$")
 # JupyterLab's status bar reads "<kernel> | Idle" once the kernel is connected (cells run before
 # that are dropped); a "Select Kernel" dialog means our kernelspec was not found.
 KERNEL_READY_JS = """() => !!document.querySelector('.jp-Dialog') ||
@@ -177,9 +106,11 @@ def _children(pid: int):
 
 
 class Lab:
-    """A JupyterLab server of our own; ``stop()`` ends its kernels and itself by PID."""
+    """A JupyterLab (``app="jupyterlab"``) or Notebook 7 (``app="notebook"``) server of our
+    own; ``stop()`` ends its kernels and itself by PID."""
 
-    def __init__(self, root: Path, home: Path):
+    def __init__(self, root: Path, home: Path, app: str = "jupyterlab"):
+        self.app = app
         self.root = root
         self.home = home
         (self.port,) = free_ports(1)
@@ -200,12 +131,13 @@ class Lab:
                         IPYTHONDIR=str(self.home / "ipython"),
                         PATH=os.path.dirname(sys.executable) + os.pathsep
                         + os.environ.get("PATH", ""))
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
+        app_class = "LabApp" if self.app == "jupyterlab" else "JupyterNotebookApp"
+        cmd = [sys.executable, "-m", self.app, "--no-browser", "--allow-root",
                "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
                f"--ServerApp.root_dir={self.root}",
                f"--IdentityProvider.token={self.token}",
-               f"--LabApp.workspaces_dir={self.home / 'workspaces'}",
-               f"--LabApp.user_settings_dir={self.home / 'settings'}",
+               f"--{app_class}.workspaces_dir={self.home / 'workspaces'}",
+               f"--{app_class}.user_settings_dir={self.home / 'settings'}",
                # A safety net should this process die without its teardown.
                "--ServerApp.shutdown_no_activity_timeout=600",
                "--MappingKernelManager.cull_idle_timeout=600"]
@@ -261,13 +193,13 @@ class Lab:
                     pass
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A running JupyterLab rooted at tmp_path/lab; stopped (kernels too) at the end, also when
-    the test process gets SIGTERM (e.g. from `timeout`)."""
+@pytest.fixture(params=["jupyterlab"])
+def lab(tmp_path, request):
+    """A running JupyterLab (or, parametrized, Notebook 7) rooted at tmp_path/lab; stopped
+    (kernels too) at the end, also when the test process gets SIGTERM (e.g. from `timeout`)."""
     root = tmp_path / "lab"
     root.mkdir()
-    server = Lab(root, tmp_path / "jhome")
+    server = Lab(root, tmp_path / "jhome", app=request.param)
 
     def on_sigterm(_signum, _frame):
         raise SystemExit(143)  # unwinds through the teardown below
@@ -281,37 +213,91 @@ def lab(tmp_path):
         signal.signal(signal.SIGTERM, previous)
 
 
-def _write_notebook(path: Path, logdir: Path, story: str) -> None:
+# The cells. Four seeded models of tests/eager_models.py (8 batches an epoch); a callback's short
+# sleep keeps the rates modest on 2 cores.
+SETUP_CELL = """\
+import time
+import keras
+import eager_models
+import jupyter_supervisor
+x, y = eager_models.data(n=64)
+live_model, short_model, boom_model, cmd_model = (eager_models.make_model() for _ in range(4))
+slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.01))
+batches = []
+def count_and_explode(batch, logs):
+    batches.append(batch)
+    if len(batches) == 13:
+        raise ValueError("boom at the 13th batch")
+explode = keras.callbacks.LambdaCallback(on_train_batch_end=count_and_explode)
+"""
+LIVE_CELL = """\
+%%supervise --logdir {root}/live --save-summaries-secs 0.3 --save-model-secs 5
+live_model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback, slow], verbose=1)
+"""
+SHORT_CELL = """\
+%%supervise --logdir {root}/short --max-steps 25 --save-summaries-secs 0.1 --wait
+short_model.fit(x, y, batch_size=8, epochs=5, callbacks=[sv.callback, slow], verbose=0)
+"""
+BOOM_CELL = """\
+%%supervise --logdir {root}/boom --save-summaries-secs 0.1
+boom_model.fit(x, y, batch_size=8, epochs=5, callbacks=[sv.callback, explode], verbose=0)
+"""
+CMD_CELL = """\
+%%supervise --logdir {root}/cmd --save-summaries-secs 0.2 --save-model-secs 30
+cmd_model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback, slow], verbose=0)
+"""
+# Waits on a condition (the run's step), then stops it with the line magic.
+CMD_STOP_CELL = """\
+while (jupyter_supervisor.get_run("cmd").global_step or 0) < 30:
+    time.sleep(0.05)
+%supervise stop cmd
+"""
+COMPARE_CELL = "%supervise compare short cmd"
+SENTINEL_CELL = f"import sys\nprint({SENTINEL!r}, sys.executable)"
+BATCHES = 8
+TF2_STEP_KEY = "jupyter_supervisor/step/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _write_notebook(path: Path, root: Path) -> None:
     notebook = new_notebook(metadata={
         "kernelspec": {"name": KERNEL_NAME, "display_name": "jupyter_supervisor test",
                        "language": "python"},
         "language_info": {"name": "python"},
     })
-    model_cell, supervise_cell, _ = STORIES[story]
-    notebook.cells = [new_code_cell("%load_ext jupyter_supervisor"),
-                      new_code_cell(model_cell),
-                      new_code_cell(supervise_cell.format(logdir=logdir)),
-                      new_code_cell(SENTINEL_CELL)]
+    cells = ["%load_ext jupyter_supervisor", SETUP_CELL, LIVE_CELL, SHORT_CELL, BOOM_CELL,
+             CMD_CELL, CMD_STOP_CELL, COMPARE_CELL, SENTINEL_CELL]
+    notebook.cells = [new_code_cell(cell.format(root=root) if "{root}" in cell else cell)
+                      for cell in cells]
     nbformat.write(notebook, str(path))
 
 
-def _step_in_file_name(checkpoint_path: str) -> int:
-    return int(checkpoint_path.rsplit("-", 1)[1])
+def _checkpoint_step(logdir: Path) -> int:
+    newest = tf.train.latest_checkpoint(str(logdir))
+    assert newest is not None, f"no checkpoint in {logdir}"
+    step = int(tf.train.load_checkpoint(newest).get_tensor(TF2_STEP_KEY))
+    assert int(newest.rsplit("-", 1)[1]) == step
+    return step
 
 
-@pytest.mark.parametrize("story", sorted(STORIES))
-def test_panel_live_stop_and_resume_in_jupyterlab(lab, tmp_path, story):
+def _position(step: int, epochs: int) -> str:
+    """Fit's epoch and batch after ``step`` batches, as Keras counts them (1-based epoch)."""
+    epoch = (step - 1) // BATCHES
+    return f"epoch {epoch + 1}/{epochs}, batch {step - epoch * BATCHES}/{BATCHES}"
+
+
+def test_panel_states_curves_and_a_dead_kernel_in_jupyterlab(lab, tmp_path):
     assert os.path.exists(CHROMIUM), (
         f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); "
         "never `playwright install`.")
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "panel-failure.png").unlink(missing_ok=True)  # an older run's
-    logdir = tmp_path / "runs" / "b"
-    _write_notebook(lab.root / "panel.ipynb", logdir, story)
+    root = tmp_path / "runs"
+    _write_notebook(lab.root / "panel.ipynb", root)
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        # Tall enough that a whole panel fits in its screenshot.
+        page = browser.new_page(viewport={"width": 1280, "height": 1800})
         page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
         problems = []
@@ -319,91 +305,218 @@ def test_panel_live_stop_and_resume_in_jupyterlab(lab, tmp_path, story):
         page.on("console", lambda message: problems.append(f"console: {message.text}")
                 if message.type == "error" else None)
         try:
-            _drive(page, lab, logdir, story)
+            _drive(page, lab, root)
         except BaseException:
             _keep_evidence(page, problems, lab)
             raise
         finally:
             browser.close()
+    assert not [p for p in problems if "jsv" in p or "panel.js" in p], problems
 
 
 def _keep_evidence(page, problems, lab) -> None:
-    """A failure's screenshot and the panel's text, printed with the browser's errors and the
+    """A failure's screenshot and the panels' text, printed with the browser's errors and the
     server log (best effort: the browser may be what failed)."""
     print("browser errors:", *problems[-20:], sep="\n  ")
     print("server log tail:\n", lab.log_tail())
     try:
-        page.screenshot(path=str(ARTIFACTS / "panel-failure.png"))
-        panel = page.locator(".jsv-panel")
-        print("panel text:", panel.first.inner_text(timeout=5000) if panel.count() else "(none)")
+        page.screenshot(path=str(ARTIFACTS / "panel-failure.png"), full_page=True)
+        for panel in page.locator(".jsv-panel").all():
+            print("panel text:", panel.inner_text(timeout=5000))
     except PlaywrightError as error:
         print(f"no failure screenshot: {error}")
 
 
-def _drive(page, lab, logdir: Path, story: str) -> None:
-    # ?reset drops any saved layout; the token logs in.
+def _open(page, lab) -> None:
     page.goto(f"{lab.base}/lab/tree/panel.ipynb?reset&token={lab.token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     page.wait_for_function(KERNEL_READY_JS)
     assert page.locator(".jp-Dialog").count() == 0, (
         f"JupyterLab asks for a kernel: {page.locator('.jp-Dialog').inner_text()!r}; "
         f"the kernelspec {KERNEL_NAME!r} was not found")
-    assert lab.kernel_names() == [KERNEL_NAME]
 
+
+def _panel(page, name):
+    return page.locator(f".jsv-panel:has(.jsv-name:text-is('{name}'))")
+
+
+def _shot(page, locator, name) -> None:
+    locator.scroll_into_view_if_needed()
+    locator.screenshot(path=str(ARTIFACTS / name))
+
+
+def _drive(page, lab, root: Path) -> None:
+    _open(page, lab)
+    assert lab.kernel_names() == [KERNEL_NAME]
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
     done = page.locator(".jp-OutputArea-output", has_text=SENTINEL)
-    expect(done).to_be_visible()
+    expect(done).to_be_visible(timeout=120_000)
     assert sys.executable in done.inner_text(), "the kernel does not run the test's Python"
+    expect(page.locator(".jsv-panel")).to_have_count(4)
 
-    panel = page.locator(".jsv-panel")
-    expect(panel).to_have_count(1)
-    status = panel.locator(".jsv-status")
-    step_span = panel.locator(".jsv-step")
-    stop, resume = panel.locator("button.jsv-stop"), panel.locator("button.jsv-resume")
-    assert page.locator(".jsv-error .widget-html-content").inner_text() == ""
+    # --max-steps reached (under --wait): finished, exact step and position, 100 %, no ETA.
+    short = _panel(page, "short")
+    expect(short.locator(".jsv-status")).to_have_text("finished")
+    expect(short.locator(".jsv-step")).to_have_text("step 25")
+    expect(short.locator(".jsv-fit")).to_have_text(_position(25, 5))
+    expect(short.locator(".jsv-progress-text")).to_have_text("100.0% of 25")
+    expect(short.locator(".jsv-eta")).to_have_count(0)
+    expect(short.locator(".jsv-timeline")).to_contain_text(
+        "finished at step 25 (--max-steps reached)")
+    expect(short.locator(".jsv-best")).to_contain_text("loss: ")
+    _shot(page, short, "panel-finished.png")
 
-    # Live: running, the step advances, a plot appears and is redrawn as summaries arrive.
-    expect(status).to_have_text("running")
-    first = page.wait_for_function(STEP_JS).json_value()
-    page.wait_for_function(f"() => ({STEP_JS})() > {first}")
-    plot = page.wait_for_function(PLOT_SRC_JS).json_value()
-    page.wait_for_function(f"() => {{ const s = ({PLOT_SRC_JS})(); return s && s !== {plot!r}; }}")
-    expect(panel.locator(".jsv-rate")).to_have_text(RUNNING_RATE)
-    expect(stop).to_be_enabled()
-    expect(resume).to_be_disabled()
+    # A body that raises: failed, with its error and the failure in the timeline.
+    boom = _panel(page, "boom")
+    expect(boom.locator(".jsv-status")).to_have_text("failed")
+    expect(boom.locator(".jsv-error")).to_contain_text("ValueError: boom at the 13th batch")
+    expect(boom.locator(".jsv-timeline")).to_contain_text("ValueError: boom at the 13th batch")
+    expect(boom.locator("button.jsv-resume")).to_be_enabled()
+    _shot(page, boom, "panel-failed.png")
 
-    # Stop: 'stopped', and the newest checkpoint holds the step the panel shows.
-    stop.click()
-    expect(status).to_have_text("stopped")
-    expect(resume).to_be_enabled()
-    expect(stop).to_be_disabled()
-    stopped_at = int(step_span.get_attribute("data-step"))
-    newest = tf.train.latest_checkpoint(str(logdir))
-    assert newest is not None, f"no checkpoint in {logdir}: {sorted(os.listdir(logdir))}"
-    assert _step_in_file_name(newest) == stopped_at, (newest, stopped_at)
-    assert STORIES[story][2](newest) == stopped_at
-    expect(panel.locator(".jsv-checkpoint-step")).to_have_text(f"{stopped_at:,}")
+    # %supervise stop: stopped at the newest checkpoint's step, with that step's epoch/batch.
+    cmd = _panel(page, "cmd")
+    expect(cmd.locator(".jsv-status")).to_have_text("stopped")
+    stopped_at = _checkpoint_step(root / "cmd")
+    expect(cmd.locator(".jsv-step")).to_have_text(f"step {stopped_at:,}")
+    expect(cmd.locator(".jsv-fit")).to_have_text(_position(stopped_at, 100000))
+    expect(cmd.locator(".jsv-timeline")).to_contain_text(f"stopped at step {stopped_at}")
+    expect(cmd.locator(".jsv-eta")).to_have_count(0)
+    _shot(page, cmd, "panel-stopped-by-command.png")
 
-    # Resume: running again, continuing from the stopped step (no smaller step is ever shown),
-    # with a rate, and the plot redrawn with the new session's summaries.
-    page.evaluate(RECORD_JS)
-    resume.click()
-    expect(status).to_have_text("running")
-    page.wait_for_function(f"() => ({STEP_JS})() > {stopped_at}")
-    expect(panel.locator(".jsv-rate")).to_have_text(RUNNING_RATE)
-    # The first redraw once the new session stepped may still be of what the restore changed
-    # (earlier points read back, later ones dropped); plots are redrawn only when the points
-    # changed, so the one after it shows the new session's summaries.
+    # The live run: its curves explored as in TensorBoard.
+    live = _panel(page, "live")
+    expect(live.locator(".jsv-status")).to_have_text("running")
+    expect(live.locator(".jsv-rate")).to_have_text(re.compile(r"^[\d,.]+ steps/s$"))
+    chart = live.locator(".jsv-chart[data-tag='loss']")
+    page.wait_for_function("e => Number(e.dataset.points) >= 3", arg=chart.element_handle())
+    tags = live.locator(".jsv-tag")
+    assert tags.count() >= 1 and all(t.is_visible() for t in tags.all())
+    box = chart.locator(".jsv-canvas-box")
+    box.scroll_into_view_if_needed()
+    area = box.bounding_box()
+    box.hover(position={"x": area["width"] * 0.6, "y": area["height"] / 2})
+    expect(chart.locator(".jsv-readout")).to_have_text(re.compile(
+        r"^[-\d.e]+ \(raw [-\d.e]+\)  step [\d,]+  \d\d:\d\d:\d\d  \+\d+ s$"))
+    linear_ticks = chart.get_attribute("data-y-ticks")
+    live.locator(".jsv-log input").check()
+    expect(chart).to_have_attribute("data-yscale", "log")
+    assert chart.get_attribute("data-y-ticks") != linear_ticks
+    whole = chart.get_attribute("data-x-domain")
+    page.mouse.move(area["x"] + 70, area["y"] + 40)
+    page.mouse.down()
+    page.mouse.move(area["x"] + area["width"] * 0.5, area["y"] + 40, steps=5)
+    page.mouse.up()
+    expect(chart).to_have_attribute("data-zoomed", "true")
+    zoomed = [float(v) for v in chart.get_attribute("data-x-domain").split(",")]
+    full = [float(v) for v in whole.split(",")]
+    assert full[0] <= zoomed[0] < zoomed[1] < full[1], (full, zoomed)
+    _shot(page, live, "panel-live-zoomed-log.png")
+    box.dblclick()
+    expect(chart).to_have_attribute("data-zoomed", "false")
+    # verbose=1: Keras' progress bar, rendered by Jupyter (no escape characters, one line).
+    output = live.locator(".jsv-output")
+    expect(output).to_contain_text("step")
+    text = output.inner_text()
+    assert "\x1b" not in text and "[1m" not in text and "[0m" not in text, text[-500:]
+
+    # Two runs in one chart: a legend, and one readout line per run.
+    comparison = page.locator(".jsv-compare")
+    expect(comparison.locator(".jsv-legend-item")).to_have_text(["short", "cmd"])
+    both = comparison.locator(".jsv-chart[data-tag='loss']")
+    both_box = both.locator(".jsv-canvas-box")
+    both_box.scroll_into_view_if_needed()
+    both_area = both_box.bounding_box()
+    both_box.hover(position={"x": 80, "y": both_area["height"] / 2})
+    expect(both.locator(".jsv-readout")).to_have_text(re.compile(r"^short: .*\ncmd: .*$"))
+    _shot(page, comparison, "compare.png")
+
+    # The Stop button: stopped at the newest checkpoint's step, with that step's position.
+    live.locator("button.jsv-stop").click()
+    expect(live.locator(".jsv-status")).to_have_text("stopped")
+    stopped_at = _checkpoint_step(root / "live")
+    expect(live.locator(".jsv-step")).to_have_text(f"step {stopped_at:,}")
+    expect(live.locator(".jsv-fit")).to_have_text(_position(stopped_at, 100000))
+    expect(live.locator("button.jsv-resume")).to_be_enabled()
+    expect(live.locator("button.jsv-stop")).to_be_disabled()
+    _shot(page, live, "panel-stopped-by-button.png")
+
+    # Saved after the runs ended, the notebook stores the final text and an image of "short".
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Control+s")
     page.wait_for_function(
-        f"() => window.__jsvRedrawnAt.filter(step => step > {stopped_at}).length >= 2")
-    expect(stop).to_be_enabled()
-    shown = page.evaluate("() => window.__jsvShown")
-    steps_shown = [step for _status, step in shown if step is not None]
-    assert steps_shown and min(steps_shown) >= stopped_at, (stopped_at, shown)
-    assert any(status_text == "running" for status_text, _step in shown), shown
-    assert page.locator(".jsv-error .widget-html-content").inner_text() == ""
+        "() => !document.querySelector('.jp-mod-dirty')", timeout=WAIT_MS)
+    saved = nbformat.read(str(lab.root / "panel.ipynb"), as_version=4)
+    outputs = [o for o in saved.cells[3].outputs if o.output_type == "display_data"]
+    assert any(o.data.get("text/plain", "").startswith("short: finished at step 25 of 25")
+               and o.data.get("image/png") for o in outputs), outputs
 
-    panel.scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / ("panel.png" if story == "graph" else
-                                          f"panel-{story}.png")))
+    # Reopened: the panels come back with their timelines and every point.
+    page.reload()
+    page.wait_for_function(KERNEL_READY_JS)
+    live = _panel(page, "live")
+    expect(live.locator(".jsv-status")).to_have_text("stopped")
+    expect(live.locator(".jsv-timeline")).to_contain_text("started at step 0")
+    page.wait_for_function("e => Number(e.dataset.points) >= 3",
+                           arg=live.locator(".jsv-chart[data-tag='loss']").element_handle())
+
+    # A kernel restart: every old panel says the kernel is gone, its buttons disabled.
+    page.get_by_role("menuitem", name="Kernel", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Restart Kernel…")).first.click()
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    expect(live.locator(".jsv-dead")).to_be_visible(timeout=15_000)
+    expect(live.locator(".jsv-dead")).to_have_text("kernel gone — re-run the cell")
+    expect(live.locator("button.jsv-resume")).to_be_disabled()
+    _shot(page, live, "panel-kernel-gone.png")
+
+
+# Notebook 7: the same front end, in Notebook's page.
+NOTEBOOK7_READY_JS = """() => {
+    const e = document.querySelector('.jp-Notebook-ExecutionIndicator');
+    return !!e && e.dataset.status === 'idle';
+}"""
+
+
+@pytest.mark.parametrize("lab", ["notebook"], indirect=True)
+def test_a_finished_run_in_notebook_7(lab, tmp_path):
+    root = tmp_path / "runs"
+    notebook = new_notebook(metadata={
+        "kernelspec": {"name": KERNEL_NAME, "display_name": "jupyter_supervisor test",
+                       "language": "python"}, "language_info": {"name": "python"}})
+    notebook.cells = [new_code_cell(cell.format(root=root) if "{root}" in cell else cell)
+                      for cell in ("%load_ext jupyter_supervisor", SETUP_CELL, SHORT_CELL,
+                                   SENTINEL_CELL)]
+    nbformat.write(notebook, str(lab.root / "panel.ipynb"))
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+        try:
+            page.goto(f"{lab.base}/notebooks/panel.ipynb?token={lab.token}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell")
+            # The server's kernel, then the page's connection to it.
+            deadline = time.monotonic() + WAIT_MS / 1000
+            while not [s for s in _api(lab.base, lab.token, "/api/sessions")
+                       if s["kernel"]["execution_state"] == "idle"]:
+                assert time.monotonic() < deadline, "the kernel did not start"
+                time.sleep(0.1)  # polling the server for the kernel's state
+            page.wait_for_function(NOTEBOOK7_READY_JS)
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            expect(page.locator(".jp-OutputArea-output", has_text=SENTINEL)).to_be_visible(
+                timeout=120_000)
+            short = _panel(page, "short")
+            expect(short.locator(".jsv-status")).to_have_text("finished")
+            expect(short.locator(".jsv-step")).to_have_text("step 25")
+            expect(short.locator(".jsv-fit")).to_have_text(_position(25, 5))
+            expect(short.locator(".jsv-progress-text")).to_have_text("100.0% of 25")
+            page.wait_for_function("e => Number(e.dataset.points) >= 2", arg=short.locator(
+                ".jsv-chart[data-tag='loss']").element_handle())
+            _shot(page, short, "notebook7-finished.png")
+        except BaseException:
+            _keep_evidence(page, [], lab)
+            raise
+        finally:
+            browser.close()

@@ -716,7 +716,7 @@ def test_magic_stops_a_diverged_run_and_names_the_newest_good_checkpoint(ip, div
     # The panel shows it as the run's error, with the good checkpoint named.
     text = panel.text_summary(run)
     assert "error:" in text and newest in text.split("error:", 1)[1]
-    assert f"checkpoint: step {run.exception.newest_good.rsplit('-', 1)[1]}" in text
+    assert f"Checkpoint: step {run.exception.newest_good.rsplit('-', 1)[1]} at " in text
 
 
 def test_magic_rollback_restores_then_stops_after_max_rollbacks(ip, diverging, tmp_path):

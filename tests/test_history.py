@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jupyter_supervisor import events
-from jupyter_supervisor.view.history import RunHistory, STATUSES
+from jupyter_supervisor.view.history import RunHistory
 
 from helpers import FakeClock, run_isolated
 
@@ -27,7 +27,7 @@ def test_events_fill_the_snapshot():
     history = RunHistory(clock=clock)
     history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
                                          wall_time=1000.0))
-    history.set_status("running")
+    history.set_status("running", active=True)
     for step in range(0, 50, 10):
         clock.now += 1
         history.on_event(summary(step, loss=1.0 / (step + 1), accuracy=step / 100))
@@ -50,8 +50,9 @@ def test_events_fill_the_snapshot():
     np.testing.assert_allclose(loss.values, [1.0, 1 / 11, 1 / 21, 1 / 31, 1 / 41])
     np.testing.assert_array_equal(loss.mins, loss.values)   # one point per bucket: no band
     np.testing.assert_array_equal(loss.maxs, loss.values)
-    steps, values, mins, maxs = loss                      # the contract's tuple form
+    steps, values, mins, maxs, walls, _generation = loss  # the contract's tuple form
     assert not steps.flags.writeable and not values.flags.writeable
+    assert walls.tolist() == [1000.0, 1010.0, 1020.0, 1030.0, 1040.0]   # each point's wall time
     assert [c.step for c in snap.checkpoints] == [45, 40]  # newest first
     assert snap.checkpoints[0].path == "/logs/model.ckpt-45"
     assert snap.checkpoints[0].seconds == 0.25
@@ -67,9 +68,9 @@ def test_version_bumps_on_every_change_and_only_then():
         seen.append(history.version)
         return seen[-1] != seen[-2]
 
-    history.set_status("running")
+    history.set_status("running", active=True)
     assert changed()
-    history.set_status("running")
+    history.set_status("running", active=True)
     assert not changed()
     history.note_step(5)
     assert changed()
@@ -104,15 +105,15 @@ def test_elapsed_counts_only_active_time():
     clock = FakeClock(100.0)
     history = RunHistory(clock=clock)
     clock.now = 104.0
-    history.set_status("running")
+    history.set_status("running", active=True)
     clock.now = 110.0
     assert history.snapshot().elapsed == 10.0
-    history.set_status("stopped")
+    history.set_status("stopped", active=False)
     clock.now = 150.0                                   # stopped: the clock runs, elapsed not
     snap = history.snapshot()
     assert snap.elapsed == 10.0 and not snap.is_active
     assert snap.elapsed_at(500.0) == 10.0
-    history.set_status("running")                       # resumed
+    history.set_status("running", active=True)                       # resumed
     clock.now = 155.0
     snap = history.snapshot()
     assert snap.elapsed == 15.0
@@ -124,7 +125,7 @@ def test_steps_per_sec_has_one_estimate_and_step_rates_are_plotted_live():
     history = RunHistory(clock=clock)
     history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
                                          wall_time=0.0))
-    history.set_status("running")
+    history.set_status("running", active=True)
     assert history.snapshot().steps_per_sec is None   # nothing measured yet: no made-up zero
     history.on_event(events.StepRate(step=0, steps_per_sec=0.0, wall_time=0.0))
     for second in range(1, 6):
@@ -136,11 +137,34 @@ def test_steps_per_sec_has_one_estimate_and_step_rates_are_plotted_live():
     assert snap.steps_per_sec == pytest.approx(200.0)  # the record is plotted, not shown
     assert snap.scalars["global_step/sec"].steps.tolist() == [1000]
     assert snap.scalars["global_step/sec"].values.tolist() == [180.0]
-    history.set_status("stopped")
-    history.set_status("running")
+    history.set_status("stopped", active=False)
+    history.set_status("running", active=True)
     clock.now = 10.0
     history.note_step(1001)      # a new running period starts a new estimate
     assert history.snapshot().steps_per_sec is None
+
+
+def test_no_rate_is_plotted_that_no_training_measured():
+    history = RunHistory(clock=FakeClock())
+    history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
+                                         wall_time=0.0))
+    history.set_status("running", active=True)
+    # At step 0 the first measured no interval, the second the start-up; 0 at 20 is a stall.
+    for step, rate in ((0, 0.0), (0, 0.0), (10, 20.0), (20, 0.0), (30, 20.0)):
+        history.on_event(events.StepRate(step=step, steps_per_sec=rate, wall_time=step))
+    history.set_status("stopping", active=True, stepping=False)
+    history.on_event(events.StepRate(step=31, steps_per_sec=5.0, wall_time=31.0))
+    history.on_event(events.Stopped(events.REQUESTED, None, 31, 32.0))
+    rates = history.snapshot().scalars["global_step/sec"]
+    assert (rates.steps.tolist(), rates.values.tolist()) == ([10, 20, 30], [20.0, 0.0, 20.0])
+    # --max-steps: no stopping status; the counter's last record measured the final save.
+    history.set_status("running", active=True)
+    history.on_event(events.StepRate(step=40, steps_per_sec=20.0, wall_time=40.0))
+    history.on_event(events.StepRate(step=40, steps_per_sec=0.0, wall_time=41.0))
+    history.on_event(events.StepRate(step=40, steps_per_sec=0.0, wall_time=41.5))
+    history.on_event(events.Stopped(events.REQUESTED, None, 40, 42.0))
+    rates = history.snapshot().scalars["global_step/sec"]
+    assert rates.steps.tolist()[-1] == 40 and rates.values.tolist()[-1] == 20.0
 
 
 def test_step_moves_forward_except_on_restore():
@@ -206,7 +230,7 @@ def test_output_limit_zero_keeps_nothing_but_counts():
     (lambda: RunHistory(max_points=2), "`max_points`"),
     (lambda: RunHistory(max_points="10"), "`max_points`"),
     (lambda: RunHistory(max_output_chars=-1), "`max_output_chars`"),
-    (lambda: RunHistory().set_status("paused"), "Received: status='paused'"),
+    (lambda: RunHistory().set_status("", active=True), "Received: status=''"),
     (lambda: RunHistory().note_step(-1), "Received: step=-1"),
     (lambda: RunHistory().load_event_files("", None), "`logdir`"),
     (lambda: RunHistory().load_event_files("/tmp", -5), "Received: upto_step=-5"),
@@ -225,11 +249,23 @@ def test_text_arguments_must_be_str():
         history.set_error(None)
 
 
-def test_every_status_is_accepted():
-    history = RunHistory()
-    for status in STATUSES:
-        history.set_status(status)
-        assert history.snapshot().status == status
+def test_a_status_is_the_runs_word_and_its_changes_make_the_timeline():
+    clock = FakeClock()
+    history = RunHistory(clock=clock, wall_clock=lambda: 1000.0 + clock.now)
+    history.set_restoring("/l/model.ckpt-5")
+    assert history.snapshot().restoring == "/l/model.ckpt-5"
+    history.on_event(events.SessionReady(step=5, restored_from="/l/model.ckpt-5",
+                                         is_chief=True, wall_time=1000.0))
+    history.set_status("running", active=True)
+    clock.now = 3.0
+    history.set_status("paused", active=False)
+    snap = history.snapshot()
+    assert (snap.status, snap.active, snap.restoring) == ("paused", False, None)
+    assert snap.elapsed == 3.0
+    assert [type(r).__name__ for r in snap.timeline] == ["SessionReady", "StatusChanged",
+                                                         "StatusChanged"]
+    assert (snap.timeline[-1].status, snap.timeline[-1].step,
+            snap.timeline[-1].wall_time) == ("paused", 5, 1003.0)
 
 
 # -- restarts: out-of-order steps and restores -------------------------------------------------

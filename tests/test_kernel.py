@@ -123,9 +123,10 @@ def test_keras_stop_button_and_custom_loop_stop_at_the_exact_step(kernel, logdir
     kernel.ok(FIT_CELL.format(logdir=logdir))
     kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 10", "training")
     button = kernel.value(
-        f"jupyter_supervisor.view.panel._shown[{name!r}].widgets['stop'].model_id")
+        f"jupyter_supervisor.view.panel._shown[{name!r}].widgets['view'].model_id")
     kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {
-        "comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
+        "comm_id": button, "data": {"method": "custom",
+                                  "content": {"type": "button", "name": "stop"}}}))
     kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped fit", timeout=30)
     final = kernel.value(run_expr(name, "global_step"))
     assert tf2_checkpoint(kernel, logdir)[:2] == [final, final]
@@ -474,9 +475,10 @@ def test_stop_ends_a_body_that_ignores_should_stop(kernel, logdir, how):
     else:
         # The message a browser sends when Stop is clicked: a comm message to the button.
         button = kernel.value(
-            f"jupyter_supervisor.view.panel._shown[{name!r}].widgets['stop'].model_id")
+            f"jupyter_supervisor.view.panel._shown[{name!r}].widgets['view'].model_id")
         kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {
-            "comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
+            "comm_id": button, "data": {"method": "custom",
+                                        "content": {"type": "button", "name": "stop"}}}))
     kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped run", timeout=30)
     print(f"stopped {time.monotonic() - start:.2f} s after the {how}")
     final = kernel.value(run_expr(name, "global_step"))

@@ -4,6 +4,7 @@ the state machine, --max-steps, namespaces and output routing.
 Each test builds its model in a graph of its own, in graph mode for the test's thread only (the
 rest of the suite may want eager mode); its runs are stopped before the graph is left.
 """
+import logging
 import os
 import re
 import sys
@@ -220,12 +221,14 @@ def test_a_keras_fit_rolls_back_then_stops_after_max_rollbacks(ip, keras_model, 
     assert tf.train.latest_checkpoint(logdir) == good                  # nothing newer saved
 
 
-def test_fit_without_the_callback_is_told(ip, keras_model, tmp_path):
+def test_fit_without_the_callback_is_told_once(ip, keras_model, tmp_path, caplog):
     supervise(ip, f"--logdir {tmp_path / 'nocallback'} --wait",
               "model.fit(x, y, batch_size=8, epochs=1, verbose=0)\n")
     run = jupyter_supervisor.get_run("nocallback")
-    assert "Warning: The body never called sv.track(...) nor passed sv.callback" in \
-        run.history.snapshot().output
+    assert run.history.snapshot().output.count(
+        "Warning: The body never called sv.track(...) nor passed sv.callback") == 1
+    assert not [r for r in caplog.records
+                if r.levelno >= logging.WARNING and "never called sv.track" in r.getMessage()]
 
 
 def test_max_steps_without_global_step_is_a_clear_error(ip):
@@ -687,3 +690,12 @@ def test_eager_body_that_never_names_what_to_save_ends_finished_from_starting(
     assert run.wait(DEADLINE)
     assert seen == [("starting", None), ("finished", None)]
     assert run.exception is None
+
+
+def test_compare_without_a_widget_frontend_prints_each_run(ip, model, tmp_path, capsys):
+    supervise(ip, f"--logdir {tmp_path / 'cmp-a'} --max-steps 5 --save-summaries-secs 0 --wait")
+    capsys.readouterr()
+    ip.run_line_magic("supervise", "compare cmp-a")
+    assert capsys.readouterr().out.startswith("cmp-a: finished at step 5 of 5 (")
+    with pytest.raises(UsageError, match="There is no run named 'nonesuch'"):
+        ip.run_line_magic("supervise", "compare cmp-a nonesuch")

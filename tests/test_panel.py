@@ -1,26 +1,30 @@
-"""Panel: widget states driven by a real RunHistory, throttling on an injected clock, the
-refresher thread, the text fallback, and show() in a real kernel."""
+"""Panel: the state it derives at each transition of a run, the series as deltas, the heartbeat,
+the buttons, the bounded output, the text forms, the refresher thread, and show() and the
+saved-notebook fallback in a real kernel."""
 import collections
-import html.parser
-import os
-import queue
+import re
 import textwrap
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from jupyter_supervisor import events
 from jupyter_supervisor.view import panel as panel_module
 from jupyter_supervisor.view.history import RunHistory
-from jupyter_supervisor.view.panel import Panel, show, text_status, text_summary
+from jupyter_supervisor.view.panel import (Panel, best_values, show, text_status,
+                                           text_summary, timeline)
+from jupyter_supervisor.view.widget import SeriesFeed, decode_series
 
 from helpers import FakeClock, run_isolated
+
+WALL0 = 1_000_000.0
 
 
 class FakeRun:
     """The attributes and methods of a TrainingRun that the panel reads (its module docstring
-    lists them), and nothing else."""
+    lists them), and nothing else. Its flags follow the history's status as the run's do."""
 
     def __init__(self, history, *, name="mnist", logdir="/logs/mnist", max_steps=None,
                  role="local", master=""):
@@ -30,10 +34,6 @@ class FakeRun:
         self.role = role
         self.master = master
         self.history = history
-        self.exception = None
-        self.can_stop = True
-        self.can_resume = False
-        self.can_save = True
         self.calls = []
         self.failures = {}      # method name -> exception it raises
 
@@ -42,8 +42,16 @@ class FakeRun:
         return self.history.snapshot().status
 
     @property
-    def global_step(self):
-        return self.history.snapshot().step
+    def can_stop(self):
+        return self.status in ("starting", "running")
+
+    @property
+    def can_resume(self):
+        return self.status in ("stopped", "finished", "failed")
+
+    @property
+    def can_save(self):
+        return self.status == "running"
 
     def _call(self, name, *args):
         self.calls.append((name,) + args)
@@ -60,49 +68,11 @@ class FakeRun:
         self._call("save_now")
 
 
-class _Texts(html.parser.HTMLParser):
-    """Text and attributes of the elements carrying a CSS class, in an HTML fragment."""
-
-    def __init__(self):
-        super().__init__()
-        self.open = []          # [(tag, classes, attrs, text parts)]
-        self.found = collections.defaultdict(list)
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.open.append((tag, (attrs.get("class") or "").split(), attrs, []))
-
-    def handle_endtag(self, tag):
-        while self.open:
-            name, classes, attrs, parts = self.open.pop()
-            text = "".join(parts)
-            for css_class in classes:
-                self.found[css_class].append((text, attrs))
-            if self.open:
-                self.open[-1][3].append(text)
-            if name == tag:
-                return
-
-    def handle_data(self, data):
-        if self.open:
-            self.open[-1][3].append(data)
+ACTIVE = {"starting", "running", "stopping"}
 
 
-def parts(fragment):
-    parser = _Texts()
-    parser.feed(fragment)
-    parser.close()
-    return parser.found
-
-
-def text_of(widget, css_class):
-    found = parts(widget.value)[css_class]
-    assert found, f"no .{css_class} in {widget.value!r}"
-    return found[0][0]
-
-
-def attr_of(widget, css_class, name):
-    return parts(widget.value)[css_class][0][1].get(name)
+def status(history, name):
+    history.set_status(name, active=name in ACTIVE, new_session=name == "starting")
 
 
 @pytest.fixture
@@ -110,13 +80,17 @@ def clock():
     return FakeClock(100.0)
 
 
+def make_history(clock):
+    return RunHistory(clock=clock, wall_clock=lambda: WALL0 + clock.now)
+
+
 @pytest.fixture
 def make_panel(clock):
     panels = []
 
     def make(run=None, **kwargs):
-        run = run or FakeRun(RunHistory(clock=clock), max_steps=1000)
-        kwargs.setdefault("wall_clock", lambda: 1_000_000.0 + clock.now)
+        run = run or FakeRun(make_history(clock), max_steps=1000)
+        kwargs.setdefault("wall_clock", lambda: WALL0 + clock.now)
         panel = Panel(run, clock=clock, **kwargs)
         panels.append(panel)
         return panel, run
@@ -146,9 +120,14 @@ def comm_log(monkeypatch):
     return log
 
 
-def updates(log, widget=None):
-    return [m for m in log if m.msg_type == "comm_msg" and m.data.get("method") == "update"
-            and (widget is None or m.comm_id == widget.comm.comm_id)]
+def customs(log, kind=None):
+    """The custom messages (series, beats) the view got, as (content, buffers)."""
+    out = []
+    for m in log:
+        if m.msg_type == "comm_msg" and m.data.get("method") == "custom":
+            if kind is None or m.data["content"]["type"] == kind:
+                out.append((m.data["content"], m.buffers))
+    return out
 
 
 def feed_training(history, clock, steps, every=10, seconds_per_step=0.125):
@@ -157,369 +136,325 @@ def feed_training(history, clock, steps, every=10, seconds_per_step=0.125):
         clock.now += seconds_per_step
         history.note_step(step)
         if step % every == 0:
-            history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step}, clock.now))
+            history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step}, WALL0 + clock.now))
 
 
-# -- widget states -----------------------------------------------------------------------------
+def ready(history, step=0, restored_from=None):
+    history.on_event(events.SessionReady(step=step, restored_from=restored_from, is_chief=True,
+                                         wall_time=WALL0))
 
 
-def test_widget_states_follow_the_events_of_a_run(make_panel, clock):
+# -- one state at every transition -------------------------------------------------------------
+
+
+def test_the_state_follows_every_transition_of_a_run(make_panel, clock):
     panel, run = make_panel()
     history = run.history
-    w = panel.widgets
-    assert text_of(w["header"], "jsv-name") == "mnist"
-    assert text_of(w["header"], "jsv-status") == "starting"
-    assert text_of(w["header"], "jsv-step") == "-"
-    assert "No checkpoint yet" in w["checkpoint"].value
-    assert w["plot"].layout.display == "none" and w["plot"].value == ""
-    assert (w["stop"].disabled, w["resume"].disabled, w["save"].disabled) == (False, True, False)
+    state = panel.widgets["view"].state
+    assert (state["label"], state["step"], state["step_text"]) == ("starting", None, "")
+    assert state["rate"] == state["eta"] == ""
+    assert state["checkpoint"] == ["No checkpoint yet"]
+    assert state["buttons"] == {"stop": True, "resume": False, "save": False}
 
-    history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
-                                         wall_time=1_000_000.0))
-    history.set_status("running")
+    history.set_restoring("/logs/mnist/model.ckpt-20")
+    panel.tick(force=True)
+    assert panel.widgets["view"].state["label"] == "restoring model.ckpt-20"
+
+    ready(history, step=0)
+    status(history, "running")
     feed_training(history, clock, range(1, 101))          # 100 steps in 12.5 s
     history.on_event(events.CheckpointSaved(step=100, path="/logs/mnist/model.ckpt-100",
-                                            wall_time=1_000_000.0 + clock.now - 25,
-                                            seconds=0.42))
+                                            wall_time=WALL0 + clock.now - 25, seconds=0.42))
     assert panel.tick()
-    assert "jsv-status-running" in attr_of(w["header"], "jsv-status", "class")
-    assert text_of(w["header"], "jsv-step") == "100"
-    assert attr_of(w["header"], "jsv-step", "data-step") == "100"
-    assert text_of(w["header"], "jsv-rate") == "8.0 steps/s"
-    assert text_of(w["header"], "jsv-elapsed") == "12 s"
-    assert attr_of(w["header"], "jsv-progress", "data-fraction") == "0.100"
-    assert text_of(w["header"], "jsv-eta") == "ETA 1 min 52 s"         # 900 steps at 8/s
-    assert text_of(w["checkpoint"], "jsv-checkpoint-step") == "100"
-    assert "20 s ago" in w["checkpoint"].value and "written in 0.42 s" in w["checkpoint"].value
-    assert w["plot"].layout.display == "" and w["plot"].value.startswith("<svg")
-    assert parts(w["plot"].value)["jsv-plot-title"][0][0] == "loss = 0.01  (step 100)"
-    assert w["output"].value == "" and w["error"].value == ""
+    state = panel.widgets["view"].state
+    assert (state["label"], state["step"], state["step_text"]) == ("running", 100, "100")
+    assert state["rate"] == "8.0 steps/s"
+    assert state["progress"] == {"fraction": 0.1, "text": "10.0% of 1,000"}
+    assert state["eta"] == "ETA 1 min 52 s"               # 900 steps at 8/s
+    assert state["checkpoint"][0].startswith("Checkpoint: step 100 at ")
+    assert "(20 s ago), written in 0.42 s, model.ckpt-100 | initialized" in state["checkpoint"][0]
+    assert state["buttons"] == {"stop": True, "resume": False, "save": True}
 
-    history.append_output("epoch 1\nloss 0.5\n")
+    status(history, "stopping")
     clock.now += 1
     panel.tick()
-    assert "epoch 1\nloss 0.5" in w["output"].value
+    state = panel.widgets["view"].state
+    assert state["label"] == "stopping" and state["rate"] == state["eta"] == ""
 
-    history.set_error("Traceback (most recent call last):\n  File \"<cell>\", line 3\n"
-                      "ZeroDivisionError: division by zero\n")
-    history.set_status("failed")
-    run.can_stop, run.can_resume, run.can_save = False, True, False
+    history.on_event(events.Stopped(events.REQUESTED, None, 104, WALL0 + clock.now))
+    status(history, "stopped")
     clock.now += 1
     panel.tick()
-    assert text_of(w["header"], "jsv-status") == "failed"
-    assert "jsv-rate" not in parts(w["header"].value)         # no rate field once it ended
-    assert text_of(w["header"], "jsv-eta") == ""
-    assert "ZeroDivisionError: division by zero" in w["error"].value
-    assert "File &quot;&lt;cell&gt;&quot;, line 3" in w["error"].value   # escaped, not HTML
-    assert (w["stop"].disabled, w["resume"].disabled, w["save"].disabled) == (True, False, True)
+    state = panel.widgets["view"].state
+    assert (state["label"], state["step"]) == ("stopped", 104)   # the exact stopped step
+    assert state["progress"]["text"] == "10.4% of 1,000" and state["eta"] == ""
+    assert state["buttons"] == {"stop": False, "resume": True, "save": False}
+    assert [text for _when, text in state["timeline"]] == [
+        "started at step 0 (initialized)", "stop requested at step 100", "stopped at step 104"]
 
 
-def test_every_part_has_its_stable_css_class(make_panel, clock):
-    panel, run = make_panel()
-    run.history.set_status("running")
-    feed_training(run.history, clock, range(1, 21))
+def test_finished_at_max_steps_is_100_percent_without_an_eta(make_panel, clock):
+    panel, run = make_panel(FakeRun(make_history(clock), max_steps=25))
+    ready(run.history)
+    status(run.history, "running")
+    feed_training(run.history, clock, range(1, 20))
+    run.history.on_event(events.Stopped(events.REQUESTED, None, 25, WALL0))
+    status(run.history, "finished")
+    clock.now += 1
+    panel.tick()
+    state = panel.widgets["view"].state
+    assert (state["label"], state["step"]) == ("finished", 25)
+    assert state["progress"] == {"fraction": 1.0, "text": "100.0% of 25"}
+    assert state["eta"] == state["rate"] == ""
+    assert state["timeline"][-1][1] == "finished at step 25 (--max-steps reached)"
+    assert text_status(run) == "mnist: finished at step 25 of 25 (2 s)"
+
+
+def test_a_fit_shows_the_epoch_and_batch_where_it_really_stopped(make_panel, clock):
+    panel, run = make_panel(FakeRun(make_history(clock), max_steps=None))
+    history = run.history
+    ready(history)
+    status(history, "running")
+    for step, (epoch, batch) in ((100, (0, 100)), (450, (0, 450)), (725, (1, 275))):
+        clock.now += 1
+        history.on_event(events.Progress(step, epoch, 40, batch, 450, {"loss": 0.5},
+                                         WALL0 + clock.now))
+    status(history, "stopped")
+    clock.now += 1
+    panel.tick()
+    state = panel.widgets["view"].state
+    assert state["position"] == "epoch 2/40, batch 275/450"
+    assert state["step"] == 725
+    assert state["progress"]["text"] == "4.0% of 18,000"
+    assert "epoch 2/40, batch 275/450" in text_status(run)
+
+    status(history, "starting")                            # resumed: a new session
+    history.on_event(events.Progress(18000, 39, 40, 450, 450, {}, WALL0))
+    status(history, "finished")
     panel.tick(force=True)
-    w = panel.widgets
-    classes = set()
-    for widget in w.values():
-        classes.update(widget._dom_classes)
-        if hasattr(widget, "value") and isinstance(widget.value, str):
-            classes.update(parts(widget.value))
-    for css_class in ("jsv-panel", "jsv-status", "jsv-step", "jsv-rate", "jsv-progress",
-                      "jsv-eta", "jsv-checkpoint", "jsv-plot", "jsv-output", "jsv-error",
-                      "jsv-stop", "jsv-resume", "jsv-save", "jsv-warning"):
-        assert css_class in classes, css_class
+    assert panel.widgets["view"].state["progress"]["text"] == "100.0% of 18,000"
 
 
-def test_no_progress_bar_without_max_steps(make_panel, clock):
-    panel, _run = make_panel(FakeRun(RunHistory(clock=clock), max_steps=None))
-    assert "jsv-progress" not in panel.widgets["header"].value
-
-
-def test_checkpoints_kept_are_what_the_saver_keeps(make_panel, clock, tmp_path):
-    import tensorflow as tf
-    logdir = str(tmp_path)
-    paths, kept = [], []
-    with tf.Graph().as_default():
-        step = tf.compat.v1.train.get_or_create_global_step()
-        increment = tf.compat.v1.assign_add(step, 10)
-        saver = tf.compat.v1.train.Saver(max_to_keep=2)
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for _ in range(3):
-                value = sess.run(increment)
-                paths.append(saver.save(sess, os.path.join(logdir, "model.ckpt"),
-                                        global_step=value))
-                kept.append(tuple(reversed(saver.last_checkpoints)))
-    panel, run = make_panel(FakeRun(RunHistory(clock=clock), logdir=logdir))
-    for i, path in enumerate(paths):
-        run.history.on_event(events.CheckpointSaved(step=10 * (i + 1), path=path,
-                                                    wall_time=1_000_000.0, seconds=0.1,
-                                                    kept=kept[i]))
-    clock.now += 1
-    panel.tick()
-    assert text_of(panel.widgets["checkpoint"], "jsv-kept") == "kept (2): 30, 20"
-
-
-def test_a_restored_run_says_where_it_came_from(make_panel, clock):
+def test_a_failure_is_named_with_its_error_once(make_panel, clock):
     panel, run = make_panel()
-    run.history.on_event(events.SessionReady(step=400, restored_from="/logs/mnist/model.ckpt-400",
-                                             is_chief=True, wall_time=0.0))
-    clock.now += 1
-    panel.tick()
-    assert text_of(panel.widgets["checkpoint"], "jsv-restored") == "model.ckpt-400"
-    # Also once it saved again: where the session started stays on the line.
-    run.history.on_event(events.CheckpointSaved(step=500, path="/logs/mnist/model.ckpt-500",
-                                                wall_time=1_000_000.0, seconds=0.1))
-    clock.now += 1
-    panel.tick()
-    assert text_of(panel.widgets["checkpoint"], "jsv-restored") == "model.ckpt-400"
-    assert text_of(panel.widgets["checkpoint"], "jsv-checkpoint-step") == "500"
+    ready(run.history)
+    status(run.history, "running")
+    run.history.note_step(7)
+    run.history.set_error("Traceback (most recent call last):\n  File \"<cell>\", line 3\n"
+                          "\x1b[31mZeroDivisionError\x1b[0m: division by zero\n")
+    status(run.history, "failed")
+    panel.tick(force=True)
+    state = panel.widgets["view"].state
+    assert state["label"] == "failed" and state["tone"] == "#c62828"
+    assert state["error"].endswith("ZeroDivisionError: division by zero\n")   # no escapes
+    assert state["timeline"][-1][1] == "failed at step 7: ZeroDivisionError: division by zero"
 
 
-def test_a_fresh_session_says_it_was_initialized(make_panel, clock):
-    panel, run = make_panel()
-    run.history.set_status("starting")
-    clock.now += 1
-    panel.tick()
-    assert "jsv-restored" not in parts(panel.widgets["checkpoint"].value)
-    run.history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
-                                             wall_time=0.0))
-    clock.now += 1
-    panel.tick()
-    assert text_of(panel.widgets["checkpoint"], "jsv-restored") == "initialized"
-
-
-def test_the_rate_says_measuring_until_there_is_one(make_panel, clock):
-    panel, run = make_panel()
-    run.history.set_status("running")
-    clock.now += 1
-    panel.tick()
-    assert text_of(panel.widgets["header"], "jsv-rate") == "measuring…"
-
-
-def test_a_keras_fit_shows_its_epoch_batch_and_eta(make_panel, clock):
-    panel, run = make_panel(FakeRun(RunHistory(clock=clock), max_steps=None))
-    run.history.set_status("running")
-    for second in range(1, 4):
-        clock.now += 1.0
-        run.history.note_step(10 * second)                # 10 steps/s
-    run.history.on_event(events.Progress(step=30, epoch=1, epochs=5, batch=10, batches=20,
-                                         scalars={"loss": 0.5}, wall_time=0.0))
-    clock.now += 1
-    panel.tick()
-    header = panel.widgets["header"]
-    assert text_of(header, "jsv-fit") == "epoch 2/5, batch 10/20"
-    assert attr_of(header, "jsv-progress", "data-fraction") == "0.300"  # 30 of 100 batches
-    assert text_of(header, "jsv-eta") == "ETA 7 s"                       # 70 batches at 10/s
+def test_no_progress_bar_without_a_total(make_panel, clock):
+    panel, _run = make_panel(FakeRun(make_history(clock), max_steps=None))
+    assert panel.widgets["view"].state["progress"] is None
 
 
 def test_without_a_logdir_the_panel_warns_that_nothing_is_saved(make_panel, clock):
-    panel, _run = make_panel(FakeRun(RunHistory(clock=clock), logdir=None))
-    warning = panel.widgets["warning"]
-    assert warning.layout.display != "none"
-    assert "nothing is saved" in warning.value
-    assert panel.widgets["checkpoint"].value == ""
-    panel, _run = make_panel(FakeRun(RunHistory(clock=clock), logdir="/logs"))
-    assert panel.widgets["warning"].layout.display == "none"
+    panel, _run = make_panel(FakeRun(make_history(clock), logdir=None))
+    state = panel.widgets["view"].state
+    assert "nothing is saved" in state["warning"] and state["checkpoint"] == []
 
 
-def test_replicas_show_role_and_master(make_panel, clock):
-    run = FakeRun(RunHistory(clock=clock), logdir=None, role="worker",
-                  master="grpc://localhost:2223")
-    panel, _run = make_panel(run)
-    assert text_of(panel.widgets["header"], "jsv-role") == "worker on grpc://localhost:2223"
-    assert "the chief writes" in panel.widgets["warning"].value
-    run.history.on_event(events.WaitingForChief(master="grpc://localhost:2222", wall_time=0.0))
+def test_best_values_and_the_timeline_of_rollbacks(clock):
+    history = make_history(clock)
+    run = FakeRun(history, max_steps=100)
+    ready(history)
+    for step, loss, acc in ((10, 0.9, 0.5), (20, 0.2, 0.8), (30, 0.4, 0.7)):
+        history.on_event(events.SummaryWritten(step, {"loss": loss, "accuracy": acc,
+                                                      "global_step/sec": 5.0}, WALL0 + step))
+    snap = history.snapshot()
+    assert best_values(snap) == ["accuracy: 0.8 (max) at step 20", "loss: 0.2 (min) at step 20"]
+    history.on_event(events.RolledBack(31, 20, "/l/model.ckpt-20", "loss is nan", 1, 3,
+                                       WALL0 + 31))
+    snap = history.snapshot()   # the points from the restored step on are gone, as in TensorBoard
+    assert best_values(snap) == ["accuracy: 0.5 (max) at step 10", "loss: 0.9 (min) at step 10"]
+    assert timeline(run, snap)[-1][1] == ("rolled back: not finite at step 31 (loss is nan), "
+                                          "restored model.ckpt-20")
+
+
+# -- series as deltas --------------------------------------------------------------------------
+
+
+def test_series_travel_as_deltas_and_a_change_of_shape_resends_from_zero(clock):
+    history = RunHistory(max_points=4, clock=clock)
+    feed = SeriesFeed("r")
+    history.on_event(events.SummaryWritten(1, {"loss": 1.0}, WALL0 + 1))
+    content, (buffer,) = feed.message(history.snapshot().scalars)
+    assert content["parts"] == [{"tag": "loss", "from": 0, "n": 1}]
+    start, steps, values, walls = decode_series(content, buffer)["loss"]
+    assert (steps.tolist(), values.tolist(), walls.tolist()) == ([1], [1.0], [WALL0 + 1])
+    assert feed.message(history.snapshot().scalars) is None      # nothing new: nothing sent
+
+    for step in (2, 3):
+        history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step}, WALL0 + step))
+    content, (buffer,) = feed.message(history.snapshot().scalars)
+    # Only the last sent bucket (it may have grown) and the new ones travel.
+    assert content["parts"] == [{"tag": "loss", "from": 0, "n": 3}]
+    assert decode_series(content, buffer)["loss"][1].tolist() == [1, 2, 3]
+    history.on_event(events.SummaryWritten(4, {"loss": 0.25}, WALL0 + 4))
+    content, (buffer,) = feed.message(history.snapshot().scalars)
+    assert content["parts"] == [{"tag": "loss", "from": 2, "n": 2}]
+    assert decode_series(content, buffer)["loss"][1].tolist() == [3, 4]
+
+    history.on_event(events.SummaryWritten(5, {"loss": 0.2}, WALL0 + 5))   # merged in pairs
+    content, (buffer,) = feed.message(history.snapshot().scalars)
+    assert content["parts"][0]["from"] == 0 and not content["reset"]
+    history.on_event(events.SessionReady(step=2, restored_from="/l/model.ckpt-2",
+                                         is_chief=True, wall_time=WALL0))    # a restore
+    content, _ = feed.message(history.snapshot().scalars)
+    assert content["parts"] == [{"tag": "loss", "from": 0, "n": 0}]         # all dropped
+    content, _ = feed.message(history.snapshot().scalars, full=True)
+    assert content["reset"] is True
+
+
+def test_a_million_steps_travel_in_one_message_under_a_megabyte(clock):
+    history = RunHistory(clock=clock)
+    for step in range(0, 1_000_000, 10):
+        history.on_event(events.SummaryWritten(step, {f"tag{i:02d}": step * 1e-6 + i
+                                                      for i in range(12)}, WALL0 + step))
+    content, (buffer,) = SeriesFeed("r").message(history.snapshot().scalars, full=True)
+    assert len(content["parts"]) == 12
+    assert len(buffer) <= 1_000_000
+    decoded = decode_series(content, buffer)["tag03"]
+    assert decoded[1][-1] == 999_990 and np.all(np.diff(decoded[1]) > 0)
+
+
+def test_the_panel_sends_new_points_a_hello_gets_everything_and_beats_keep_coming(
+        comm_log, make_panel, clock):
+    panel, run = make_panel()
+    ready(run.history)
+    status(run.history, "running")
+    feed_training(run.history, clock, range(1, 31))
     clock.now += 1
     panel.tick()
-    assert text_of(panel.widgets["header"], "jsv-status") == "waiting for chief"
+    series = customs(comm_log, "series")
+    assert series and series[-1][0]["parts"][0]["tag"] == "loss"
+    before = len(customs(comm_log, "series"))
+    clock.now += 0.6
+    panel.tick()                                   # no new point: no series message
+    assert len(customs(comm_log, "series")) == before
 
-
-def test_output_shows_its_tail_as_a_terminal_would(make_panel, clock):
-    panel, run = make_panel()
-    run.history.append_output("".join(f"line {i}\n" for i in range(100)))
-    run.history.append_output("progress 10%\rprogress 50%\rprogress 100%\n<b>not bold</b>\n")
-    clock.now += 1
+    panel._on_view_message(None, {"type": "hello"}, [])    # a view (re)opened
     panel.tick()
-    value = panel.widgets["output"].value
-    assert "line 99" in value and "line 10\n" not in value
-    assert "progress 100%" in value and "progress 50%" not in value
-    assert "&lt;b&gt;not bold&lt;/b&gt;" in value
+    content, buffers = customs(comm_log, "series")[-1]
+    assert content["reset"] is True
+    assert decode_series(content, buffers[0])["loss"][1].tolist() == [10, 20, 30]
 
-
-# -- buttons -----------------------------------------------------------------------------------
-
-
-def test_buttons_call_the_run_and_follow_its_flags(make_panel, clock):
-    panel, run = make_panel()
-    w = panel.widgets
-    w["stop"].click()
-    w["save"].click()
-    assert run.calls == [("stop", False), ("save_now",)]
-    run.can_stop, run.can_resume = False, True
-    panel.tick()                     # a click forces the next refresh, however soon
-    assert w["stop"].disabled and not w["resume"].disabled
-    w["resume"].click()
-    assert run.calls[-1] == ("resume",)
-
-
-def test_a_failing_button_is_shown_not_raised(make_panel, clock):
-    panel, run = make_panel()
-    run.failures["save_now"] = RuntimeError("no saver: the run has no logdir")
-    panel.widgets["save"].click()                       # must not raise
-    panel.tick()
-    assert "Save failed: RuntimeError: no saver: the run has no logdir" in \
-        panel.widgets["message"].value
-    del run.failures["save_now"]
-    panel.widgets["save"].click()
-    panel.tick()
-    assert panel.widgets["message"].value == ""
-
-
-# -- throttling --------------------------------------------------------------------------------
-
-
-def test_refreshes_are_throttled_by_the_clock(make_panel, clock):
-    panel, run = make_panel(interval=0.25, plot_interval=1.0)
-    history = run.history
-    history.set_status("running")
-    clock.now += 1
-    assert panel.tick()
-    history.note_step(5)
-    clock.now += 0.1
-    assert not panel.tick()                             # too soon: nothing changes
-    assert text_of(panel.widgets["header"], "jsv-step") == "-"
-    clock.now += 0.15
-    assert panel.tick()
-    assert text_of(panel.widgets["header"], "jsv-step") == "5"
-
-
-def test_plots_render_at_most_once_a_second_and_only_with_new_points(make_panel, clock):
-    panel, run = make_panel(interval=0.25, plot_interval=1.0)
-    history = run.history
-    renders = panel.renders
-    history.on_event(events.SummaryWritten(1, {"loss": 1.0}, 0.0))
-    clock.now += 0.25
-    panel.tick()
-    assert panel.renders == renders + 1
-    for i in range(2, 5):                               # new points every quarter second
-        history.on_event(events.SummaryWritten(i, {"loss": 1.0 / i}, 0.0))
-        clock.now += 0.25
-        panel.tick()
-        assert panel.renders == renders + 1
-    history.on_event(events.SummaryWritten(5, {"loss": 0.2}, 0.0))
-    clock.now += 0.25                                   # one second after the first render
-    panel.tick()
-    assert panel.renders == renders + 2
-    for _ in range(8):                                  # no new points: no render
-        history.note_step(6)
+    beats = len(customs(comm_log, "beat"))
+    for _ in range(6):
         clock.now += 0.5
         panel.tick()
-    assert panel.renders == renders + 2
+    assert len(customs(comm_log, "beat")) - beats == 3       # one a second
 
 
-class CpuClock:
-    """A CPU clock for the renders: each render costs ``cost`` seconds (two readings)."""
-
-    def __init__(self, cost):
-        self.cost = cost
-        self.readings = 0
-
-    def __call__(self):
-        self.readings += 1
-        return (self.readings // 2) * self.cost
-
-
-def test_a_render_is_skipped_while_the_budget_says_so(make_panel, clock):
-    # A render costing 50 ms of CPU with a 1 % budget: the next one waits 5 s, not 1 s.
-    panel, run = make_panel(plot_interval=1.0, render_budget=0.01, cpu_clock=CpuClock(0.05))
-    history = run.history
-    history.on_event(events.SummaryWritten(1, {"loss": 1.0}, 0.0))
-    clock.now += 1
-    panel.tick()
-    assert panel.renders == 1 and panel.render_cpu == pytest.approx(0.05)
-    for step in range(2, 20):                           # new points every quarter second
-        history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step}, 0.0))
-        clock.now += 0.25
-        panel.tick()
-        assert panel.renders == 1, f"rendered {clock.now - 101:.2f} s after the first"
-    history.on_event(events.SummaryWritten(20, {"loss": 0.05}, 0.0))
-    clock.now += 0.6                                    # 5.1 s after the first render
-    panel.tick()
-    assert panel.renders == 2
-    assert "loss = 0.05" in panel.widgets["plot"].value  # the newest points, none lost
-
-
-def test_a_cheap_render_is_paced_by_the_plot_interval_alone(make_panel, clock):
-    panel, run = make_panel(plot_interval=1.0, render_budget=0.01, cpu_clock=CpuClock(0.002))
-    for step in range(1, 13):                           # 3 s of new points
-        run.history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step}, 0.0))
-        clock.now += 0.25
-        panel.tick()
-    assert panel.renders == 3
-
-
-def test_a_png_renderer_still_fills_an_image(make_panel, clock):
-    from jupyter_supervisor.view import plots
-    panel, run = make_panel(renderer=plots.PlotRenderer())
-    run.history.on_event(events.SummaryWritten(1, {"loss": 1.0}, 0.0))
-    clock.now += 1
-    panel.tick()
-    assert bytes(panel.widgets["plot"].value).startswith(b"\x89PNG")
-
-
-@pytest.mark.parametrize("value", [0, -0.5, True, "1"])
-def test_a_bad_render_budget_is_refused(value):
-    with pytest.raises(ValueError, match="render_budget"):
-        Panel(FakeRun(RunHistory()), render_budget=value)
-
-
-def test_an_unchanged_run_sends_nothing_and_a_change_one_message(comm_log, make_panel, clock):
+def test_an_unchanged_run_sends_only_its_heartbeat(comm_log, make_panel, clock):
     panel, run = make_panel()
-    run.history.set_status("stopped")                   # elapsed no longer moves
+    status(run.history, "stopped")
     clock.now += 1
     panel.tick()
     before = len(comm_log)
     for _ in range(20):
         clock.now += 0.6
         panel.tick()
-    assert len(comm_log) == before
+    kinds = {(m.data.get("method"), m.data.get("content", {}).get("type"))
+             for m in comm_log[before:]}
+    assert kinds == {("custom", "beat")}
     run.history.note_step(42)
     clock.now += 0.6
     panel.tick()
-    sent = comm_log[before:]
-    assert [(m.comm_id, m.msg_type) for m in sent] == [
-        (panel.widgets["header"].comm.comm_id, "comm_msg")]
-    assert 'data-step="42"' in sent[0].data["state"]["value"]
+    updates = [m for m in comm_log if m.data.get("method") == "update"]
+    assert updates[-1].data["state"]["state"]["step"] == 42
 
 
-def test_many_tags_get_a_selector(make_panel, clock):
+def test_buttons_call_the_run_and_a_failure_is_shown_not_raised(make_panel, clock):
     panel, run = make_panel()
-    tags = [f"tag{i:02d}" for i in range(10)]
-    run.history.on_event(events.SummaryWritten(1, {tag: 1.0 for tag in tags}, 0.0))
+    panel._on_view_message(None, {"type": "button", "name": "stop"}, [])
+    assert run.calls == [("stop", False)]
+    run.failures["resume"] = RuntimeError("nothing to resume")
+    panel._on_view_message(None, {"type": "button", "name": "resume"}, [])
+    panel.tick()
+    assert panel.widgets["view"].state["message"] == \
+        "Resume failed: RuntimeError: nothing to resume"
+    panel._on_view_message(None, {"type": "button", "name": "rm -rf"}, [])   # ignored
+    assert run.calls == [("stop", False), ("resume",)]
+
+
+def test_output_goes_to_a_jupyter_output_with_its_tail_bounded(make_panel, clock):
+    panel, run = make_panel()
+    out = panel.widgets["output"]
+    run.history.append_output("\x1b[1mepoch 1\x1b[0m\n 1/10 [==>...]\r10/10 [======]\n")
     clock.now += 1
     panel.tick()
-    selector = panel.widgets["tags"]
-    assert selector.layout.display == ""
-    assert list(selector.options) == tags
-    assert list(selector.value) == tags[:panel_module.MAX_PLOTS]
-    plotted = [attrs["data-tag"] for _text, attrs in
-               parts(panel.widgets["plot"].value)["jsv-plot-axes"]]
-    assert plotted == tags[:panel_module.MAX_PLOTS]
-    renders = panel.renders
-    selector.value = ("tag07", "tag09")                 # as the frontend would set it
+    assert out.outputs == ({"output_type": "stream", "name": "stdout",
+                            "text": "\x1b[1mepoch 1\x1b[0m\n 1/10 [==>...]\r10/10 [======]\n"},)
+    for i in range(2000):
+        run.history.append_output(f"line {i}\n")
     clock.now += 1
     panel.tick()
-    assert panel.renders == renders + 1
-    assert [attrs["data-tag"] for _text, attrs in
-            parts(panel.widgets["plot"].value)["jsv-plot-axes"]] == ["tag07", "tag09"]
+    shown = "".join(o["text"] for o in out.outputs)
+    assert len(shown) <= panel_module.OUTPUT_KEEP_CHARS + 4
+    assert shown.count("\n") <= panel_module.OUTPUT_KEEP_LINES + 1
+    assert shown.startswith("...\nline ") and shown.endswith("line 1999\n")
+
+
+# -- text --------------------------------------------------------------------------------------
+
+
+def test_show_without_a_frontend_prints_a_status_line(capsys, clock):
+    run = FakeRun(make_history(clock), max_steps=2000)
+    status(run.history, "running")
+    run.history.note_step(150)
+    assert show(run) is None
+    assert capsys.readouterr().out == "mnist: running at step 150 of 2,000 (0 s)\n"
+
+
+def test_text_summary_tells_what_happened(clock):
+    history = make_history(clock)
+    run = FakeRun(history, logdir="/logs/mnist", max_steps=200)
+    ready(history)
+    status(history, "running")
+    clock.now += 65
+    history.on_event(events.SummaryWritten(200, {"loss": 0.125, "accuracy": 0.98}, WALL0))
+    history.on_event(events.CheckpointSaved(200, "/logs/mnist/model.ckpt-200",
+                                            wall_time=WALL0 + 50, seconds=0.5))
+    status(history, "finished")
+    lines = text_summary(run).splitlines()
+    assert lines[0] == "mnist: finished at step 200 of 200 (1 min 05 s)"
+    assert lines[1].startswith("  Checkpoint: step 200 at ")
+    assert lines[1].endswith("written in 0.50 s, model.ckpt-200 | initialized")
+    assert lines[2] == "  kept (1): 200"
+    assert lines[3].endswith("  started at step 0 (initialized)")
+    assert lines[4].endswith("  finished at step 200 (--max-steps reached)")
+    assert lines[5] == "  best: accuracy: 0.98 (max) at step 200; loss: 0.125 (min) at step 200"
+    assert lines[6] == "  last values: accuracy 0.98 (step 200), loss 0.125 (step 200)"
+    history.set_error("Traceback (most recent call last):\nValueError: bad batch\n")
+    assert "  error:\n    Traceback (most recent call last):\n    ValueError: bad batch" in \
+        text_summary(run)
+
+
+def test_the_panel_text_form_is_its_status_line_not_a_widget_repr(make_panel, clock):
+    panel, run = make_panel()
+    bundle = panel.widgets["root"]._repr_mimebundle_()
+    assert bundle["text/plain"] == text_status(run) == "mnist: starting (0 s)"
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+@pytest.mark.parametrize("value", [0, -0.5, True, "1"])
+def test_bad_intervals_are_refused(value):
+    with pytest.raises(ValueError, match="beat_interval"):
+        Panel(FakeRun(RunHistory()), beat_interval=value)
 
 
 # -- the refresher thread ----------------------------------------------------------------------
 
 
-def test_only_the_refresher_touches_widgets_while_a_run_trains(comm_log, wait_for, capsys):
+def test_only_the_refresher_sends_while_a_run_trains(comm_log, wait_for, capsys):
     history = RunHistory()
     run = FakeRun(history, max_steps=100_000)
     panel = Panel(run, interval=0.05, plot_interval=0.2)
@@ -527,7 +462,7 @@ def test_only_the_refresher_touches_widgets_while_a_run_trains(comm_log, wait_fo
         panel.display()
         displayed = len(comm_log)
         assert capsys.readouterr().out.startswith("mnist: starting")   # no frontend: text
-        history.set_status("running")
+        status(history, "running")
         done = threading.Event()
 
         def train():
@@ -541,9 +476,10 @@ def test_only_the_refresher_touches_widgets_while_a_run_trains(comm_log, wait_fo
         trainer = threading.Thread(target=train, name="training")
         trainer.start()
         try:
-            wait_for(lambda: panel.renders >= 2, timeout=30, what="two plot renders")
-            wait_for(lambda: int(attr_of(panel.widgets["header"], "jsv-step", "data-step")
-                                 or 0) > 1000, timeout=30, what="the step in the header")
+            wait_for(lambda: len(customs(comm_log, "series")) >= 3, timeout=30,
+                     what="three series messages")
+            wait_for(lambda: (panel.widgets["view"].state["step"] or 0) > 1000, timeout=30,
+                     what="the step in the state")
         finally:
             done.set()
             trainer.join(timeout=30)
@@ -555,7 +491,7 @@ def test_only_the_refresher_touches_widgets_while_a_run_trains(comm_log, wait_fo
 
 
 def test_close_wakes_a_sleeping_refresher():
-    panel = Panel(FakeRun(RunHistory()), interval=600, idle_interval=600)
+    panel = Panel(FakeRun(RunHistory()), interval=600, idle_interval=600, beat_interval=600)
     panel.display()
     started = time.monotonic()
     panel.close()
@@ -565,94 +501,13 @@ def test_close_wakes_a_sleeping_refresher():
 
 def test_display_refuses_a_background_thread():
     panel = Panel(FakeRun(RunHistory()))
-    errors = queue.Queue()
-
-    def display():
-        try:
-            panel.display()
-        except RuntimeError as error:
-            errors.put(error)
-
-    thread = threading.Thread(target=display)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(
+        pytest.raises(RuntimeError, panel.display).value))
     thread.start()
     thread.join(timeout=30)
-    assert "main thread" in str(errors.get(timeout=1))
+    assert "main thread" in str(errors[0])
     panel.close()
-
-
-def test_a_failing_refresh_is_shown_and_the_refresher_goes_on(wait_for):
-    class BrokenRun(FakeRun):
-        broken = True
-
-        @property
-        def can_stop(self):
-            if self.broken:
-                raise KeyError("can_stop broke")
-            return True
-
-        @can_stop.setter
-        def can_stop(self, value):
-            pass
-
-    run = BrokenRun(RunHistory())
-    panel = Panel(run, interval=0.02)                   # shown, not raised
-    try:
-        assert "can_stop broke" in panel.widgets["message"].value
-        panel.display()
-        run.broken = False
-        wait_for(lambda: not panel.widgets["stop"].disabled, timeout=30,
-                 what="the refresher to recover")
-        wait_for(lambda: panel.widgets["message"].value == "", timeout=30,
-                 what="the failure to be cleared")
-        assert panel._thread.is_alive()
-        run.broken = True
-        wait_for(lambda: "can_stop broke" in panel.widgets["message"].value, timeout=30,
-                 what="the refresh failure in the panel")
-    finally:
-        panel.close()
-
-
-# -- text --------------------------------------------------------------------------------------
-
-
-def test_show_without_a_frontend_prints_a_status_line(capsys, clock):
-    run = FakeRun(RunHistory(clock=clock), max_steps=2000)
-    run.history.set_status("running")
-    run.history.note_step(150)
-    assert show(run) is None
-    out = capsys.readouterr().out
-    assert out == "mnist: running at step 150 of 2,000 (0 s)\n"
-    assert "Box(" not in out
-
-
-def test_text_summary_at_the_end_of_a_run(clock):
-    history = RunHistory(clock=clock)
-    run = FakeRun(history, logdir="/logs/mnist", max_steps=200)
-    history.set_status("running")
-    clock.now += 65
-    history.on_event(events.SummaryWritten(200, {"loss": 0.125, "accuracy": 0.98}, 0.0))
-    history.on_event(events.CheckpointSaved(200, "/logs/mnist/model.ckpt-200",
-                                            wall_time=1_700_000_000.0, seconds=0.5))
-    history.set_status("finished")
-    lines = text_summary(run).splitlines()
-    assert lines[0] == "mnist: finished at step 200 of 200 (1 min 05 s)"
-    assert lines[1].startswith("  checkpoint: step 200 written ")
-    assert lines[1].endswith(" in 0.50 s: /logs/mnist/model.ckpt-200")
-    assert lines[2] == "  last values: accuracy 0.98 (step 200), loss 0.125 (step 200)"
-
-    history.set_error("Traceback (most recent call last):\nValueError: bad batch\n")
-    history.set_status("failed")
-    summary = text_summary(run)
-    assert "  error:\n    Traceback (most recent call last):\n    ValueError: bad batch" in summary
-    no_logdir = FakeRun(RunHistory(clock=clock), logdir=None)
-    assert "nothing is saved" in text_summary(no_logdir)
-
-
-def test_the_panel_text_form_is_its_status_line_not_a_widget_repr(make_panel, clock):
-    panel, run = make_panel()
-    bundle = panel.widgets["root"]._repr_mimebundle_()
-    assert bundle["text/plain"] == text_status(run) == "mnist: starting at step - of 1,000 (0 s)"
-    assert "application/vnd.jupyter.widget-view+json" in bundle
 
 
 # -- imports -----------------------------------------------------------------------------------
@@ -668,8 +523,8 @@ class Run:
 """
 
 
-def test_without_ipywidgets_import_works_and_the_panel_says_what_to_install():
-    result = run_isolated(["ipywidgets", "tensorflow"], ISOLATED_RUN, """
+def test_without_anywidget_import_works_and_the_panel_says_what_to_install():
+    result = run_isolated(["anywidget", "tensorflow"], ISOLATED_RUN, """
         from jupyter_supervisor.view import panel
         print(panel.show(Run()))
         try:
@@ -679,14 +534,15 @@ def test_without_ipywidgets_import_works_and_the_panel_says_what_to_install():
     """)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("r: starting at step -")
+    assert re.fullmatch(r"r: starting \(\d+ s\)", lines[0]), lines[0]
     assert lines[1] == "None"
-    assert lines[2].startswith("ImportError: The jupyter_supervisor panel needs ipywidgets: "
-                               "pip install 'ipywidgets>=8'")
+    assert lines[2].startswith("ImportError: The jupyter_supervisor panel needs ipywidgets and "
+                               "anywidget")
 
 
 def test_panel_imports_no_tensorflow_and_no_pyplot():
     result = run_isolated(["tensorflow"], ISOLATED_RUN, """
+        import sys
         from jupyter_supervisor.view import panel
         p = panel.Panel(Run())
         p.tick(force=True)
@@ -699,14 +555,15 @@ def test_panel_imports_no_tensorflow_and_no_pyplot():
 # -- a real kernel -----------------------------------------------------------------------------
 
 
-def test_show_in_a_kernel_displays_a_widget_whose_text_form_is_readable():
+def test_in_a_kernel_the_panel_is_a_widget_and_its_end_updates_the_saved_fallback():
     from jupyter_client.manager import start_new_kernel
 
     code = textwrap.dedent("""
+        from jupyter_supervisor import events
         from jupyter_supervisor.view.history import RunHistory
         from jupyter_supervisor.view import panel
         class Run:
-            name, logdir, max_steps, role, master = "mnist", None, 500, "local", ""
+            name, logdir, max_steps, role, master = "mnist", "/tmp/x", 500, "local", ""
             can_stop, can_resume, can_save = True, False, False
             history = RunHistory()
             def stop(self, wait=False): pass
@@ -716,20 +573,25 @@ def test_show_in_a_kernel_displays_a_widget_whose_text_form_is_readable():
         shown = panel.show(run)
         again = panel.show(run)              # %supervise show: the same panel, one more view
         print(type(shown).__name__, again is shown, shown._thread.is_alive())
+        run.history.on_event(events.SummaryWritten(500, {"loss": 0.5}, 1.0))
+        run.history.set_status("finished", active=False)
+        panel.finish(run)
         panel.close_all()
         print(shown.closed, shown._thread.is_alive())
     """)
     manager, client = start_new_kernel(kernel_name="python3", startup_timeout=60)
     try:
         msg_id = client.execute(code)
-        displays, streams, comm_opens, errors = [], [], [], []
+        displays, updates, streams, comm_opens, errors = [], [], [], [], []
         while True:
             msg = client.get_iopub_msg(timeout=60)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
             if kind == "display_data":
-                displays.append(content["data"])
+                displays.append(content)
+            elif kind == "update_display_data":
+                updates.append(content)
             elif kind == "stream":
                 streams.append(content["text"])
             elif kind == "comm_open":
@@ -744,9 +606,48 @@ def test_show_in_a_kernel_displays_a_widget_whose_text_form_is_readable():
     assert not errors, errors[0]
     assert "".join(streams) == "Panel True True\nTrue False\n"
     assert len(displays) == 2
-    for data in displays:
-        assert "application/vnd.jupyter.widget-view+json" in data
-        assert data["text/plain"] == "mnist: starting at step - of 500 (0 s)"
-    assert displays[0]["application/vnd.jupyter.widget-view+json"]["model_id"] == \
-        displays[1]["application/vnd.jupyter.widget-view+json"]["model_id"]
+    for content in displays:
+        assert "application/vnd.jupyter.widget-view+json" in content["data"]
+        assert re.fullmatch(r"mnist: starting \(\d+ s\)", content["data"]["text/plain"])
+    ids = {content["transient"]["display_id"] for content in displays}
+    assert len(ids) == 2
+    assert {content["transient"]["display_id"] for content in updates} == ids
+    for content in updates:
+        assert content["data"]["text/plain"].startswith("mnist: finished at step 500 of 500")
+        assert content["data"]["image/png"]
+        assert "application/vnd.jupyter.widget-view+json" in content["data"]
     assert set(comm_opens) == {"jupyter.widget"}
+
+
+def test_a_failure_raised_into_the_cell_is_not_repeated_in_the_panel(make_panel, clock):
+    panel, run = make_panel()
+    run.history.set_error("Traceback (most recent call last):\nValueError: boom\n")
+    status(run.history, "failed")
+    panel.tick(force=True)
+    assert "ValueError: boom" in panel.widgets["view"].state["error"]
+    panel.finish(error_in_cell=True)          # --wait raises it into its cell
+    state = panel.widgets["view"].state
+    assert state["error"] == "" and state["timeline"][-1][1] == "failed at step -: ValueError: boom"
+    run.history.set_error("Traceback (most recent call last):\nKeyError: 'x'\n")  # a new one
+    panel.tick(force=True)
+    assert "KeyError" in panel.widgets["view"].state["error"]
+
+
+def test_a_comparison_sends_each_runs_series_under_its_name(comm_log, clock):
+    runs = []
+    for name, scale in (("lr-0.1", 1.0), ("lr-0.01", 2.0)):
+        history = make_history(clock)
+        history.on_event(events.SummaryWritten(10, {"loss": scale}, WALL0 + 10))
+        runs.append(FakeRun(history, name=name))
+    comparison = panel_module.Comparison(runs, clock=clock)
+    try:
+        assert comparison.widgets["view"].compare is True
+        assert comparison.widgets["view"].runs == ["lr-0.1", "lr-0.01"]
+        comparison.tick(force=True)
+        sent = {content["run"]: decode_series(content, buffers[0])["loss"][2].tolist()
+                for content, buffers in customs(comm_log, "series")}
+        assert sent == {"lr-0.1": [1.0], "lr-0.01": [2.0]}
+    finally:
+        comparison.close()
+    with pytest.raises(ValueError, match="Expected at least one run"):
+        panel_module.Comparison([])

@@ -208,6 +208,7 @@ class EagerSupervisor:
                                           self.request_stop, async_save=async_save)
         self._summary_timer = Timer(secs=config.save_summaries_secs)
         self._progress_timer = Timer(secs=PROGRESS_SECS)
+        self._last_progress: Optional[tuple] = None  # fit's position at the last boundary
         self._coord = tf.compat.v1.train.Coordinator()
         self._threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
         self._callback = None
@@ -494,6 +495,8 @@ class EagerSupervisor:
     def _boundary(self, progress: Optional[tuple] = None) -> bool:
         """The step boundary (training thread): max_steps, summaries, progress, due or asked
         saves. Returns True when the loop must stop."""
+        if progress is not None:
+            self._last_progress = progress
         self._checkpointer.at_boundary()
         if self._summary_timer.due():
             self._summary_timer.restart()
@@ -542,12 +545,16 @@ class EagerSupervisor:
         if self._attached is None and self._logdir:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
-            logger.warning(note)
+            # Shown once: the run prints its notes into its output (a log record would be a
+            # second copy, in whichever cell runs then).
+            logger.debug(note)
             self._notes.append(note)
         step = self._where.step if self._ready else None
         self._reporter.end_session(step, self._stop_why or "")
         if self._lock is not None:
             self._lock.release()
+        if self._ready:  # where training really ended, not the last throttled Progress
+            self._reporter.progress(step, self._last_progress, self._where.scalars)
         reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED
         self._reporter.stopped(reason, error, step, self._stop_why or "")
         if error is not None:

@@ -18,7 +18,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ..backend import RunConfig
 from ..view import panel
 
-COMMANDS = ("list", "stop", "resume", "save", "wait", "show")
+COMMANDS = ("list", "stop", "resume", "save", "wait", "show", "compare")
 
 
 class RunFailedError(RuntimeError):
@@ -236,21 +236,37 @@ class SuperviseMagics(Magics):
               help="list: a table of the runs (the default). stop: stop after the current "
                    "step, with a final checkpoint. resume: continue from the newest "
                    "checkpoint. save: write a checkpoint now. wait: block until the run ends "
-                   "(an interrupt stops it). show: display its panel again.")
-    @argument("name", nargs="?", default=None,
-              help="The run; may be left out when there is only one.")
+                   "(an interrupt stops it). show: display its panel again (where no widget "
+                   "renders: its status, what happened, the best value of each metric). "
+                   "compare: the curves of several runs in one chart per tag "
+                   "(%supervise compare a b c; without names, every run).")
+    @argument("name", nargs="*", default=[],
+              help="The run; may be left out when there is only one. compare takes several.")
     @line_magic("supervise")
     def supervise_line(self, line):
         """List and steer the runs started with %%supervise."""
         args = _parse(self.supervise_line, line, "%supervise?")
         if args.command == "list":
-            if args.name is not None:
+            if args.name:
                 raise UsageError("%supervise list takes no name.")
             print(_table())
             return
         run = _run_module()
+        if args.command == "compare":
+            try:
+                trainings = ([run.get_run(name) for name in dict.fromkeys(args.name)]
+                             if args.name else run.runs())
+            except KeyError as e:
+                raise UsageError(e.args[0]) from None
+            if not trainings:
+                raise UsageError("There is no run yet: start one with %%supervise.")
+            panel.compare(trainings)
+            return
+        if len(args.name) > 1:
+            raise UsageError(f"%supervise {args.command} takes one run name; received "
+                             f"{len(args.name)}: {' '.join(args.name)}.")
         try:
-            training = run.get_run(args.name)
+            training = run.get_run(args.name[0] if args.name else None)
         except KeyError as e:
             raise UsageError(e.args[0]) from None
         try:
@@ -465,6 +481,8 @@ def _stop(training, interrupted=False) -> None:
     if not ended:
         print(_still_stopping(training))
         return
+    if panel.widget_frontend_available():
+        panel.finish(training)  # the display's saved fallback, while this cell executes
     print(_stopped_line(training, interrupted))
 
 
@@ -493,6 +511,9 @@ def _end_summary(training) -> None:
     # text form as it was at display time: one line says how the run ended. Where no widget
     # can show (a terminal), the whole summary.
     if panel.widget_frontend_available():
+        # The display's saved fallback, while this cell executes; a failure's traceback is
+        # raised into this cell next, so the panel does not show it a second time.
+        panel.finish(training, error_in_cell=training.status == "failed")
         print(panel.text_status(training))
     else:  # a failure's traceback follows, raised: not printed here too
         print(panel.text_summary(training, with_error=training.status != "failed"))

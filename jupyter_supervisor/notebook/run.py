@@ -46,12 +46,19 @@ from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
 from ..checkpoints import CheckpointMismatchError, describe_error
 from ..lockfile import LogdirLockedError, note_stop
-from ..view.history import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING,
-                            STARTING, STOPPED, STOPPING, RunHistory)
+from ..view.history import RunHistory
 from . import output, shutdown
 from .body import Body, default_compile, default_format
 
 logger = logging.getLogger("jupyter_supervisor")
+
+# A run's statuses: the vocabulary of its state machine, which the history records and the
+# panel and %supervise show as they are.
+STARTING, RUNNING, STOPPING = "starting", "running", "stopping"
+STOPPED, FINISHED, FAILED = "stopped", "finished", "failed"
+STATUSES = (STARTING, RUNNING, STOPPING, STOPPED, FINISHED, FAILED)
+ACTIVE_STATUSES = frozenset((STARTING, RUNNING, STOPPING))
+FINAL_STATUSES = frozenset((STOPPED, FINISHED, FAILED))
 
 # Every legal change of state; None is a run that never started.
 _TRANSITIONS = {
@@ -67,7 +74,8 @@ _TRANSITIONS = {
 # How often the history learns the live step (for the panel; --max-steps does not depend on it).
 WATCH_SECS = 0.5
 
-__all__ = ["TrainingRun", "RunConfig", "RunConflictError", "RunStateError",
+__all__ = ["TrainingRun", "STATUSES", "ACTIVE_STATUSES", "FINAL_STATUSES",
+           "RunConfig", "RunConflictError", "RunStateError",
            "IllegalTransitionError", "LogdirLockedError",
            "CheckpointMismatchError", "get_run", "runs",
            "stop_all"]
@@ -251,7 +259,9 @@ class TrainingRun:
                 raise IllegalTransitionError(
                     f"Run {self.name!r} cannot go from {old or 'new'!r} to {new!r}.")
             self._status = new
-            self.history.set_status(new)
+            self.history.set_status(new, active=new in ACTIVE_STATUSES,
+                                    new_session=new == STARTING,
+                                    stepping=new in (STARTING, RUNNING))
             self._changed.notify_all()
 
     # ---------------------------------------------------------------------------- starting
@@ -280,6 +290,7 @@ class TrainingRun:
             self._body.pin(graph)  # as the names are when the cell executes, also on resume
 
         self._transition(STARTING)
+        self.history.set_restoring(self._newest_checkpoint())
         with self._lock:
             self._stop_requested = False
             self._stop_why = None
@@ -345,12 +356,21 @@ class TrainingRun:
                 if self._backend is backend and self._status == STARTING:
                     self._transition(RUNNING)
 
+    def _newest_checkpoint(self) -> Optional[str]:
+        """The checkpoint a new session will try first, or None."""
+        if not self.logdir:
+            return None
+        try:
+            return next(iter(checkpoint_paths(self.logdir, self.config.checkpoint_basename)),
+                        None)
+        except Exception:  # pylint: disable=broad-except  (the backend reports it when it restores)
+            logger.debug("Could not list the checkpoints of %s.", self.logdir, exc_info=True)
+            return None
+
     def _load_earlier_history(self) -> None:
         """Continues the plots of an earlier session from the logdir's event files, up to the
         step the newest checkpoint restores (later points were lost with that session)."""
-        if not self.logdir:
-            return
-        newest = next(iter(checkpoint_paths(self.logdir, self.config.checkpoint_basename)), None)
+        newest = self._newest_checkpoint()
         if newest is None:
             return
         step = step_of(newest)

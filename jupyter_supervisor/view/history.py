@@ -25,6 +25,7 @@ import array
 import bisect
 import collections
 import dataclasses
+import itertools
 import math
 import os
 import threading
@@ -38,59 +39,40 @@ import numpy as np
 from .. import events
 from .._validate import check_number, invalid
 
-# A run's statuses: the vocabulary of the run's state machine (notebook/run.py), the history,
-# the panel and %supervise alike.
-STARTING, RUNNING, STOPPING = "starting", "running", "stopping"
-STOPPED, FINISHED, FAILED = "stopped", "finished", "failed"
-STATUSES = (STARTING, RUNNING, STOPPING, STOPPED, FINISHED, FAILED)
-ACTIVE_STATUSES = frozenset((STARTING, RUNNING, STOPPING))
-FINAL_STATUSES = frozenset((STOPPED, FINISHED, FAILED))
-
 # The newest checkpoints kept in the history; the panel shows the newest and what the Saver keeps.
 MAX_CHECKPOINTS = 64
+# The newest records of the run's timeline (sessions, status changes, rollbacks, stops).
+MAX_TIMELINE = 64
 # Samples of (clock, step) for the step-rate estimate: one per second at most, about 10 s.
 _RATE_SAMPLE_SECS = 1.0
 _RATE_SAMPLES = 11
+# Unique across every series, so that a series replaced by another (event files read at a
+# resume) never looks like the one a reader saw.
+_GENERATIONS = itertools.count(1)
 
 
 class ScalarSeries(NamedTuple):
     """One tag's points, oldest first; read-only arrays of equal length.
 
     ``steps`` is the last global step of each bucket, ``values`` the mean of its values, ``mins``
-    and ``maxs`` their envelope (equal to ``values`` where a bucket holds a single point).
+    and ``maxs`` their envelope (equal to ``values`` where a bucket holds a single point),
+    ``walls`` the wall time (epoch seconds) of each bucket's last point. ``generation`` changes
+    whenever buckets were merged or dropped, so that a reader who saw the first n buckets of the
+    same generation knows that only the buckets from n - 1 on (the last one may have grown) are
+    new.
     """
     steps: np.ndarray
     values: np.ndarray
     mins: np.ndarray
     maxs: np.ndarray
+    walls: np.ndarray
+    generation: int = 0
 
 
-class FitProgress(NamedTuple):
-    """Where a Keras fit is: ``epoch`` (0-based) of ``epochs``, ``batch`` batches done of
-    ``batches`` per epoch; None where fit does not say (a custom loop: all None)."""
-    epoch: Optional[int]
-    epochs: Optional[int]
-    batch: Optional[int]
-    batches: Optional[int]
-
-
-class CheckpointInfo(NamedTuple):
-    """A checkpoint written during this run: global step, path, wall time, seconds it took."""
+class StatusChanged(NamedTuple):
+    """The run's status became ``status`` at ``wall_time`` (epoch seconds), at ``step``."""
+    status: str
     step: Optional[int]
-    path: str
-    wall_time: float
-    seconds: float
-
-
-class RollbackInfo(NamedTuple):
-    """A rollback of this run: the model was not finite at ``step`` (``problem``), so it was
-    restored from ``path`` (``restored_step``); rollback ``count`` of at most ``limit``."""
-    step: Optional[int]
-    restored_step: Optional[int]
-    path: str
-    problem: str
-    count: int
-    limit: int
     wall_time: float
 
 
@@ -108,6 +90,7 @@ class HistorySnapshot:
     """
     version: int
     status: str
+    active: bool
     step: Optional[int]
     steps_per_sec: Optional[float]
     started: float
@@ -116,7 +99,7 @@ class HistorySnapshot:
     taken_at: float
     scalars: Mapping[str, ScalarSeries]
     scalars_version: int
-    checkpoints: Tuple[CheckpointInfo, ...]
+    checkpoints: Tuple[events.CheckpointSaved, ...]
     output: str
     output_total: int
     error: str
@@ -124,9 +107,12 @@ class HistorySnapshot:
     restored_from: Optional[str]
     stop_reason: Optional[str]
     kept: Tuple[str, ...] = ()
-    progress: Optional[FitProgress] = None
+    progress: Optional[events.Progress] = None
     ready: bool = False
-    rollbacks: Tuple[RollbackInfo, ...] = ()
+    rollbacks: Tuple[events.RolledBack, ...] = ()
+    restoring: Optional[str] = None
+    checkpoint_count: int = 0
+    timeline: Tuple[object, ...] = ()
 
     @property
     def elapsed(self) -> float:
@@ -141,8 +127,8 @@ class HistorySnapshot:
 
     @property
     def is_active(self) -> bool:
-        """True while the run is starting, running or stopping."""
-        return self.status in ACTIVE_STATUSES
+        """True while the run is active (its status says so: starting, running, stopping)."""
+        return self.active
 
 
 class _Series:
@@ -159,7 +145,9 @@ class _Series:
         self._min = array.array("d")     # envelope (NaNs take no part: +inf/-inf if only NaNs)
         self._max = array.array("d")
         self._count = array.array("q")   # how many points it holds
+        self._wall = array.array("d")    # wall time of its last point
         self._width = 1                  # points a bucket takes before the next one opens
+        self._generation = next(_GENERATIONS)  # a new one when buckets are merged or dropped
         self._frozen: Optional[ScalarSeries] = None  # read-only copy of the current state
 
     def __len__(self) -> int:
@@ -173,14 +161,23 @@ class _Series:
     def last_step(self) -> Optional[int]:
         return self._last[-1] if self._last else None
 
-    def add(self, step: int, value: float) -> None:
+    @property
+    def last_value(self) -> Optional[float]:
+        return self._sum[-1] / self._count[-1] if self._last else None
+
+    def drop_last(self) -> None:
+        """Drops the newest bucket."""
+        self._truncate(len(self._last) - 1)
+
+    def add(self, step: int, value: float, wall: float) -> None:
         """Adds one point; a step lower than the last one first drops the points from it on."""
         if value != value:  # NaN: it counts, but takes no part in the envelope
-            self._add_bucket(step, value, math.inf, -math.inf, 1)
+            self._add_bucket(step, value, math.inf, -math.inf, 1, wall)
         else:
-            self._add_bucket(step, value, value, value, 1)
+            self._add_bucket(step, value, value, value, 1, wall)
 
-    def _add_bucket(self, step: int, total: float, lo: float, hi: float, count: int) -> None:
+    def _add_bucket(self, step: int, total: float, lo: float, hi: float, count: int,
+                    wall: float) -> None:
         last = self._last
         if last and step < last[-1]:
             self.drop_from(step)
@@ -193,6 +190,7 @@ class _Series:
             if hi > self._max[-1]:
                 self._max[-1] = hi
             self._count[-1] += count
+            self._wall[-1] = wall
             return
         if len(last) >= self._max_points:
             self._merge_pairs()
@@ -202,6 +200,7 @@ class _Series:
         self._min.append(lo)
         self._max.append(hi)
         self._count.append(count)
+        self._wall.append(wall)
 
     def _merge_pairs(self) -> None:
         # Called when full: max_points is even, so every bucket has a partner.
@@ -216,7 +215,9 @@ class _Series:
         self._min = merged(self._min, np.minimum, "d")
         self._max = merged(self._max, np.maximum, "d")
         self._count = merged(self._count, np.add, "q")
+        self._wall = merged(self._wall, lambda a, b: b, "d")
         self._width *= 2
+        self._generation = next(_GENERATIONS)
 
     def drop_from(self, step: int) -> bool:
         """Drops every bucket that reaches ``step`` or beyond; True if any was dropped.
@@ -229,15 +230,17 @@ class _Series:
     def _truncate(self, keep: int) -> bool:
         if keep >= len(self._last):
             return False
-        for column in (self._last, self._sum, self._min, self._max, self._count):
+        for column in (self._last, self._sum, self._min, self._max, self._count, self._wall):
             del column[keep:]
         self._frozen = None
+        self._generation = next(_GENERATIONS)
         return True
 
     def extend(self, other: "_Series") -> None:
         """Appends ``other``'s buckets (all later than this series' last step)."""
         # pylint: disable=protected-access
-        for bucket in zip(other._last, other._sum, other._min, other._max, other._count):
+        for bucket in zip(other._last, other._sum, other._min, other._max, other._count,
+                          other._wall):
             self._add_bucket(*bucket)
 
     def frozen(self) -> ScalarSeries:
@@ -250,10 +253,11 @@ class _Series:
             empty = mins > maxs
             mins[empty] = values[empty]
             maxs[empty] = values[empty]
-            arrays = [np.array(self._last, dtype=np.int64), values, mins, maxs]
+            arrays = [np.array(self._last, dtype=np.int64), values, mins, maxs,
+                      np.array(self._wall, dtype=np.float64)]
             for column in arrays:
                 column.setflags(write=False)
-            self._frozen = ScalarSeries(*arrays)
+            self._frozen = ScalarSeries(*arrays, generation=self._generation)
         return self._frozen
 
 
@@ -277,7 +281,8 @@ class RunHistory:
 
     def __init__(self, max_points: int = 2000, max_output_chars: int = 200_000,
                  clock: Callable[[], float] = time.monotonic,
-                 format_error: Callable[[BaseException], str] = _format_error):
+                 format_error: Callable[[BaseException], str] = _format_error,
+                 wall_clock: Callable[[], float] = time.time):
         max_points = _check_int("max_points", max_points, 4)
         if max_points % 2:
             raise ValueError(invalid("max_points", max_points,
@@ -288,6 +293,7 @@ class RunHistory:
             raise TypeError(invalid("clock", clock,
                                     "a callable returning seconds, like time.monotonic"))
         self._clock = clock
+        self._wall_clock = wall_clock
         self._format_error = format_error
         # One lock protects every field below; nothing slow (file reading, formatting of
         # snapshots beyond copies) happens while it is held.
@@ -295,6 +301,8 @@ class RunHistory:
         self._version = 0
         self._scalars_version = 0
         self._status = "starting"
+        self._active = True
+        self._stepping = True
         self._step: Optional[int] = None
         self._steps_per_sec: Optional[float] = None
         self._rate_samples: "collections.deque[Tuple[float, int]]" = collections.deque(
@@ -303,8 +311,11 @@ class RunHistory:
         self._active_secs = 0.0
         self._active_since: Optional[float] = self._started
         self._series: Dict[str, _Series] = {}
-        self._checkpoints: "collections.deque[CheckpointInfo]" = collections.deque(
+        self._checkpoints: "collections.deque[events.CheckpointSaved]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
+        self._checkpoint_count = 0           # written in this run, all sessions
+        self._timeline: "collections.deque[object]" = collections.deque(maxlen=MAX_TIMELINE)
+        self._restoring: Optional[str] = None  # the checkpoint the next session restores
         self._output_chunks: "collections.deque[str]" = collections.deque()
         self._output_len = 0         # characters in _output_chunks
         self._output_total = 0       # characters ever appended
@@ -314,11 +325,13 @@ class RunHistory:
         self._waiting_for_chief = False
         self._restored_from: Optional[str] = None
         self._kept: Tuple[str, ...] = ()     # what retention keeps, newest first
-        self._progress: Optional[FitProgress] = None
+        self._progress: Optional[events.Progress] = None
         self._ready = False                  # the current session restored or initialized
         self._rate_records = 0               # StepRate records since the session started
+        self._rate_tags: set = set()         # the tags StepRate records were plotted under
+        self._session_step: Optional[int] = None  # the step the current session started at
         self._stop_reason: Optional[str] = None
-        self._rollbacks: "collections.deque[RollbackInfo]" = collections.deque(
+        self._rollbacks: "collections.deque[events.RolledBack]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
 
     @property
@@ -342,9 +355,8 @@ class RunHistory:
                 self._on_step_rate(event)
             elif isinstance(event, events.CheckpointSaved):
                 self._note_step(event.step)
-                self._checkpoints.appendleft(CheckpointInfo(
-                    None if event.step is None else int(event.step), str(event.path),
-                    float(event.wall_time), float(event.seconds)))
+                self._checkpoints.appendleft(event)
+                self._checkpoint_count += 1
                 if event.kept:
                     self._kept = tuple(str(path) for path in event.kept)
             elif isinstance(event, events.SessionReady):
@@ -356,8 +368,10 @@ class RunHistory:
             elif isinstance(event, events.RolledBack):
                 self._on_rolled_back(event)
             elif isinstance(event, events.Stopped):
+                self._drop_rate_of_the_stop(event.step)
                 self._note_step(event.step)
                 self._stop_reason = event.reason
+                self._timeline.append(event)
                 if event.exception is not None and not self._error:
                     self._set_failure(event.exception)
             else:
@@ -369,7 +383,7 @@ class RunHistory:
         step = int(step)
         for tag, value in event.scalars.items():
             series = self._series_of(tag)
-            series.add(step, float(value))
+            series.add(step, float(value), float(event.wall_time))
         if event.scalars:
             self._scalars_version += 1
         self._note_step(event.step)
@@ -377,18 +391,36 @@ class RunHistory:
     def _on_step_rate(self, event) -> None:
         # A plotted series, like the event file's; the header's steps/s is the history's own
         # estimate (one estimator, also without summaries). The step counter's first record
-        # after a start measures no interval (TensorFlow writes it too): not plotted.
+        # after a start measures no interval (TensorFlow writes it too), one taken before the
+        # first step measures the start-up (tracing, restoring) and one taken while the run
+        # stops measures the stop: none is plotted.
         self._note_step(event.step)
-        if not self._rate_records:
+        started_at = self._session_step
+        if (not self._rate_records or not self._stepping
+                or (started_at is not None and event.step <= started_at)):
             self._rate_records = 1
             return
-        self._series_of(event.tag).add(int(event.step), float(event.steps_per_sec))
+        self._rate_tags.add(event.tag)
+        self._series_of(event.tag).add(int(event.step), float(event.steps_per_sec),
+                                       float(event.wall_time))
         self._scalars_version += 1
+
+    def _drop_rate_of_the_stop(self, step) -> None:
+        # The step counter's last record may measure the final checkpoint being written, after
+        # the last step: a 0 at the final step that no training produced.
+        for tag in self._rate_tags:
+            series = self._series.get(tag)
+            while series is not None and series.last_step == step and series.last_value == 0:
+                series.drop_last()
+                self._scalars_version += 1
 
     def _on_session_ready(self, event) -> None:
         self._ready = True
+        self._restoring = None
+        self._timeline.append(event)
         self._waiting_for_chief = False
         self._rate_records = 0
+        self._session_step = None if event.step is None else int(event.step)
         self._restored_from = event.restored_from
         self._rollbacks.clear()  # counted per session
         self._stop_reason = None
@@ -402,22 +434,19 @@ class RunHistory:
     def _on_progress(self, event) -> None:
         # The eager backend's live view, a few times a second: where fit is, and the loop's
         # latest scalars, plotted at their step (the event file holds them at each summary).
-        self._progress = FitProgress(event.epoch, event.epochs, event.batch, event.batches)
+        self._progress = event
         step = int(event.step)
         for tag, value in event.scalars.items():
             series = self._series_of(tag)
             if series.last_step != step:
-                series.add(step, float(value))
+                series.add(step, float(value), float(event.wall_time))
         if event.scalars:
             self._scalars_version += 1
         self._note_step(step)
 
     def _on_rolled_back(self, event) -> None:
-        self._rollbacks.append(RollbackInfo(
-            None if event.step is None else int(event.step),
-            None if event.restored_step is None else int(event.restored_step),
-            str(event.path), str(event.problem), int(event.count), int(event.limit),
-            float(event.wall_time)))
+        self._rollbacks.append(event)
+        self._timeline.append(event)
         if event.restored_step is None:
             return
         # As a restart from that checkpoint (TensorBoard drops the diverged points too, at the
@@ -469,30 +498,42 @@ class RunHistory:
             if (self._step, self._steps_per_sec) != before:
                 self._version += 1
 
-    def set_status(self, status: str) -> None:
-        """Sets the run's status: one of STATUSES."""
-        if status not in STATUSES:
-            raise ValueError(invalid("status", status, f"one of {', '.join(STATUSES)}"))
+    def set_status(self, status: str, *, active: bool, new_session: bool = False,
+                   stepping: Optional[bool] = None) -> None:
+        """Sets the run's status (the run's vocabulary: any non-empty name). ``active``: the run
+        is working (its elapsed time counts); ``new_session``: a session starts, not restored
+        or initialized yet; ``stepping`` (default: ``active``): training steps, so a step rate
+        measures training (one measured while a stop is written would be a made-up drop).
+        Each change goes into the timeline."""
+        if not isinstance(status, str) or not status:
+            raise ValueError(invalid("status", status, "a non-empty str"))
         with self._lock:
-            if status == self._status:
+            if status == self._status and not new_session:
                 return
             now = self._clock()
-            was_active = self._status in ACTIVE_STATUSES
-            is_active = status in ACTIVE_STATUSES
-            if was_active and not is_active:
+            if self._active and not active:
                 self._active_secs += max(0.0, now - self._active_since)
                 self._active_since = None
-            elif is_active and not was_active:
+            elif active and not self._active:
                 self._active_since = now
-            if status == STARTING:  # a new session: not restored or initialized yet
+            if new_session:
                 self._ready = False
                 self._restored_from = None
                 self._progress = None
-            if status != RUNNING or self._status != RUNNING:
-                self._rate_samples.clear()  # a new running period starts a new estimate
-                self._steps_per_sec = None
+            self._rate_samples.clear()  # a new period starts a new estimate
+            self._steps_per_sec = None
             self._status = status
+            self._active = bool(active)
+            self._stepping = bool(active if stepping is None else stepping)
+            self._timeline.append(StatusChanged(status, self._step, self._wall_clock()))
             self._version += 1
+
+    def set_restoring(self, path: Optional[str]) -> None:
+        """The checkpoint the starting session is about to restore (None: none)."""
+        with self._lock:
+            if path != self._restoring:
+                self._restoring = path
+                self._version += 1
 
     def _set_failure(self, error: BaseException) -> None:
         if error is not self._failure:  # each failure is formatted once
@@ -574,6 +615,7 @@ class RunHistory:
             return HistorySnapshot(
                 version=self._version,
                 status=self._status,
+                active=self._active,
                 step=self._step,
                 steps_per_sec=self._steps_per_sec,
                 started=self._started,
@@ -595,6 +637,9 @@ class RunHistory:
                 progress=self._progress,
                 ready=self._ready,
                 rollbacks=tuple(self._rollbacks),
+                restoring=self._restoring,
+                checkpoint_count=self._checkpoint_count,
+                timeline=tuple(self._timeline),
             )
 
     # -- earlier runs from disk --------------------------------------------------------------
@@ -695,17 +740,6 @@ class _Restarts:
         return stack[i][1] if i < len(stack) else math.inf
 
 
-def _scalar_values(tb, summary) -> Iterator[Tuple[str, float]]:
-    for value in summary.value:
-        kind = value.WhichOneof("value")
-        if kind == "simple_value":
-            yield value.tag, float(value.simple_value)
-        elif kind == "tensor" and not value.tensor.tensor_shape.dim:
-            array = tb.tensor_util.make_ndarray(value.tensor)
-            if array.dtype.kind in "fiub":
-                yield value.tag, float(array)
-
-
 def _read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict[str, _Series]:
     tb = _tensorboard_reader()
     start = tb.event_pb2.SessionLog.START
@@ -727,9 +761,9 @@ def _read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dic
         if (not event.HasField("summary") or event.step > limit
                 or event.step >= restarts.cut(position)):
             continue
-        for tag, value in _scalar_values(tb, event.summary):
+        for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
             target = series.get(tag)
             if target is None:
                 target = series[tag] = _Series(max_points)
-            target.add(int(event.step), value)
+            target.add(int(event.step), value, float(event.wall_time))
     return series
