@@ -19,12 +19,14 @@ workspace folders under the test's tmp_path, and a kernelspec of its own that ru
 Python (``sys.executable``, where jupyter_supervisor is installed). Kernels and server are stopped
 by PID at the end, also when the test is killed with SIGTERM. Every wait is on a condition in the
 page, with a timeout. Screenshots of each state go to test-artifacts/ (panel-failure.png on
-failure).
+failure); with JSV_UPDATE_DOCS=1 the finished run's one also becomes docs/panel.png, the
+README's picture.
 """
 import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +49,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 KERNEL_NAME = "jsv-browser-test"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+DOCS_PANEL = Path(__file__).resolve().parent.parent / "docs" / "panel.png"
+README_SHOT = "panel-finished.png"
 SENTINEL = "ALL-CELLS-DONE"
 # Generous for a loaded 2-core machine (the kernel imports TensorFlow); never reached in a pass.
 SERVER_STARTUP = 60.0
@@ -343,6 +347,9 @@ def _panel(page, name):
 def _shot(page, locator, name) -> None:
     locator.scroll_into_view_if_needed()
     locator.screenshot(path=str(ARTIFACTS / name))
+    if name == README_SHOT and os.environ.get("JSV_UPDATE_DOCS"):
+        # The README's picture is this screenshot: JSV_UPDATE_DOCS=1 pytest tests/test_browser.py
+        shutil.copyfile(ARTIFACTS / name, DOCS_PANEL)
 
 
 def _drive(page, lab, root: Path) -> None:

@@ -1,0 +1,81 @@
+"""The README and docs/ against the code: the options page lists what `%%supervise?` shows, no
+page names an option or a line command that does not exist, and every relative link resolves."""
+import pathlib
+import re
+
+import pytest
+
+from jupyter_supervisor.notebook.magics import COMMANDS, SuperviseMagics
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+INLINE_CODE = re.compile(r"`([^`\n]+)`")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _help_options():
+    """The options `%%supervise?` prints (the magic's docstring, as IPython shows it)."""
+    return set(OPTION.findall(SuperviseMagics.supervise_cell.__doc__))
+
+
+def _magic_snippets(text):
+    """The code in ``text`` that is about the magic: inline spans that start with an option or
+    use the magic, and lines of code blocks that start with it."""
+    for block in FENCE.findall(text):
+        for line in block.splitlines():
+            if line.lstrip().startswith(("%%supervise", "%supervise")):
+                yield line
+    for span in INLINE_CODE.findall(FENCE.sub("", text)):
+        if span.startswith("--") or "%supervise" in span:
+            yield span
+
+
+def test_help_lists_the_options_the_parser_takes():
+    assert {"--logdir", "--max-steps", "--wait", "--on-nan"} <= _help_options()
+
+
+def test_the_options_page_lists_every_option_of_the_help():
+    page = (ROOT / "docs" / "magic.md").read_text()
+    listed = set()
+    for line in page.splitlines():
+        if line.startswith("| `--"):
+            listed |= set(OPTION.findall(line.split("|")[1]))
+    assert listed == _help_options()
+
+
+def test_the_options_page_lists_every_line_command():
+    page = (ROOT / "docs" / "magic.md").read_text()
+    for command in COMMANDS:
+        if command != "list":
+            assert f"`%supervise {command} " in page, command
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_names_an_option_or_command_that_does_not_exist(page):
+    text = page.read_text()
+    # docs/errors.md shows a misspelled option and command on purpose, next to their errors.
+    refused = set(re.findall(r"unrecognized arguments: (--[a-z][a-z0-9-]*)", text))
+    refused_commands = set(re.findall(r"invalid choice: '([a-z]+)'", text))
+    options = _help_options()
+    for snippet in _magic_snippets(text):
+        unknown = set(OPTION.findall(snippet)) - options - refused
+        assert not unknown, f"{snippet!r} names {sorted(unknown)}, which %%supervise? lacks"
+        command = re.match(r"\s*%supervise\s+([a-z]+)", snippet)
+        if command:
+            assert command.group(1) in COMMANDS or command.group(1) in refused_commands, snippet
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page):
+    for target in LINK.findall(FENCE.sub("", page.read_text())):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (page.parent / target.split("#")[0]).resolve()
+        assert path.exists(), f"{page.name} links {target}, which does not exist"
+
+
+def test_the_readme_screenshot_is_a_png():
+    image = ROOT / "docs" / "panel.png"
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
