@@ -215,14 +215,21 @@ def remove_unlisted_saves(logdir: str, basename: str) -> None:
             os.remove(os.path.join(logdir, name))
 
 
+# tf.io.gfile's atomic writes go to "<path>.tmp<uuid4 hex>", renamed to <path> once complete.
+_ATOMIC_TEMP = re.compile(r"\.tmp[0-9a-f]{32}$")
+
+
 def remove_partial_saves(prefix: str) -> None:
     """Deletes what saves cut short (a killed process) left next to the ``<prefix>-<step>``
     checkpoints: TensorFlow's ``.tempstate`` files of a write in progress, and the
     ``<checkpoint>_temp`` directories where sharded saves (every TF2 save, a sharded Saver)
-    write their parts before merging them under the checkpoint's name. Only with the logdir's
-    lock held: then no live writer owns them. Local file systems only (as the lock)."""
+    write their parts before merging them under the checkpoint's name, and the
+    ``<checkpoint>.meta.tmp<hex>`` files of TensorFlow's atomic writes (a Saver's meta graph).
+    Only with the logdir's lock held: then no live writer owns them. Local file systems only
+    (as the lock)."""
     pattern = glob.escape(prefix)
-    for path in glob.glob(pattern + "-*.tempstate*") + glob.glob(pattern + "-*_temp*"):
+    atomic = [path for path in glob.glob(pattern + "-*.tmp*") if _ATOMIC_TEMP.search(path)]
+    for path in glob.glob(pattern + "-*.tempstate*") + glob.glob(pattern + "-*_temp*") + atomic:
         logger.info("Removing %s, left by a checkpoint write that was cut short.", path)
         with contextlib.suppress(FileNotFoundError):
             if os.path.isdir(path):

@@ -641,8 +641,8 @@ def record_transitions(run):
     seen = []
     set_status = run.history.set_status
 
-    def recording(status):
-        set_status(status)
+    def recording(status, **flags):
+        set_status(status, **flags)
         seen.append((status, run.global_step))
 
     run.history.set_status = recording

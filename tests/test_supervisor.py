@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import types
+import uuid
 import weakref
 
 import numpy as np
@@ -1012,3 +1013,25 @@ def test_the_step_rate_starts_again_when_the_step_goes_back(tmp_path):
     written = [(e.step, v.simple_value) for e in event_file_loader.LegacyEventFileLoader(path).Load()
                if e.HasField("summary") for v in e.summary.value]
     assert written == rates
+
+
+def test_a_meta_graph_write_cut_short_is_swept_by_the_next_run(tmp_path):
+    """A Saver writes its meta graph through TensorFlow's atomic write, to
+    ``<checkpoint>.meta.tmp<hex>`` renamed once complete: a kill in between leaves that file,
+    which the next chief on the logdir removes (seen in the fifty-kill test)."""
+    logdir = str(tmp_path)
+    model = new_model()
+    sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=0)
+    with sv.managed_session() as sess:
+        sess.run(model.train_op)
+    meta = os.path.join(logdir, "model.ckpt-1.meta")
+    cut = f"{meta}.tmp{uuid.uuid4().hex}"
+    with open(meta, "rb") as f, open(cut, "wb") as out:
+        out.write(f.read()[:100])
+    kept = os.path.join(logdir, "model.ckpt-1.meta.tmp-notes")  # not TensorFlow's: kept
+    open(kept, "w").close()
+    sv = make_supervisor(new_model(), logdir=logdir, save_model_secs=0, save_summaries_secs=0)
+    with sv.managed_session():
+        pass
+    assert not os.path.exists(cut) and os.path.exists(kept)
+    assert checkpoint_steps(logdir) == [1]
