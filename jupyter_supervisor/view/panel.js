@@ -4,14 +4,17 @@
 // timeline, best values, which buttons work) and the points of each series as custom messages:
 // {type: "series", run, reset, parts: [{tag, from, n}]} with one buffer holding, for each part,
 // n steps, n values and n wall times (float64). A part replaces the points from index `from`
-// on. A view that opens asks for every series once ({type: "hello"}); the kernel also sends
-// {type: "beat"} every second, and a view that hears none for DEAD_AFTER_MS says that the kernel
-// is gone and disables its buttons. Curves are drawn on canvases; the value under the mouse is
+// on. A view that opens asks for every series once ({type: "hello"}, again until the answer
+// came); the kernel also sends {type: "beat"} every second, and a view that hears none for
+// DEAD_AFTER_MS says that the kernel is gone and disables its buttons. Curves are drawn on canvases; the value under the mouse is
 // written as text in each chart's readout.
 
 const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 const DEAD_AFTER_MS = 5000;
+// A hello can be lost (JupyterLab drops a comm message sent over a subshell the kernel no
+// longer knows, seen after a page reload): a view asks again until its full series came.
+const HELLO_AGAIN_MS = 2000;
 const CHART_HEIGHT = 190;
 const PAD = {left: 58, right: 10, top: 8, bottom: 24};
 
@@ -462,7 +465,13 @@ class View {
     this.resize.observe(this.chartsEl);
     this.renderState();
     this.renderCharts();
-    model.send({type: "hello"});
+    this.synced = false;  // the full series (a reset) has come
+    this.sayHello();
+  }
+
+  sayHello() {
+    this.helloAt = Date.now();
+    this.model.send({type: "hello"});
   }
 
   makeTools() {
@@ -511,6 +520,7 @@ class View {
       if (this.dead) { this.dead = false; this.renderState(); }
     } else if (msg.type === "series") {
       this.lastBeat = Date.now();
+      if (msg.reset) this.synced = true;
       applySeries(this.store, msg, buffers);
       for (const listener of this.store.listeners) listener();
       this.renderCharts();
@@ -520,6 +530,7 @@ class View {
   checkAlive() {
     const dead = Date.now() - this.lastBeat > DEAD_AFTER_MS;
     if (dead !== this.dead) { this.dead = dead; this.renderState(); }
+    if (!this.synced && !dead && Date.now() - this.helloAt > HELLO_AGAIN_MS) this.sayHello();
   }
 
   renderState() {
