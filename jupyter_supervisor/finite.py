@@ -592,7 +592,11 @@ def non_finite_message(step: Optional[int], problem: str, newest_good: Optional[
         after = (f" again after {rollbacks} rollback{'s' if rollbacks != 1 else ''} to the "
                  "newest good checkpoint")
     which = "the final checkpoint" if final else "this checkpoint"
-    if newest_good:
+    from .checkpoints import exists  # pylint: disable=import-outside-toplevel  (imports TF)
+    if newest_good and not exists(newest_good):  # deleted meanwhile: not named
+        kept = "Nothing was saved for this step; the checkpoints written before are gone."
+        todo = "Lower the learning rate (or clip the gradients) and start again."
+    elif newest_good:
         kept = (f"Nothing was saved for this step and no checkpoint was removed: the newest "
                 f"good checkpoint is {newest_good}.")
         todo = ("Lower the learning rate (or clip the gradients), then resume from that "

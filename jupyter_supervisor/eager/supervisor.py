@@ -43,7 +43,7 @@ from typing import Dict, List, NamedTuple, Optional
 import tensorflow as tf
 
 from .. import events
-from ..backend import RunConfig, StopBody
+from ..backend import RunConfig, StopBody, clean_up
 from ..checkpoints import CheckpointWriteError, prepare_logdir, sweep
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
@@ -541,9 +541,10 @@ class EagerSupervisor:
             logger.warning(note)
             self._notes.append(note)
         step = self._where.step if self._ready else None
-        self._reporter.end_session(step)
+        error = clean_up(error, "closing the event file",
+                         lambda: self._reporter.end_session(step))
         if self._lock is not None:
-            self._lock.release()
+            error = clean_up(error, "releasing the logdir's lock", self._lock.release)
         reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED
         self._reporter.stopped(reason, error, step)
         if error is not None:

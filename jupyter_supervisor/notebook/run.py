@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional
 import tensorflow as tf
 
 from .._validate import invalid
-from ..backend import Backend, RunConfig, RunConflictError
+from ..backend import Backend, RunConfig, RunConflictError, clean_up
 from ..checkpoints import checkpoint_paths, step_of
 from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
@@ -339,7 +339,7 @@ class TrainingRun:
         """The end of every start: records the outcome and leaves the graph usable again."""
         backend = self._backend
         if backend is not None:
-            backend.close()
+            error = clean_up(error, "closing the run's backend", backend.close)
         if error is not None:
             logger.debug("Run %r failed.", self.name, exc_info=error)
             self.history.set_failure(error)
