@@ -10,18 +10,16 @@ Each test asserts what the user sees and that every checkpoint written before st
 with plain TensorFlow (``tf.train.Checkpoint.read`` into a fresh model, in this process).
 Waiting is on kernel-side conditions with deadlines; nothing sleeps a fixed time.
 """
-import contextlib
 import os
 import re
 import shutil
-import subprocess
 import uuid
 
 import pytest
 import tensorflow as tf
 
 import eager_models
-from helpers import Kernel
+from helpers import Kernel, made_read_only
 
 FIT = ("%%supervise --logdir {logdir} --save-model-secs {secs} {options}\n"
        "model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback], verbose=0)")
@@ -63,25 +61,6 @@ def assert_restores(paths):
         status = tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(path)
         status.assert_existing_objects_matched()
         assert int(model.optimizer.iterations.numpy()) == int(path.rsplit("-", 1)[1])
-
-
-@contextlib.contextmanager
-def made_read_only(path):
-    """``path`` turns read-only for the block: a read-only bind mount of it over itself (root
-    writes through permission bits). Files the run holds open (its event file) stay writable
-    below it, as after a remount of a disk with open files; every path opened anew (a
-    checkpoint, the lock's removal) is refused. Skips where it cannot mount."""
-    if os.geteuid() != 0:
-        pytest.skip("a read-only mount needs root (chmod does not stop root)")
-    bound = subprocess.run(["mount", "--bind", str(path), str(path)],
-                           capture_output=True, text=True, check=False)
-    if bound.returncode != 0:
-        pytest.skip(f"cannot bind-mount here: {bound.stderr.strip()}")
-    try:
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def checkpoint_past(kernel, logdir, step):
