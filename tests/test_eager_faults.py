@@ -51,16 +51,18 @@ def listed(logdir):
     return list(state.all_model_checkpoint_paths) if state else []
 
 
-def assert_restores(paths):
+def assert_restores(paths, trained_before=0):
     """Every checkpoint in ``paths`` restores into a fresh model and optimizer with plain
-    TensorFlow, every value of the model read back."""
+    TensorFlow; its optimizer took ``trained_before`` steps more than the checkpoint's step
+    (steps of the model trained in another logdir first)."""
     assert paths
     for path in paths:
         model = eager_models.make_model()
         model.optimizer.build(model.trainable_variables)
         status = tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(path)
         status.assert_existing_objects_matched()
-        assert int(model.optimizer.iterations.numpy()) == int(path.rsplit("-", 1)[1])
+        assert int(model.optimizer.iterations.numpy()) == \
+            trained_before + int(path.rsplit("-", 1)[1])
 
 
 def checkpoint_past(kernel, logdir, step):
@@ -120,3 +122,58 @@ def test_a_logdir_deleted_mid_run_names_no_checkpoint_that_is_gone(kernel, name)
     kernel.ok(KERAS)
     kernel.ok(FIT.format(logdir=logdir, secs=0, options="--max-steps 5 --wait"))
     assert_restores(listed(kernel.workdir / logdir))
+
+
+# ---------------------------------------------------------------------- one model, two runs
+
+def refused(kernel, cell):
+    """Runs ``cell`` (a --wait run); returns the error the user sees."""
+    reply = kernel.execute(cell)
+    assert reply.status == "error", reply.stream()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(reply.content["traceback"]))
+    return text[[m.start() for m in re.finditer(r"(?m)^\w+Error: ", text)][-1]:]
+
+
+def conflict(holder, what):
+    return (f"RunConflictError: Run {holder!r} is training {what}: one live run trains a model "
+            f"at a time. Stop it first with `%supervise stop {holder}` (or "
+            f"jupyter_supervisor.get_run({holder!r}).stop()). Or train another copy in this "
+            "run (keras.models.clone_model(model), compiled anew).")
+
+
+def test_a_model_that_a_live_fit_trains_is_refused_to_a_second_fit(kernel, name):
+    first, second = f"runs/{name}", f"runs/{name}-second"
+    kernel.ok(FIT.format(logdir=first, secs=0.2, options=""))
+    checkpoint_past(kernel, first, 8)
+    shown = refused(kernel, FIT.format(logdir=second, secs=0, options="--wait"))
+    assert shown == conflict(name, "model (Sequential)"), shown
+    assert listed(kernel.workdir / second) == []
+    step = kernel.value(f"get_run({name!r}).global_step")
+    kernel.wait_until(f"get_run({name!r}).global_step > {step}", "the first run to go on")
+    assert kernel.value(f"get_run({name!r}).status") == "running"
+    kernel.ok(f"%supervise stop {name}")
+    final = kernel.value(f"get_run({name!r}).global_step")
+    # The model took the first run's steps only, and each of its checkpoints restores.
+    assert kernel.value("int(model.optimizer.iterations.numpy())") == final
+    assert listed(kernel.workdir / first)[-1].endswith(f"-{final}")
+    assert_restores(listed(kernel.workdir / first))
+    # Released when the first run ended: the second trains it now.
+    kernel.ok(FIT.format(logdir=second, secs=0, options="--max-steps 4 --wait"))
+    assert kernel.value("int(model.optimizer.iterations.numpy())") == final + 4
+    assert_restores(listed(kernel.workdir / second), trained_before=final)
+
+
+def test_an_optimizer_that_a_live_track_trains_is_refused_to_a_second_track(kernel, name):
+    first, second = f"runs/{name}", f"runs/{name}-second"
+    loop = ("sv.track(model={model}, optimizer=model.optimizer)\n"
+            "while not sv.should_stop():\n"
+            "    {model}.train_on_batch(x[:8], y[:8])\n"
+            "    sv.step()\n")
+    kernel.ok(f"%%supervise --logdir {first} --save-model-secs 0.2\n" + loop.format(model="model"))
+    checkpoint_past(kernel, first, 8)
+    kernel.ok("other = eager_models.make_model()\nother.compile(model.optimizer, 'mse')")
+    shown = refused(kernel, f"%%supervise --logdir {second} --wait\n" + loop.format(model="other"))
+    assert shown == conflict(name, "optimizer (Adam)"), shown
+    assert kernel.value(f"get_run({name!r}).status") == "running"
+    kernel.ok(f"%supervise stop {name}")
+    assert_restores(listed(kernel.workdir / first))

@@ -48,6 +48,7 @@ from ..checkpoints import CheckpointWriteError, prepare_logdir, sweep
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
 from ..timer import Timer
+from . import claims
 from .checkpointer import STATE_NAME, Checkpointer, Where
 from .reporting import Reporter
 
@@ -335,6 +336,7 @@ class EagerSupervisor:
         if self._checkpointer.writer is not None:
             with contextlib.suppress(Exception):
                 self._checkpointer.writer.wait(self._config.stop_grace_secs)
+        claims.release(self)
         self._reporter.close()
         if self._lock is not None:
             self._lock.release()
@@ -461,6 +463,8 @@ class EagerSupervisor:
                     "once), and a checkpoint always holds the same objects",
                     shown=_named(objects)))
             return self._restored_from
+        # Before anything is restored into them: another live run may be training them.
+        claims.claim(self, self._config.name, objects)
         _build_for_restore(objects)
         self._attached = kind
         restored = self._checkpointer.track(objects)
@@ -535,7 +539,7 @@ class EagerSupervisor:
                 error = error or e
             if writer.sync_reason:
                 self._notes.append(writer.sync_reason)
-        if self._attached is None and self._logdir:
+        if self._attached is None and self._logdir and error is None:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
             logger.warning(note)
@@ -543,6 +547,7 @@ class EagerSupervisor:
         step = self._where.step if self._ready else None
         error = clean_up(error, "closing the event file",
                          lambda: self._reporter.end_session(step))
+        claims.release(self)
         if self._lock is not None:
             error = clean_up(error, "releasing the logdir's lock", self._lock.release)
         reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED
