@@ -21,7 +21,9 @@ checkpoint gets its name, a backend checks
   does for a sharded Saver (there the gentle form measured cheaper; in the eager write both
   cost the same, and the fused one far less CPU time);
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
-  is usually the first sign.
+  is usually the first sign. In mixed precision a Keras ``LossScaleOptimizer`` skips a step
+  whose float16 values overflowed (that loss is not finite, by design): while its loss scale
+  is at least ``MIN_LOSS_SCALE`` the weights alone decide (``loss_scale_absorbs``).
 
 What to do when the check fails is the run's ``on_nan`` policy, ``Policy``: ``stop`` (the
 default: no checkpoint, the run fails with ``NonFiniteError`` saying what to do), ``rollback``
@@ -547,6 +549,31 @@ class ScalarWatch:
         with self._lock:
             self._bad.clear()
             self._generation += 1
+
+
+# A Keras LossScaleOptimizer (mixed_float16) skips a step whose gradients are not finite and
+# halves its loss scale: a float16 overflow, not divergence, even though that batch's loss (and
+# fit's mean loss until the epoch ends) is not finite. Below this scale, halving no longer
+# explains it: the unscaled loss or gradients are not finite for real. From the initial 2**15,
+# that is 16 skips with no good step to double it back.
+MIN_LOSS_SCALE = 1.0
+
+
+def loss_scale_absorbs(objects) -> bool:
+    """True when ``objects`` (what a run checkpoints) hold a Keras LossScaleOptimizer whose
+    loss scale is still at least MIN_LOSS_SCALE: then a non-finite loss summary is a step it
+    skipped, and the weights alone decide (they are checked with every checkpoint)."""
+    for value in objects:
+        scale = getattr(value, "dynamic_scale", None)
+        if scale is None or type(value).__name__ != "LossScaleOptimizer":
+            continue
+        try:
+            number = float(scale.numpy())
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if math.isfinite(number) and number >= MIN_LOSS_SCALE:
+            return True
+    return False
 
 
 # -------------------------------------------------------------------------------- messages

@@ -15,6 +15,7 @@ import re
 import shutil
 import uuid
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -177,3 +178,70 @@ def test_an_optimizer_that_a_live_track_trains_is_refused_to_a_second_track(kern
     assert kernel.value(f"get_run({name!r}).status") == "running"
     kernel.ok(f"%supervise stop {name}")
     assert_restores(listed(kernel.workdir / first))
+
+
+# -------------------------------------------------------------------------- mixed precision
+
+MIXED = """
+keras.mixed_precision.set_global_policy("mixed_float16")
+mixed = eager_models.make_model()   # compile wraps its Adam in a LossScaleOptimizer
+keras.mixed_precision.set_global_policy("float32")
+xm, ym = eager_models.data(n=64)
+"""
+MIXED_FIT = ("%%supervise --logdir {logdir} --save-model-secs 0 --max-steps {steps} --wait\n"
+             "mixed.fit(xm, ym, batch_size=8, epochs=100, shuffle=False, "
+             "callbacks=[sv.callback], verbose=0)")
+
+
+def assert_mixed_restores(paths):
+    """Each checkpoint restores into a fresh mixed-precision model with plain TensorFlow, and
+    its weights are finite."""
+    assert paths
+    import keras  # pylint: disable=import-outside-toplevel
+    keras_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        for path in paths:
+            model = eager_models.make_model()
+            model.optimizer.build(model.trainable_variables)
+            assert type(model.optimizer).__name__ == "LossScaleOptimizer"
+            status = tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(path)
+            status.assert_existing_objects_matched()
+            assert all(np.isfinite(v.numpy()).all() for v in model.trainable_variables)
+    finally:
+        keras.mixed_precision.set_global_policy(keras_policy)
+
+
+def test_a_step_the_loss_scale_optimizer_skipped_is_not_divergence(kernel, name):
+    logdir = f"runs/{name}"
+    kernel.ok(MIXED)
+    # The second batch of every epoch overflows float16: its loss is infinite, and so is fit's
+    # mean loss for the rest of the epoch; the LossScaleOptimizer skips it and halves its scale.
+    kernel.ok("xm[8:16] *= 1e6")
+    reply = kernel.ok(MIXED_FIT.format(logdir=logdir, steps=20))
+    assert "NonFiniteError" not in reply.stream()
+    assert kernel.value(f"get_run({name!r}).status") == "finished"
+    assert not np.isfinite(kernel.value("float(mixed.history.history['loss'][-1])"))
+    scale = kernel.value("float(mixed.optimizer.dynamic_scale.numpy())")
+    assert 1.0 <= scale <= 2.0 ** 15 / 2 ** 3   # three skipped steps at least
+    assert listed(kernel.workdir / logdir)[-1].endswith("-20")
+    assert_mixed_restores(listed(kernel.workdir / logdir))
+
+
+def test_divergence_in_mixed_precision_is_still_caught(kernel, name):
+    logdir = f"runs/{name}"
+    kernel.ok(MIXED)
+    kernel.ok(MIXED_FIT.format(logdir=logdir, steps=8))
+    good = listed(kernel.workdir / logdir)
+    assert good[-1].endswith("-8")
+    # Every batch is NaN from now on: each step is skipped, the scale halves every step, and
+    # below 1 the loss is not finite for real.
+    kernel.ok("xm[:] = float('nan')")
+    shown = refused(kernel, MIXED_FIT.format(logdir=logdir, steps=40))
+    assert re.fullmatch(
+        r"NonFiniteError: Training diverged at step 40: summary 'loss' is NaN.*"
+        + re.escape(f"the newest good checkpoint is {logdir}/model.ckpt-8.") + ".*",
+        shown, re.DOTALL), shown
+    assert kernel.value("float(mixed.optimizer.dynamic_scale.numpy())") < 1.0
+    assert listed(kernel.workdir / logdir) == good
+    assert_mixed_restores(good)
