@@ -466,6 +466,21 @@ def _(ctx):
     return shown
 
 
+@scenario("same-model-two-runs")
+def _(ctx):
+    with context.eager_mode():
+        ctx.run("import keras, eager_models\nx, y = eager_models.data(n=64)\n"
+                "model = eager_models.make_model()")
+        fit = ("model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback], "
+               "verbose=0)")
+        ctx.ok(f"--logdir {ctx.tmp / 'first'} --save-model-secs 0", fit)
+        run = ctx.running("first")
+        shown = ctx.cell(f"--logdir {ctx.tmp / 'second'} --wait", fit)
+        assert run.status == "running"
+        assert tf.train.latest_checkpoint(str(ctx.tmp / "second")) is None
+        return shown
+
+
 # ------------------------------------------------------------------------------- checkpoints
 
 @scenario("checkpoint-missing-variable")
