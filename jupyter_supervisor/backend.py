@@ -15,15 +15,35 @@ reports reaches the run's listeners as the records of ``events``; the run's hist
 by them.
 """
 import dataclasses
+import logging
 import os
 from typing import Callable, ContextManager, Dict, List, Optional, Protocol, Tuple
 
 from . import finite
 from ._validate import check_basename, check_number, invalid
 
+logger = logging.getLogger("jupyter_supervisor")
+
 
 class RunConflictError(RuntimeError):
     """A live run already uses the name, logdir or graph a new run asks for."""
+
+
+def clean_up(first: Optional[BaseException], what: str,
+             action: Callable[[], object]) -> Optional[BaseException]:
+    """Runs the clean-up ``action`` (releasing the lock, closing a file) of a session that
+    ends with ``first`` (None: cleanly) and returns the error that ends it: the first one. A
+    failure of ``action`` after an error never replaces it (as TensorFlow's Coordinator keeps
+    the first exception): it is logged beside it, with ``what`` failed."""
+    try:
+        action()
+    except Exception as e:  # pylint: disable=broad-except
+        if first is None:
+            return e
+        logger.warning("%s failed too, after the error that ended the run (%s: %s): %s: %s",
+                       what[:1].upper() + what[1:], type(first).__name__, first,
+                       type(e).__name__, e, exc_info=e)
+    return first
 
 
 class StopBody(BaseException):

@@ -61,12 +61,33 @@ def write_failure(logdir: str, error, what: str, newest: Optional[str]) -> str:
     the newest intact checkpoint (None: there is none), and what to do."""
     # TensorFlow names its temporary file first: "<path>.tempstate...; No space left..."
     reason = describe_error(error).rsplit("; ", 1)[-1]
-    safe = (f"The newest intact checkpoint is {newest}; nothing saved before was changed."
-            if newest else "No checkpoint was written before this one.")
+    todo = ("then resume from the newest checkpoint (re-run the cell, or `%supervise resume`; "
+            "in a script, a new session).")
+    deleted = bool(newest) and not exists(newest)
+    if deleted:
+        # The logdir, or its checkpoints, were deleted meanwhile: only one still there is named.
+        newest = next(iter(checkpoint_paths(logdir, _STEP_SUFFIX.sub("",
+                                                                     os.path.basename(newest)))),
+                      None)
+    if newest:
+        safe = f"The newest intact checkpoint is {newest}; nothing saved before was changed."
+    elif deleted:
+        safe = f"The checkpoints written before are no longer in {logdir}."
+        todo = "then re-run the cell: it starts afresh."
+    else:
+        safe = "No checkpoint was written before this one."
     return (f"Could not write a checkpoint to {logdir}: {reason}.\n"
             f"Writing {what} failed and the run stopped. {safe} Fix the cause (free disk "
-            "space, permissions), then resume from the newest checkpoint (re-run the cell, "
-            "or `%supervise resume`; in a script, a new session).")
+            f"space, permissions), {todo}")
+
+
+def exists(path: str) -> bool:
+    """True while the checkpoint ``path`` has its files (a message names only those: a logdir
+    may be deleted under a live run)."""
+    try:
+        return tf.io.gfile.exists(path + ".index") or tf.io.gfile.exists(path)
+    except tf.errors.OpError:  # a remote file system that cannot be reached
+        return False
 
 
 def step_of(path: str) -> Optional[int]:

@@ -21,7 +21,9 @@ checkpoint gets its name, a backend checks
   does for a sharded Saver (there the gentle form measured cheaper; in the eager write both
   cost the same, and the fused one far less CPU time);
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
-  is usually the first sign.
+  is usually the first sign. In mixed precision a Keras ``LossScaleOptimizer`` skips a step
+  whose float16 values overflowed (that loss is not finite, by design): while its loss scale
+  is at least ``MIN_LOSS_SCALE`` the weights alone decide (``loss_scale_absorbs``).
 
 What to do when the check fails is the run's ``on_nan`` policy, ``Policy``: ``stop`` (the
 default: no checkpoint, the run fails with ``NonFiniteError`` saying what to do), ``rollback``
@@ -549,6 +551,31 @@ class ScalarWatch:
             self._generation += 1
 
 
+# A Keras LossScaleOptimizer (mixed_float16) skips a step whose gradients are not finite and
+# halves its loss scale: a float16 overflow, not divergence, even though that batch's loss (and
+# fit's mean loss until the epoch ends) is not finite. Below this scale, halving no longer
+# explains it: the unscaled loss or gradients are not finite for real. From the initial 2**15,
+# that is 16 skips with no good step to double it back.
+MIN_LOSS_SCALE = 1.0
+
+
+def loss_scale_absorbs(objects) -> bool:
+    """True when ``objects`` (what a run checkpoints) hold a Keras LossScaleOptimizer whose
+    loss scale is still at least MIN_LOSS_SCALE: then a non-finite loss summary is a step it
+    skipped, and the weights alone decide (they are checked with every checkpoint)."""
+    for value in objects:
+        scale = getattr(value, "dynamic_scale", None)
+        if scale is None or type(value).__name__ != "LossScaleOptimizer":
+            continue
+        try:
+            number = float(scale.numpy())
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if math.isfinite(number) and number >= MIN_LOSS_SCALE:
+            return True
+    return False
+
+
 # -------------------------------------------------------------------------------- messages
 
 def describe_problem(variables: Sequence[str], summaries: Sequence[NonFiniteScalar],
@@ -592,7 +619,11 @@ def non_finite_message(step: Optional[int], problem: str, newest_good: Optional[
         after = (f" again after {rollbacks} rollback{'s' if rollbacks != 1 else ''} to the "
                  "newest good checkpoint")
     which = "the final checkpoint" if final else "this checkpoint"
-    if newest_good:
+    from .checkpoints import exists  # pylint: disable=import-outside-toplevel  (imports TF)
+    if newest_good and not exists(newest_good):  # deleted meanwhile: not named
+        kept = "Nothing was saved for this step; the checkpoints written before are gone."
+        todo = "Lower the learning rate (or clip the gradients) and start again."
+    elif newest_good:
         kept = (f"Nothing was saved for this step and no checkpoint was removed: the newest "
                 f"good checkpoint is {newest_good}.")
         todo = ("Lower the learning rate (or clip the gradients), then resume from that "

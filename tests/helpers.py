@@ -7,6 +7,7 @@ TensorFlow and jupyter_client are imported where they are used: the modules that
 notebook views without TensorFlow import this one as well.
 """
 import ast
+import contextlib
 import importlib.util
 import json
 import os
@@ -14,6 +15,7 @@ import queue
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -201,6 +203,35 @@ def free_ports(count):
     finally:
         for s in sockets:
             s.close()
+
+
+@contextlib.contextmanager
+def made_read_only(path):
+    """``path`` (a directory a run writes in) turns read-only for the block: a read-only bind
+    mount of it over itself. Root writes through permission bits, so a mount stands in. Files
+    the run holds open (its event file) stay writable below it, as after a disk was remounted
+    read-only with open files; every path opened anew (a checkpoint, the lock's removal) is
+    refused. The read-only mount is made aside, then bound over ``path`` in one step: a run
+    that opens a file meanwhile cannot make it fail. Skips where mounting is not allowed."""
+    import pytest  # pylint: disable=import-outside-toplevel  (the kernels import helpers too)
+    if os.geteuid() != 0:
+        pytest.skip("a read-only mount needs root (chmod does not stop root)")
+    aside = tempfile.mkdtemp(prefix="read-only-")
+    bound = subprocess.run(["mount", "--bind", str(path), aside], capture_output=True,
+                           text=True, check=False)
+    if bound.returncode != 0:
+        os.rmdir(aside)
+        pytest.skip(f"cannot bind-mount here: {bound.stderr.strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", aside], check=True)
+        subprocess.run(["mount", "--bind", aside, str(path)], check=True)
+    finally:
+        subprocess.run(["umount", aside], check=True)
+        os.rmdir(aside)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 # ----------------------------------------------------------------------------------- kernels

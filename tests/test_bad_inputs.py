@@ -29,7 +29,8 @@ from jupyter_supervisor.notebook import magics
 from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
 
-from helpers import LOOP, Kernel, build_model, child_env, corrupt_checkpoint, newest_step
+from helpers import (LOOP, Kernel, build_model, child_env, corrupt_checkpoint, made_read_only,
+                     newest_step)
 
 v1 = tf.compat.v1
 DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing
@@ -410,6 +411,23 @@ def _(ctx):
                 logdir.chmod(0o755)
 
 
+@scenario("logdir-read-only-mid-run")
+def _(ctx):
+    logdir = ctx.tmp / "turned-read-only"
+    ctx.ok(f"--logdir {logdir} --save-model-secs 0.05")
+    ctx.running("turned-read-only")
+    ctx.wait_for(lambda: (newest_step(str(logdir)) or 0) > 0, timeout=DEADLINE,
+                 what="a checkpoint")
+    with made_read_only(logdir):
+        state = tf.train.get_checkpoint_state(str(logdir))
+        prefixes = tuple(os.path.basename(p) + "." for p in state.all_model_checkpoint_paths)
+        ctx.keep(str(logdir), only=lambda name: name == "checkpoint" or name.startswith(prefixes))
+        try:
+            return ctx.magic("wait turned-read-only")
+        finally:
+            _check_kept(ctx, str(logdir))  # while it is mounted
+
+
 @scenario("logdir-in-use-here")
 def _(ctx):
     logdir = ctx.tmp / "busy"
@@ -456,6 +474,21 @@ def _(ctx):
     assert run.status == "running"
     assert not (ctx.tmp / "second").exists()
     return shown
+
+
+@scenario("same-model-two-runs")
+def _(ctx):
+    with context.eager_mode():
+        ctx.run("import keras, eager_models\nx, y = eager_models.data(n=64)\n"
+                "model = eager_models.make_model()")
+        fit = ("model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback], "
+               "verbose=0)")
+        ctx.ok(f"--logdir {ctx.tmp / 'first'} --save-model-secs 0", fit)
+        run = ctx.running("first")
+        shown = ctx.cell(f"--logdir {ctx.tmp / 'second'} --wait", fit)
+        assert run.status == "running"
+        assert tf.train.latest_checkpoint(str(ctx.tmp / "second")) is None
+        return shown
 
 
 # ------------------------------------------------------------------------------- checkpoints
@@ -747,8 +780,9 @@ def test_bad_input(row, ip, tmp_path, capsys, caplog, wait_for):
         # A failure of the run: the panel and %supervise show the same error.
         run = shown.error.run
         assert run.status == "failed"
-        assert re.fullmatch(row.regex(), run.error_text.strip().splitlines()[-1]
-                            .partition(": ")[2], re.DOTALL)
+        text = run.error_text.strip()
+        start = [m.end() for m in re.finditer(f"(?m)^{re.escape(row.kind)}: ", text)][-1]
+        assert re.fullmatch(row.regex(), text[start:], re.DOTALL), text
     else:
         # Refused at once: one error, no traceback, and nothing started.
         assert display.strip().startswith(f"{row.kind}: "), display

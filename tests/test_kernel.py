@@ -6,6 +6,7 @@ restarts the shared one if an earlier test switched it to graph mode. Waiting is
 messages, on kernel-side conditions or on files, each with a deadline; nothing sleeps for a
 fixed time.
 """
+import re
 import time
 import uuid
 
@@ -380,6 +381,32 @@ def test_interrupt_in_wait_mode_stops_gracefully_with_final_checkpoint(kernel, l
         f"Interrupted: run {name!r} stopped at step {final}; newest checkpoint: "
         f"{logdir}/model.ckpt-{final}.")
     assert "Traceback" not in reply.stream() and "KeyboardInterrupt" not in reply.stream()
+
+
+def test_interrupting_supervise_wait_stops_the_waiting_not_the_run(kernel, logdir):
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0\n{LOOP}")
+    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 10", "training")
+    interrupted = []
+
+    def interrupt_once():
+        if not interrupted:
+            interrupted.append(True)
+            kernel.km.interrupt_kernel()
+
+    reply = kernel.execute(f"%supervise wait {name}", while_waiting=interrupt_once)
+    assert interrupted
+    assert reply.status == "ok" and reply.error is None
+    line, = reply.stream().splitlines()
+    assert re.fullmatch(rf"Stopped waiting: run '{name}' goes on running \(step \d+\); "
+                        rf"`%supervise stop {name}` stops it\.", line), line
+    step = kernel.value(run_expr(name, "global_step"))
+    kernel.wait_until(f"get_run({name!r}).global_step > {step}", "steps after the interrupt")
+    assert kernel.value(run_expr(name, "status")) == "running"
+    assert "stopped at step" in kernel.ok(f"%supervise stop {name}").stream()
+    assert kernel.value(f"_newest_step({logdir!r})") == kernel.value(
+        run_expr(name, "global_step"))
 
 
 def test_kernel_restart_then_rerun_resumes_from_newest_checkpoint(kernel, logdir):

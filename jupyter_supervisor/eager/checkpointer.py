@@ -324,8 +324,12 @@ class Checkpointer:
                    if value is not None and not math.isfinite(value)]
         if not scalars:
             return True
-        return self._refuse(step, finite.describe_problem(self.writer.non_finite_now(), scalars),
-                            final)
+        variables = self.writer.non_finite_now()
+        if not variables and finite.loss_scale_absorbs(self.items.values()):
+            logger.debug("Step %d: %s; the LossScaleOptimizer skipped it (the weights are "
+                         "finite).", step, finite.describe_problem([], scalars))
+            return True
+        return self._refuse(step, finite.describe_problem(variables, scalars), final)
 
     def _take_verdict(self, final: bool) -> bool:
         """With ``_save_lock`` held: takes the verdict of the newest save's check of the

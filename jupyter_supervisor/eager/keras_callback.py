@@ -128,11 +128,13 @@ class SupervisorCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         model = self.model
+        # First: it raises RunConflictError when another live run trains this model (whose
+        # train_function is then that run's, not to be touched), and StopBody when stopped
+        # before this fit (a stop during an earlier fit, max_steps restored): the body did not
+        # look, so it ends here.
+        self._start = self.sv.fit_begin(model)
         if isinstance(model.train_function, _TrainFunction):  # an earlier fit raised
             model.train_function.uninstall()
-        # Raises StopBody when stopped before this fit (a stop during an earlier fit,
-        # max_steps restored): the body did not look, so it ends here.
-        self._start = self.sv.fit_begin(model)
         self._epochs = self.params.get("epochs")
         self._batches = self.params.get("steps")
         epoch, batch = self._resume_point()

@@ -43,11 +43,12 @@ from typing import Dict, List, NamedTuple, Optional
 import tensorflow as tf
 
 from .. import events
-from ..backend import RunConfig, StopBody
+from ..backend import RunConfig, StopBody, clean_up
 from ..checkpoints import CheckpointWriteError, prepare_logdir, sweep
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
 from ..timer import Timer
+from . import claims
 from .checkpointer import STATE_NAME, Checkpointer, Where
 from .reporting import Reporter
 
@@ -340,6 +341,7 @@ class EagerSupervisor:
         if self._checkpointer.writer is not None:
             with contextlib.suppress(Exception):
                 self._checkpointer.writer.wait(self._config.stop_grace_secs)
+        claims.release(self)
         self._reporter.close()
         if self._lock is not None:
             self._lock.release()
@@ -466,6 +468,8 @@ class EagerSupervisor:
                     "once), and a checkpoint always holds the same objects",
                     shown=_named(objects)))
             return self._restored_from
+        # Before anything is restored into them: another live run may be training them.
+        claims.claim(self, self._config.name, objects)
         _build_for_restore(objects)
         self._attached = kind
         restored = self._checkpointer.track(objects)
@@ -542,7 +546,7 @@ class EagerSupervisor:
                 error = error or e
             if writer.sync_reason:
                 self._notes.append(writer.sync_reason)
-        if self._attached is None and self._logdir:
+        if self._attached is None and self._logdir and error is None:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
             # Shown once: the run prints its notes into its output (a log record would be a
@@ -550,9 +554,11 @@ class EagerSupervisor:
             logger.debug(note)
             self._notes.append(note)
         step = self._where.step if self._ready else None
-        self._reporter.end_session(step, self._stop_why or "")
+        error = clean_up(error, "closing the event file",
+                         lambda: self._reporter.end_session(step, self._stop_why or ""))
+        claims.release(self)
         if self._lock is not None:
-            self._lock.release()
+            error = clean_up(error, "releasing the logdir's lock", self._lock.release)
         if self._ready:  # where training really ended, not the last throttled Progress
             self._reporter.progress(step, self._last_progress, self._where.scalars)
         reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED

@@ -41,6 +41,7 @@ from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError,  # noq
                            sweep, write_failure)
 from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
 from .. import services
+from ..backend import clean_up
 from ..timer import Timer
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -894,22 +895,33 @@ class Supervisor:
             raise
         finally:
             stopped_step = self._read_step_quietly()
-            try:
-                if close_summary_writer and self._summary_writer:
-                    self._summary_writer.add_session_log(
-                        _SessionLog(status=_SessionLog.STOP, msg=self._stop_why or ""))
-                    self._summary_writer.close()
-                    self._writer_closed = True
-                    self._graph_added_to_summary = False
-            finally:
-                self._release_lock()
-                reason = self._coord.stop_reason or events.REQUESTED
-                exception = self._coord.stop_exception
-                if error is not None and exception is None:
-                    reason, exception = events.ERROR, error
-                self._hub.emit(events.Stopped, reason, exception, stopped_step, time.time(),
-                               self._stop_why or "")
-                self._stop_why = None
+            # The error that ended the run is the one raised: a clean-up that fails after it
+            # is logged beside it (clean_up), and one that fails after a clean stop is raised.
+            cleanup_error = None
+            if close_summary_writer and self._summary_writer:
+                cleanup_error = clean_up(error, "closing the event file",
+                                         self._close_summary_writer)
+            if self._lock is not None:
+                cleanup_error = clean_up(error or cleanup_error, "releasing the logdir's lock",
+                                         self._lock.release)
+            reason = self._coord.stop_reason or events.REQUESTED
+            exception = self._coord.stop_exception
+            if error is not None and exception is None:
+                reason, exception = events.ERROR, error
+            elif error is None and exception is None and cleanup_error is not None:
+                reason, exception = events.ERROR, cleanup_error
+            self._hub.emit(events.Stopped, reason, exception, stopped_step, time.time(),
+                           self._stop_why or "")
+            self._stop_why = None
+        if cleanup_error is not None and error is None:
+            raise cleanup_error
+
+    def _close_summary_writer(self):
+        self._summary_writer.add_session_log(
+            _SessionLog(status=_SessionLog.STOP, msg=self._stop_why or ""))
+        self._summary_writer.close()
+        self._writer_closed = True
+        self._graph_added_to_summary = False
 
     def _read_step_quietly(self):
         sess = self._sess

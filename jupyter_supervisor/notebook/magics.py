@@ -98,8 +98,8 @@ class SuperviseMagics(Magics):
                    "checkpoint to restore (e.g. to warm-start): fn(sess) for graph code, fn() "
                    "in eager mode (after sv.track or the start of fit). Default: none.")
     @argument("--wait", action="store_true",
-              help="Block until the run ends (for scripts, nbval, papermill). A kernel "
-                   "interrupt then stops the run with a final checkpoint.")
+              help="Block until the run ends (for scripts, nbval, papermill). The cell is "
+                   "then the run: a kernel interrupt stops it with a final checkpoint.")
     @argument("--cluster", metavar="CLUSTER", default=None,
               help="Train as a task of a TensorFlow cluster, with --job and --task-index. "
                    "CLUSTER: the name of a notebook variable holding a dict such as "
@@ -165,8 +165,10 @@ class SuperviseMagics(Magics):
         not reached that way, nor a body busy outside TensorFlow (a long sleep): %supervise
         stop then answers after --stop-grace-secs, saying the run is still stopping, and the
         final checkpoint is written when the body returns. The notebook's own interrupt
-        stops the cell that executes, never a background run (with --wait it stops the run
-        gracefully).
+        stops the cell that executes, never a background run: interrupting `%supervise wait
+        NAME` only stops the waiting (the run goes on; `%supervise stop NAME` stops it). A
+        --wait cell is the run itself, so interrupting it stops the run gracefully, with a
+        final checkpoint.
 
         The kernel's end is a clean stop too: while a run is live, SIGTERM (a preemption,
         docker stop), SIGHUP, the server's death, a restart or shutdown from the page,
@@ -229,14 +231,14 @@ class SuperviseMagics(Magics):
         _print_notes(training)
         _show(training)
         if args.wait:
-            _wait(training)
+            _wait(training, stop_on_interrupt=True)
 
     @magic_arguments("supervise")
     @argument("command", nargs="?", default="list", choices=COMMANDS,
               help="list: a table of the runs (the default). stop: stop after the current "
                    "step, with a final checkpoint. resume: continue from the newest "
                    "checkpoint. save: write a checkpoint now. wait: block until the run ends "
-                   "(an interrupt stops it). show: display its panel again (where no widget "
+                   "(an interrupt stops the waiting, not the run). show: display its panel again (where no widget "
                    "renders: its status, what happened, the best value of each metric). "
                    "compare: the curves of several runs in one chart per tag "
                    "(%supervise compare a b c; without names, every run).")
@@ -273,7 +275,7 @@ class SuperviseMagics(Magics):
             if args.command == "show":
                 _show(training, full=True)
             elif args.command == "wait":
-                _wait(training)
+                _wait(training, stop_on_interrupt=False)
             elif args.command == "stop":
                 _stop(training)
             elif args.command == "save":
@@ -456,12 +458,19 @@ def _table() -> str:
 
 # ------------------------------------------------------------------------------- waiting
 
-def _wait(training) -> None:
-    """Blocks until the run ends; an interrupt stops it gracefully. A failure is raised."""
+def _wait(training, stop_on_interrupt: bool) -> None:
+    """Blocks until the run ends; a failure is raised. An interrupt of a ``--wait`` cell
+    (``stop_on_interrupt``: the cell is the run, as Ctrl-C in a script) stops the run
+    gracefully; an interrupt of ``%supervise wait`` only ends the waiting."""
     try:
         training.wait()
     except KeyboardInterrupt:
-        _stop(training, interrupted=True)
+        if stop_on_interrupt:
+            _stop(training, interrupted=True)
+        elif training.is_live:
+            print(_still_running(training))
+        else:
+            _end_summary(training)  # it ended as the interrupt came
         return
     _end_summary(training)
     if training.status == "failed":
@@ -484,6 +493,12 @@ def _stop(training, interrupted=False) -> None:
     if panel.widget_frontend_available():
         panel.finish(training)  # the display's saved fallback, while this cell executes
     print(_stopped_line(training, interrupted))
+
+
+def _still_running(training) -> str:
+    step = "" if training.global_step is None else f" (step {training.global_step})"
+    return (f"Stopped waiting: run {training.name!r} goes on {training.status}{step}; "
+            f"`%supervise stop {training.name}` stops it.")
 
 
 def _still_stopping(training) -> str:

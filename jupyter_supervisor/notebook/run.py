@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from .. import events
 from .._validate import invalid
-from ..backend import Backend, RunConfig, RunConflictError
+from ..backend import Backend, RunConfig, RunConflictError, clean_up
 from ..checkpoints import checkpoint_paths, step_of
 from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
@@ -390,7 +390,7 @@ class TrainingRun:
         """The end of every start: records the outcome and leaves the graph usable again."""
         backend = self._backend
         if backend is not None:
-            backend.close()
+            error = clean_up(error, "closing the run's backend", backend.close)
         if error is not None:
             logger.debug("Run %r failed.", self.name, exc_info=error)
             self.history.set_failure(error)
