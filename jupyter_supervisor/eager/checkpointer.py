@@ -113,6 +113,8 @@ class Checkpointer:
                  request_stop: Callable[[BaseException], None], *, async_save: bool = True):
         self._config = config
         self._logdir = config.logdir if config.saves else None
+        # A worker of a multi-worker run restores the chief's checkpoints, and writes none.
+        self._restore_dir = config.logdir
         self._where = where
         self._reporter = reporter
         self._request_stop = request_stop
@@ -138,13 +140,18 @@ class Checkpointer:
         self.items = dict(items)
         self._state = _RunState()
         self._root = tf.train.Checkpoint(**self.items, **{STATE_NAME: self._state})
-        if not self._logdir:
+        if not self._restore_dir:
             return None
-        existing = restore_candidates(self._logdir, self._config.checkpoint_basename)
+        existing = restore_candidates(self._restore_dir, self._config.checkpoint_basename)
         rates = _learning_rates(self.items)
-        restored = saving.restore_newest(self._root, self._logdir, existing)
+        restored = saving.restore_newest(self._root, self._restore_dir, existing)
         if restored is not None:
             _keep_learning_rates(rates, restored)
+        if restored is not None:
+            self._where.step = int(self._state.step.numpy())
+            self.timer.last_step = self._where.step
+        if not self._logdir:
+            return restored
         self.writer = saving.CheckpointWriter(
             {**self.items, STATE_NAME: self._state}, self._logdir,
             self._config.checkpoint_basename, self._config.keep, existing,
@@ -152,9 +159,6 @@ class Checkpointer:
             checked=(_trainable_variables(self.items.values())
                      if self._policy.checks else ()),
             on_error=self._request_stop)
-        if restored is not None:
-            self._where.step = int(self._state.step.numpy())
-            self.timer.last_step = self._where.step
         return restored
 
     @property

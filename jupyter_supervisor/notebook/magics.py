@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from .. import tf_config
 from ..backend import RunConfig
 from ..view import panel
 
@@ -191,6 +192,7 @@ class SuperviseMagics(Magics):
                              "    while not sv.should_stop():\n        sess.run(train_op)")
         task = self._cluster_task(args)
         is_chief, session_config = args.chief, None
+        replica = None if task is not None or args.master else self._tf_config_replica(args)
         if task is not None:
             cluster = _cluster_module()
             try:
@@ -204,6 +206,9 @@ class SuperviseMagics(Magics):
                 **{name: getattr(args, name) for name, *_ in RunConfig.options()},
                 init_fn=self._init_fn(args.init_fn), is_chief=is_chief,
                 session_config=session_config)
+            if replica is not None:
+                config = dataclasses.replace(config, is_chief=replica.is_chief,
+                                             task_index=replica.index, workers=replica.workers)
             if task is not None:
                 # Last, once every option is known to be good: a server cannot be stopped.
                 server = _cluster_module().task_server(*task)
@@ -230,6 +235,29 @@ class SuperviseMagics(Magics):
         _show(training)
         if args.wait:
             _wait(training)
+
+    @staticmethod
+    def _tf_config_replica(args):
+        """This task of a TensorFlow 2 multi-worker run (TF_CONFIG names several training
+        tasks), or None. Its role is TF_CONFIG's: --chief, --no-chief and --task-index may
+        repeat it, not contradict it (MultiWorkerMirroredStrategy takes the chief's initial
+        values and the cell's checkpoints from the same task)."""
+        try:
+            replica = tf_config.from_environ()
+        except ValueError as e:
+            raise UsageError(_option_message(str(e))) from None
+        if replica is None:
+            return None
+        if args.chief is not None and args.chief != replica.is_chief:
+            raise UsageError(
+                f"--{'' if args.chief else 'no-'}chief contradicts TF_CONFIG, which makes this "
+                f"task ({replica.task}) {'the chief' if replica.is_chief else 'not the chief'}. "
+                "Leave the option out: under TF_CONFIG the role is TensorFlow's.")
+        if args.task_index not in (0, replica.index):
+            raise UsageError(
+                f"--task-index {args.task_index} contradicts TF_CONFIG ({replica.task}, "
+                f"training task {replica.index} of {replica.workers}). Leave it out.")
+        return replica
 
     @magic_arguments("supervise")
     @argument("command", nargs="?", default="list", choices=COMMANDS,
@@ -440,6 +468,9 @@ def _table() -> str:
         step = training.global_step if training.global_step is not None else snap.step
         rows.append((training.name, training.status or "", "" if step is None else str(step),
                      rate, newest, training.logdir or "(not saved)"))
+        if training.role_text:
+            remarks.append(f"{training.name} runs as {training.role_text}" + (
+                "; its checkpoints are the chief's" if training.role == "worker" else ""))
         if training.status == "failed":
             remarks.append(f"{training.name} failed: {training.error_line} "
                             f"(`%supervise show {training.name}` shows the traceback)")
@@ -500,6 +531,8 @@ def _stopped_line(training, interrupted) -> str:
     step = "" if training.global_step is None else f" at step {training.global_step}"
     if training.status == "failed":
         return f"{why} {training.name!r} failed while stopping{step}: {training.error_line}"
+    if not training.logdir and training.role == "worker":
+        return f"{why} {training.name!r} {training.status}{step} (the chief saves)."
     if not training.logdir:
         return f"{why} {training.name!r} {training.status}{step} (nothing saved: no --logdir)."
     newest = snap.checkpoints[0].path if snap.checkpoints else "none"

@@ -1,0 +1,118 @@
+"""The workers of a TensorFlow 2 multi-worker run, as the step boundary sees them: ``Replicas``.
+
+Every worker runs the same cell under ``tf.distribute.MultiWorkerMirroredStrategy`` (its
+cluster comes from ``TF_CONFIG``); each step's gradients are all-reduced, so a worker that
+stops alone leaves the others blocked in the next step. Two agreements keep them in step,
+each an all-reduce over the strategy's own collectives (no channel of our own):
+
+- after the restore: every worker restored the checkpoint of the same step (the chief's
+  newest, read from the shared logdir), or the run fails saying which worker differs;
+- at each step boundary: whether any worker asked to stop. All of them then end at that
+  boundary, and the chief writes the final checkpoint of that step.
+
+Only the chief writes checkpoints: writing a ``tf.train.Checkpoint`` of mirrored variables is
+local to the process (each worker holds the same values), so the others need not take part.
+A worker that dies fails the others through the strategy's coordination service, whose
+heartbeat error names the lost task.
+"""
+import re
+from typing import Dict, List, Optional
+
+import tensorflow as tf
+
+from .._validate import invalid
+from . import saving
+
+
+# How TensorFlow names a task in its errors: /job:worker/replica:0/task:1.
+_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+
+
+class WorkerLostError(RuntimeError):
+    """A worker of a multi-worker run is gone (its process died, or it no longer answers): the
+    others cannot take a step without it."""
+
+
+def strategies(objects: Dict[str, object]) -> list:
+    """The distribution strategies the variables of ``objects`` were made under."""
+    found = []
+    for obj in objects.values():
+        variables = [obj] if saving.is_variable(obj) else list(getattr(obj, "variables", ()))
+        for variable in variables:
+            if saving.is_variable(variable):
+                variable = saving.base_variable(variable)
+            strategy = getattr(variable, "distribute_strategy", None)
+            if strategy is not None and not any(strategy is s for s in found):
+                found.append(strategy)
+    return found
+
+
+class Replicas:
+    """This worker (``index`` of ``workers``; the chief is ``is_chief``) among the workers
+    of a multi-worker run. ``attach`` finds the strategy of what the run tracks; then
+    ``agree_on_step`` and ``stops`` run the all-reduces (in the training thread, where every
+    worker calls them at the same step)."""
+
+    def __init__(self, index: int, workers: int, is_chief: bool):
+        self.index = index
+        self.workers = workers
+        self.is_chief = is_chief
+        self._sum = None
+
+    def attach(self, objects: Dict[str, object]) -> None:
+        """Finds the MultiWorkerMirroredStrategy that made the variables of ``objects``;
+        ValueError when there is none (each worker would train its own model, silently)."""
+        for strategy in strategies(objects):
+            if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+                self._sum = tf.function(
+                    lambda values, s=strategy: s.reduce(
+                        tf.distribute.ReduceOp.SUM, s.run(tf.identity, args=(values,)),
+                        axis=None))
+                return
+        raise ValueError(invalid(
+            "objects", sorted(objects), f"objects made under a "
+            f"tf.distribute.MultiWorkerMirroredStrategy scope: TF_CONFIG names {self.workers} "
+            "workers, and without the strategy each would train a model of its own. Build "
+            "the model and optimizer in `with strategy.scope():`"))
+
+    def _gather(self, value: float) -> List[float]:
+        """Each worker's ``value``, by worker index."""
+        values = [0.0] * self.workers
+        values[self.index] = float(value)
+        return [float(v) for v in self._sum(tf.constant(values, tf.float64)).numpy()]
+
+    def agree_on_step(self, step: int, restored: Optional[str]) -> None:
+        """After the restore: RuntimeError unless every worker is at the chief's step."""
+        steps = self._gather(step)
+        chiefs = self._gather(1.0 if self.is_chief else 0.0)
+        chief_step = int(steps[chiefs.index(1.0)])
+        differ = [i for i, s in enumerate(steps) if int(s) != chief_step]
+        if differ:
+            raise RuntimeError(
+                "The workers restored different checkpoints, and would train on different "
+                "weights: " + ", ".join(f"worker {i} at step {int(steps[i])}" for i in differ)
+                + f", the chief at step {chief_step}. Every worker restores the chief's "
+                "newest checkpoint from the same --logdir: give each worker the same path on a "
+                "file system they share." + (f" (This worker restored {restored}.)"
+                                             if restored else ""))
+
+    def stops(self, stop: bool) -> List[int]:
+        """At a step boundary: the workers that asked to stop (every worker gets the same
+        list; empty: train on)."""
+        return [i for i, v in enumerate(self._gather(1.0 if stop else 0.0)) if v]
+
+    def lost(self, error: BaseException, step: Optional[int]) -> Optional[WorkerLostError]:
+        """The WorkerLostError that ``error`` (the collective's, or the coordination
+        service's) means, naming the lost task; None for an error of another kind."""
+        if not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
+                                  tf.errors.DeadlineExceededError)):
+            return None
+        text = str(error)
+        tasks = sorted({m.group(0) for m in _TASK.finditer(
+            text.split("unhealthy", 1)[1] if "unhealthy" in text else text)})
+        who = ", ".join(tasks) if tasks else "a worker"
+        return WorkerLostError(
+            f"Lost {who} of this {self.workers}-worker run (it stopped answering: its process "
+            "died, or its machine is gone), so no worker can take a step. Restart it and re-run "
+            "the cell on every worker: all of them resume from the chief's newest checkpoint"
+            + (f" (this worker stopped at step {step})." if step is not None else "."))
