@@ -205,6 +205,20 @@ def test_both_killed_and_restarted_resume_from_one_checkpoint_to_identical_weigh
     wait_for_checkpoint(workers.chief, workers.logdir, saved + 15)
 
 
+def test_a_failure_in_the_worker_cell_fails_the_chief_instead_of_leaving_it_waiting(workers):
+    failing = CELL.replace("    sv.step(loss=loss)\n", "    if sv.step(loss=loss) == 10 and "
+                           "json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
+                           "        raise ValueError('bad batch')\n")
+    for kernel in workers.kernels:
+        kernel.ok(failing.format(logdir=workers.logdir + "-fails", options="--name fails"))
+    for kernel in workers.kernels:
+        kernel.wait_until("get_run('fails').status == 'failed'", "failed", DEADLINE)
+    assert workers.worker.value("get_run('fails').error_line") == "ValueError: bad batch"
+    error = workers.chief.value("get_run('fails').error_line")
+    assert error.startswith("WorkerLostError: The run ended on every worker: worker 1 failed: "
+                            "ValueError: bad batch."), error
+
+
 def test_a_worker_killed_mid_run_fails_the_chief_with_an_error_naming_it(workers):
     workers.both(lambda kernel: kernel.kill())
     workers.setup()

@@ -13,16 +13,24 @@ each an all-reduce over the strategy's own collectives (no channel of our own):
 Only the chief writes checkpoints: writing a ``tf.train.Checkpoint`` of mirrored variables is
 local to the process (each worker holds the same values), so the others need not take part.
 A worker that dies fails the others through the strategy's coordination service, whose
-heartbeat error names the lost task.
+heartbeat error names the lost task; one whose cell fails tells them through the same service
+(``report_failure``), so that none is left waiting in its next all-reduce.
 """
+import logging
 import re
 from typing import Dict, List, Optional
 
 import tensorflow as tf
+from tensorflow.python.eager import context  # the coordination service's error report
 
 from .._validate import invalid
 from . import saving
 
+
+logger = logging.getLogger("jupyter_supervisor")
+
+# Starts the message a failing worker reports to the others (``report_failure``).
+_FAILED = "jupyter_supervisor: "
 
 # How TensorFlow names a task in its errors: /job:worker/replica:0/task:1.
 _TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
@@ -101,13 +109,31 @@ class Replicas:
         list; empty: train on)."""
         return [i for i, v in enumerate(self._gather(1.0 if stop else 0.0)) if v]
 
+    def report_failure(self, error: BaseException) -> None:
+        """This worker's cell failed with ``error``: tells the other workers through the
+        coordination service, which aborts their collectives (each then fails with a
+        WorkerLostError naming this worker, instead of waiting in its next all-reduce)."""
+        message = f"{_FAILED}worker {self.index} failed: {type(error).__name__}: {error}"
+        try:
+            # TensorFlow's multi-client error report (no public API carries it).
+            context.context().report_error_to_cluster(tf.errors.INTERNAL, message[:2000])
+        except Exception as e:  # pylint: disable=broad-except
+            logger.warning("Could not tell the other workers that this one failed (%s): they "
+                           "wait in their next all-reduce until stopped.", e)
+
     def lost(self, error: BaseException, step: Optional[int]) -> Optional[WorkerLostError]:
         """The WorkerLostError that ``error`` (the collective's, or the coordination
         service's) means, naming the lost task; None for an error of another kind."""
+        text = str(error)
+        resume = (" Restart the kernels, fix what failed, and re-run the cell on every worker: "
+                  "all of them resume from the chief's newest checkpoint"
+                  + (f" (this worker stopped at step {step})." if step is not None else "."))
+        if _FAILED in text and isinstance(error, tf.errors.OpError):
+            failed = text.split(_FAILED, 1)[1].split("\n", 1)[0].strip()
+            return WorkerLostError(f"The run ended on every worker: {failed}." + resume)
         if not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
                                   tf.errors.DeadlineExceededError)):
             return None
-        text = str(error)
         tasks = sorted({m.group(0) for m in _TASK.finditer(
             text.split("unhealthy", 1)[1] if "unhealthy" in text else text)})
         who = ", ".join(tasks) if tasks else "a worker"

@@ -546,7 +546,12 @@ class EagerSupervisor:
         if self._progress_timer.due():
             self._progress_timer.restart()
             self._reporter.progress(self._where.step, progress, self._where.scalars)
-        self._checkpointer.save_at_boundary()
+        try:
+            self._checkpointer.save_at_boundary()
+        except Exception as e:  # pylint: disable=broad-except
+            if self._replicas is None:
+                raise
+            self.request_stop(e)  # every worker stops at this step (the chief's error)
         # After the save, and its verdict: a rollback takes the step back below max_steps.
         max_steps = self._config.max_steps
         if max_steps is not None and self._where.step >= max_steps:
@@ -570,12 +575,15 @@ class EagerSupervisor:
 
     def _end(self, error: Optional[BaseException]) -> None:
         """Leaving the session: final checkpoint, services stopped, files closed, Stopped."""
+        raised = error  # what ended the block (an agreed stop ended every worker's already)
         if self._stop_exception is not None and error is None:
             error = self._stop_exception
-        if error is not None and self._replicas is not None:
-            lost = self._replicas.lost(error, self._where.step if self._ready else None)
-            if lost is not None:
-                lost.__cause__ = error
+        if raised is not None and self._replicas is not None:
+            lost = self._replicas.lost(raised, self._where.step if self._ready else None)
+            if lost is None:
+                self._replicas.report_failure(raised)
+            else:
+                lost.__cause__ = raised
                 error = lost
         if self._callback is not None:  # a fit that raised leaves its train_function wrapped
             self._callback.uninstall()

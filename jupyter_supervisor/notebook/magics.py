@@ -184,6 +184,13 @@ class SuperviseMagics(Magics):
 
         Task 0 of the worker job is the chief; the others wait for it. The ps tasks serve from
         a plain cell: server = jupyter_supervisor.cluster.start_server(CLUSTER, "ps", 0).
+
+        TensorFlow 2 replicas (tf.distribute.MultiWorkerMirroredStrategy, TF_CONFIG set in each
+        worker's kernel): every worker runs the same cell, a custom loop with strategy.run and
+        sv.track/sv.step. TF_CONFIG names the chief, which alone saves; every worker restores
+        the chief's newest checkpoint from the shared --logdir, and a stop on any worker stops
+        all of them at one step. Keras 3 model.fit does not support that strategy yet. See
+        docs/replicas.md.
         """
         args = _parse(self.supervise_cell, line, "%%supervise?")
         run = _run_module()
