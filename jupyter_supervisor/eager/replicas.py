@@ -5,8 +5,8 @@ cluster comes from ``TF_CONFIG``); each step's gradients are all-reduced, so a w
 stops alone leaves the others blocked in the next step. Two agreements keep them in step,
 each an all-reduce over the strategy's own collectives (no channel of our own):
 
-- after the restore: every worker restored the checkpoint of the same step (the chief's
-  newest, read from the shared logdir), or the run fails saying which worker differs;
+- at the restore: the chief restores its newest checkpoint, then says which one; every
+  other worker restores that very checkpoint from the shared logdir (or fails saying so);
 - at each step boundary: whether any worker asked to stop. All of them then end at that
   boundary, and the chief writes the final checkpoint of that step.
 
@@ -58,7 +58,7 @@ def strategies(objects: Dict[str, object]) -> list:
 class Replicas:
     """This worker (``index`` of ``workers``; the chief is ``is_chief``) among the workers
     of a multi-worker run. ``attach`` finds the strategy of what the run tracks; then
-    ``agree_on_step`` and ``stops`` run the all-reduces (in the training thread, where every
+    ``chief_restored`` and ``stops`` run the all-reduces (in the training thread, where every
     worker calls them at the same step)."""
 
     def __init__(self, index: int, workers: int, is_chief: bool):
@@ -89,20 +89,13 @@ class Replicas:
         values[self.index] = float(value)
         return [float(v) for v in self._sum(tf.constant(values, tf.float64)).numpy()]
 
-    def agree_on_step(self, step: int, restored: Optional[str]) -> None:
-        """After the restore: RuntimeError unless every worker is at the chief's step."""
-        steps = self._gather(step)
-        chiefs = self._gather(1.0 if self.is_chief else 0.0)
-        chief_step = int(steps[chiefs.index(1.0)])
-        differ = [i for i, s in enumerate(steps) if int(s) != chief_step]
-        if differ:
-            raise RuntimeError(
-                "The workers restored different checkpoints, and would train on different "
-                "weights: " + ", ".join(f"worker {i} at step {int(steps[i])}" for i in differ)
-                + f", the chief at step {chief_step}. Every worker restores the chief's "
-                "newest checkpoint from the same --logdir: give each worker the same path on a "
-                "file system they share." + (f" (This worker restored {restored}.)"
-                                             if restored else ""))
+    def chief_restored(self, step: Optional[int]) -> Optional[int]:
+        """After the chief's restore: the step of the checkpoint it restored (``step`` on the
+        chief, None when it restored none), for every worker. The workers wait here until the
+        chief restored, so the checkpoint they then read is complete."""
+        restored = self._gather(1.0 if self.is_chief and step is not None else 0.0)
+        steps = self._gather(float(step) if self.is_chief and step is not None else 0.0)
+        return int(sum(steps)) if any(restored) else None
 
     def stops(self, stop: bool) -> List[int]:
         """At a step boundary: the workers that asked to stop (every worker gets the same

@@ -505,11 +505,15 @@ class EagerSupervisor:
             return self._restored_from
         _build_for_restore(objects)
         self._attached = kind
-        if self._replicas is not None:
-            self._replicas.attach(objects)
-        restored = self._checkpointer.track(objects)
-        if self._replicas is not None:
-            self._replicas.agree_on_step(self._where.step, restored)
+        replicas = self._replicas
+        if replicas is not None:
+            replicas.attach(objects)
+        restored = self._checkpointer.track(objects, newest=replicas is None or
+                                            replicas.is_chief)
+        if replicas is not None:
+            step = replicas.chief_restored(self._where.step if restored else None)
+            if step is not None and not replicas.is_chief:
+                restored = self._checkpointer.restore(step)
         if restored is not None:
             self._restored_position = self._checkpointer.restored_position
         elif self._config.init_fn is not None:
