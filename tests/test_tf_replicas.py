@@ -146,6 +146,21 @@ def test_tf_config_names_the_chief_and_each_worker():
     assert RunConfig().role_text == ""
 
 
+def test_options_that_contradict_tf_config_are_usage_errors(ip, monkeypatch):
+    from IPython.core.error import UsageError  # pylint: disable=import-outside-toplevel
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["h:1", "h:2"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    with pytest.raises(UsageError, match=r"^--no-chief contradicts TF_CONFIG, which makes this "
+                                         r"task \(worker 0\) the chief\."):
+        ip.run_cell_magic("supervise", "--no-chief", "pass")
+    with pytest.raises(UsageError, match=r"^--task-index 1 contradicts TF_CONFIG \(worker 0, "
+                                         r"training task 0 of 2\)"):
+        ip.run_cell_magic("supervise", "--task-index 1", "pass")
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(UsageError, match="Invalid value for argument `TF_CONFIG`"):
+        ip.run_cell_magic("supervise", "", "pass")
+
+
 def test_a_fit_that_fails_before_it_starts_is_not_told_it_never_passed_the_callback(tmp_path):
     sv = EagerSupervisor(RunConfig(logdir=str(tmp_path)))
     model = make_model()
@@ -165,6 +180,8 @@ def test_a_stop_on_the_worker_stops_both_at_one_step_with_the_chiefs_checkpoint(
     assert run_value(workers.worker, "run.role_text") == "worker 1 of 2"
     assert "worker 1 of 2" in workers.worker.ok("%supervise").stream()
     assert run_value(workers.worker, "run.logdir") is None  # the worker writes nothing
+    assert "worker 1 of 2" in workers.worker.value(
+        "__import__('jupyter_supervisor.view.panel').view.panel.text_status(get_run('tf2'))")
 
     workers.worker.ok("%supervise stop tf2")
     for kernel in workers.kernels:
@@ -173,6 +190,21 @@ def test_a_stop_on_the_worker_stops_both_at_one_step_with_the_chiefs_checkpoint(
     assert run_value(workers.worker, "run.global_step") == chief_step
     wait_for_checkpoint(workers.chief, workers.logdir, chief_step)
     assert run_value(workers.chief, "run.stop_reason") == "a stop on worker 1"
+    assert workers.chief.value("weights()") == workers.worker.value("weights()")
+
+
+def test_a_stop_on_the_chief_stops_the_worker_at_the_same_step(workers):
+    workers.start("--name again")
+    for kernel in workers.kernels:
+        kernel.wait_until("get_run('again').status == 'running' and "
+                          "get_run('again').global_step >= 5", "5 more steps", DEADLINE)
+    workers.chief.ok("%supervise stop again")
+    for kernel in workers.kernels:
+        kernel.wait_until("get_run('again').status == 'stopped'", "stopped", DEADLINE)
+    chief_step = workers.chief.value("get_run('again').global_step")
+    assert workers.worker.value("get_run('again').global_step") == chief_step
+    assert workers.worker.value("get_run('again').stop_reason") == "a stop on worker 0"
+    wait_for_checkpoint(workers.chief, workers.logdir, chief_step)
     assert workers.chief.value("weights()") == workers.worker.value("weights()")
 
 

@@ -251,8 +251,8 @@ class SuperviseMagics(Magics):
         values and the cell's checkpoints from the same task)."""
         try:
             replica = tf_config.from_environ()
-        except ValueError as e:
-            raise UsageError(_option_message(str(e))) from None
+        except ValueError as e:  # an environment variable, not an option: named as it is
+            raise UsageError(str(e)) from None
         if replica is None:
             return None
         if args.chief is not None and args.chief != replica.is_chief:
