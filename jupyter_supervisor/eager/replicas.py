@@ -41,7 +41,7 @@ class WorkerLostError(RuntimeError):
     others cannot take a step without it."""
 
 
-def strategies(objects: Dict[str, object]) -> list:
+def _strategies(objects: Dict[str, object]) -> list:
     """The distribution strategies the variables of ``objects`` were made under."""
     found = []
     for obj in objects.values():
@@ -66,16 +66,18 @@ class Replicas:
         self.workers = workers
         self.is_chief = is_chief
         self._sum = None
+        self._local = 1   # replicas (devices) of each worker: each adds the worker's values
 
     def attach(self, objects: Dict[str, object]) -> None:
         """Finds the MultiWorkerMirroredStrategy that made the variables of ``objects``;
         ValueError when there is none (each worker would train its own model, silently)."""
-        for strategy in strategies(objects):
+        for strategy in _strategies(objects):
             if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
                 self._sum = tf.function(
                     lambda values, s=strategy: s.reduce(
                         tf.distribute.ReduceOp.SUM, s.run(tf.identity, args=(values,)),
                         axis=None))
+                self._local = len(strategy.extended.worker_devices)
                 return
         raise ValueError(invalid(
             "objects", sorted(objects), f"objects made under a "
@@ -83,11 +85,12 @@ class Replicas:
             "workers, and without the strategy each would train a model of its own. Build "
             "the model and optimizer in `with strategy.scope():`"))
 
-    def _gather(self, value: float) -> List[float]:
-        """Each worker's ``value``, by worker index."""
+    def _gather(self, value: float) -> List[int]:
+        """Each worker's ``value`` (a whole number), by worker index."""
         values = [0.0] * self.workers
         values[self.index] = float(value)
-        return [float(v) for v in self._sum(tf.constant(values, tf.float64)).numpy()]
+        total = self._sum(tf.constant(values, tf.float64)).numpy()
+        return [round(float(v) / self._local) for v in total]
 
     def chief_restored(self, step: Optional[int]) -> Optional[int]:
         """After the chief's restore: the step of the checkpoint it restored (``step`` on the
@@ -95,7 +98,7 @@ class Replicas:
         chief restored, so the checkpoint they then read is complete."""
         restored = self._gather(1.0 if self.is_chief and step is not None else 0.0)
         steps = self._gather(float(step) if self.is_chief and step is not None else 0.0)
-        return int(sum(steps)) if any(restored) else None
+        return sum(steps) if any(restored) else None
 
     def stops(self, stop: bool) -> List[int]:
         """At a step boundary: the workers that asked to stop (every worker gets the same

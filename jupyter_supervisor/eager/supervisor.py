@@ -536,7 +536,8 @@ class EagerSupervisor:
             logger.info("The restored step %d is at or past max_steps=%d: nothing to train.",
                         self._where.step, self._config.max_steps)
             self.request_stop()
-            self._stop_requested = True  # every worker restored this step, and stops at it
+            with self._mutex:  # every worker restored this step, and stops at it
+                self._stop_requested = True
 
     def _boundary(self, progress: Optional[tuple] = None) -> bool:
         """The step boundary (training thread): max_steps, summaries, progress, due or asked
@@ -575,7 +576,8 @@ class EagerSupervisor:
                 why = "a stop on worker " + ", ".join(map(str, others))
                 self._stopped_by_peer = why
                 self.request_stop(why=why)
-            self._stop_requested = True
+            with self._mutex:
+                self._stop_requested = True
 
     def _end(self, error: Optional[BaseException]) -> None:
         """Leaving the session: final checkpoint, services stopped, files closed, Stopped."""
