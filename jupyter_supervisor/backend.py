@@ -156,6 +156,9 @@ class RunConfig:
         "This task's index in its --job (with --master: among the workers). "
         "Default: %(default)s.", metavar="N", kind=int))
     is_chief: Optional[bool] = _option(None)
+    # The training tasks of a TensorFlow 2 multi-worker run (TF_CONFIG; ``task_index`` is this
+    # task's place among them, the chief first): each runs the same cell.
+    workers: int = _option(1, _number(integer=True, minimum=1))
     # A worker started before its chief notices the chief within seconds, not half a minute.
     recovery_wait_secs: float = _option(5, _number(), Option(
         "How often a non-chief checks whether the chief's model is ready (TensorFlow's "
@@ -194,10 +197,21 @@ class RunConfig:
 
     @property
     def role(self) -> str:
-        """'local' (no master), 'chief' or 'worker'."""
+        """'local' (no master, one worker), 'chief' or 'worker'."""
         if not self.is_chief:
             return "worker"
-        return "chief" if self.master else "local"
+        return "chief" if self.master or self.workers > 1 else "local"
+
+    @property
+    def role_text(self) -> str:
+        """The role as the panel and ``%supervise`` say it: "chief on grpc://...", "worker
+        1 of 2", "chief (worker 0 of 2)"; '' for a local run."""
+        if self.role == "local":
+            return ""
+        if self.master:
+            return f"{self.role} on {self.master}"
+        place = f"worker {self.task_index} of {self.workers}"
+        return f"chief ({place})" if self.is_chief else place
 
     @property
     def saves(self) -> bool:

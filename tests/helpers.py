@@ -276,10 +276,12 @@ class Reply:
 class Kernel:
     """A python3 kernel of this environment (jupyter_client swaps 'python' in the kernelspec
     for sys.executable) started in ``workdir`` with ``child_env()``; records every iopub message
-    it sends. KERNEL_SETUP runs in it at each start."""
+    it sends. KERNEL_SETUP runs in it at each start. ``env``: more environment variables
+    (TF_CONFIG...), kept across restarts."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, **env):
         self.workdir = workdir
+        self.env = env
         self.iopub = []                # every iopub message, in order
         self.graph_mode = False
         self._start()
@@ -287,7 +289,7 @@ class Kernel:
     def _start(self):
         from jupyter_client.manager import KernelManager  # pylint: disable=import-outside-toplevel
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(self.workdir), env=child_env())
+        self.km.start_kernel(cwd=str(self.workdir), env=child_env(**self.env))
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=KERNEL_STARTUP)

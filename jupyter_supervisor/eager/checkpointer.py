@@ -9,6 +9,7 @@ checkpoint restored (model, optimizer, global step) at a step boundary of the tr
 """
 import logging
 import math
+import os
 import threading
 from typing import Callable, Dict, List, Optional
 
@@ -113,6 +114,8 @@ class Checkpointer:
                  request_stop: Callable[[BaseException], None], *, async_save: bool = True):
         self._config = config
         self._logdir = config.logdir if config.saves else None
+        # A worker of a multi-worker run restores the chief's checkpoints, and writes none.
+        self._restore_dir = config.logdir
         self._where = where
         self._reporter = reporter
         self._request_stop = request_stop
@@ -131,20 +134,27 @@ class Checkpointer:
         self._root = None                          # tf.train.Checkpoint for restoring
         self.writer: Optional[saving.CheckpointWriter] = None
 
-    def track(self, items: Dict[str, object]) -> Optional[str]:
+    def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
         """Names what is saved (``items``, and the run's own state) and restores the newest
         readable checkpoint into it; returns its path (None: none, or no logdir). Where the
-        checkpoint was is then in ``where`` (``restored_position``)."""
+        checkpoint was is then in ``where`` (``restored_position``). ``newest=False`` (a
+        worker of a multi-worker run): restores nothing; ``restore`` then restores the
+        checkpoint its chief restored."""
         self.items = dict(items)
         self._state = _RunState()
         self._root = tf.train.Checkpoint(**self.items, **{STATE_NAME: self._state})
-        if not self._logdir:
+        if not self._restore_dir or not newest:
             return None
-        existing = restore_candidates(self._logdir, self._config.checkpoint_basename)
+        existing = restore_candidates(self._restore_dir, self._config.checkpoint_basename)
         rates = _learning_rates(self.items)
-        restored = saving.restore_newest(self._root, self._logdir, existing)
+        restored = saving.restore_newest(self._root, self._restore_dir, existing)
         if restored is not None:
             _keep_learning_rates(rates, restored)
+        if restored is not None:
+            self._where.step = int(self._state.step.numpy())
+            self.timer.last_step = self._where.step
+        if not self._logdir:
+            return restored
         self.writer = saving.CheckpointWriter(
             {**self.items, STATE_NAME: self._state}, self._logdir,
             self._config.checkpoint_basename, self._config.keep, existing,
@@ -152,10 +162,25 @@ class Checkpointer:
             checked=(_trainable_variables(self.items.values())
                      if self._policy.checks else ()),
             on_error=self._request_stop)
-        if restored is not None:
-            self._where.step = int(self._state.step.numpy())
-            self.timer.last_step = self._where.step
         return restored
+
+    def restore(self, step: int) -> str:
+        """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
+        returns its path. RuntimeError when this process cannot read it."""
+        path = os.path.join(self._restore_dir or "", f"{self._config.checkpoint_basename}-{step}")
+        rates = _learning_rates(self.items)
+        try:
+            saving.restore(self._root, path)
+        except (tf.errors.OpError, ValueError) as e:
+            raise RuntimeError(
+                f"The chief restored the checkpoint of step {step}, and this worker cannot read "
+                f"it at {path} ({type(e).__name__}: {e}). Every worker restores the chief's "
+                "checkpoint from the same --logdir: give each worker the same path on a file "
+                "system they share.") from e
+        _keep_learning_rates(rates, path)
+        self._where.step = int(self._state.step.numpy())
+        self.timer.last_step = self._where.step
+        return path
 
     @property
     def restored_position(self) -> tuple:

@@ -42,7 +42,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
 
-from .. import events
+from .. import events, finite
 from ..backend import RunConfig, StopBody, clean_up
 from ..checkpoints import CheckpointWriteError, prepare_logdir, sweep
 from .._validate import check_checkpoint_path, invalid
@@ -50,9 +50,17 @@ from ..lockfile import LogdirLock
 from ..timer import Timer
 from . import claims
 from .checkpointer import STATE_NAME, Checkpointer, Where
+from .replicas import Replicas
 from .reporting import Reporter
 
 logger = logging.getLogger("jupyter_supervisor")
+
+# Said before Keras fails on its own, deep inside fit (converting a PerReplica to a Tensor).
+KERAS_MULTI_WORKER = (
+    "Keras 3 model.fit does not support tf.distribute.MultiWorkerMirroredStrategy yet "
+    "(https://github.com/keras-team/keras/issues/20585). Train with a custom loop instead: "
+    "strategy.run(train_step, ...) with sv.track(model=model, optimizer=optimizer) and "
+    "sv.step(loss=loss), which runs on every worker (see docs/replicas.md).")
 
 # At most this often a Progress record (twice a second: what a panel shows).
 PROGRESS_SECS = 0.5
@@ -116,9 +124,14 @@ def _check_config(config) -> None:
         raise ValueError(invalid(
             "master", config.master, "'' : the eager backend trains in this process (for "
             "several machines use a tf.distribute strategy inside the body)"))
-    if not config.is_chief:
-        raise ValueError(invalid("is_chief", config.is_chief,
-                                 "True: the eager backend has no replicas to wait for"))
+    if not config.is_chief and config.workers == 1:
+        raise ValueError(invalid(
+            "is_chief", config.is_chief, "True: the eager backend has no replicas to wait for "
+            "(a multi-worker run gives each worker's role in TF_CONFIG)"))
+    if config.workers > 1 and config.on_nan == finite.ROLLBACK:
+        raise ValueError(invalid(
+            "on_nan", config.on_nan, f"{finite.STOP!r} or {finite.IGNORE!r} with several "
+            "workers (TF_CONFIG): a rollback restores the chief's model alone"))
     if config.init_fn is not None and not _callable_without_arguments(config.init_fn):
         raise ValueError(invalid(
             "init_fn", config.init_fn, "a function taking no argument: in eager mode it "
@@ -185,8 +198,15 @@ class EagerSupervisor:
                 self._lock = LogdirLock(self._logdir)
                 self._lock.acquire()
 
+        # With several workers, a stop is asked here and takes effect when all of them agree,
+        # at a step boundary (``Replicas.stops``).
+        self._replicas = (Replicas(config.task_index, config.workers, bool(config.is_chief))
+                          if config.workers > 1 else None)
+
         # Guards the stop fields (read and written by other threads).
         self._mutex = threading.Lock()
+        self._stop_asked = False                   # by this worker (a replica: not agreed yet)
+        self._stopped_by_peer: Optional[str] = None
         self._stop_requested = False
         self._stop_reason: Optional[str] = None
         self._stop_exception: Optional[BaseException] = None
@@ -248,6 +268,12 @@ class EagerSupervisor:
         return self._attached
 
     @property
+    def stopped_by_peer(self) -> Optional[str]:
+        """Why another worker of a multi-worker run stopped this one ("a stop on worker 1"),
+        or None: it was not (or this run has no other workers)."""
+        return self._stopped_by_peer
+
+    @property
     def restored_from(self) -> Optional[str]:
         """The checkpoint this session restored, or None."""
         return self._restored_from
@@ -273,9 +299,11 @@ class EagerSupervisor:
         with self._mutex:
             if why is not None and self._stop_why is None:
                 self._stop_why = str(why)
-            if self._stop_requested:
+            if self._stop_asked:
                 return
-            self._stop_requested = True
+            self._stop_asked = True
+            # A replica stops when every worker knows, at the step boundary (_boundary).
+            self._stop_requested = self._replicas is None
             if ex is None:
                 self._stop_reason = events.REQUESTED
             elif isinstance(ex, tf.errors.OutOfRangeError):
@@ -350,10 +378,14 @@ class EagerSupervisor:
 
     @property
     def callback(self):
-        """The Keras callback to pass to ``model.fit`` (``callbacks=[sv.callback]``)."""
+        """The Keras callback to pass to ``model.fit`` (``callbacks=[sv.callback]``).
+        RuntimeError in a multi-worker run, where Keras 3 fit fails (KERAS_MULTI_WORKER): the
+        body asks for it before fit starts, so this says why first."""
         if self._callback is None:
             from .keras_callback import SupervisorCallback  # pylint: disable=import-outside-toplevel
             self._callback = SupervisorCallback(self)
+        if self._replicas is not None:
+            raise RuntimeError(KERAS_MULTI_WORKER)
         return self._callback
 
     def track(self, **objects) -> Optional[str]:
@@ -378,6 +410,11 @@ class EagerSupervisor:
         for name, value in scalars.items():
             _scalar(name, value)
         if not self._ready:
+            if self._replicas is not None:
+                raise RuntimeError(
+                    "sv.track(model=..., optimizer=...) must come before the first sv.step() "
+                    "in a multi-worker run (TF_CONFIG): every worker restores the chief's "
+                    "checkpoint into what it tracks, and the workers agree on each stop.")
             self._make_ready(None)
         if not self._checkpointer.stepping:
             self._checkpointer.set_stepping(True)
@@ -472,7 +509,15 @@ class EagerSupervisor:
         claims.claim(self, self._config.name, objects)
         _build_for_restore(objects)
         self._attached = kind
-        restored = self._checkpointer.track(objects)
+        replicas = self._replicas
+        if replicas is not None:
+            replicas.attach(objects)
+        restored = self._checkpointer.track(objects, newest=replicas is None or
+                                            replicas.is_chief)
+        if replicas is not None:
+            step = replicas.chief_restored(self._where.step if restored else None)
+            if step is not None and not replicas.is_chief:
+                restored = self._checkpointer.restore(step)
         if restored is not None:
             self._restored_position = self._checkpointer.restored_position
         elif self._config.init_fn is not None:
@@ -495,6 +540,8 @@ class EagerSupervisor:
             logger.info("The restored step %d is at or past max_steps=%d: nothing to train.",
                         self._where.step, self._config.max_steps)
             self.request_stop()
+            with self._mutex:  # every worker restored this step, and stops at it
+                self._stop_requested = True
 
     def _boundary(self, progress: Optional[tuple] = None) -> bool:
         """The step boundary (training thread): max_steps, summaries, progress, due or asked
@@ -508,19 +555,46 @@ class EagerSupervisor:
         if self._progress_timer.due():
             self._progress_timer.restart()
             self._reporter.progress(self._where.step, progress, self._where.scalars)
-        self._checkpointer.save_at_boundary()
+        try:
+            self._checkpointer.save_at_boundary()
+        except Exception as e:  # pylint: disable=broad-except
+            if self._replicas is None:
+                raise
+            self.request_stop(e)  # every worker stops at this step (the chief's error)
         # After the save, and its verdict: a rollback takes the step back below max_steps.
         max_steps = self._config.max_steps
         if max_steps is not None and self._where.step >= max_steps:
             self._checkpointer.take_pending_verdict()
             if self._where.step >= max_steps:
                 self.request_stop()
+        if self._replicas is not None:
+            self._agree_on_stop()
         return self._stop_requested or self._coord.should_stop()
+
+    def _agree_on_stop(self) -> None:
+        """A replica's boundary: stops when any worker asked (each ends at this step)."""
+        asked = self._replicas.stops(self._stop_asked or self._coord.should_stop())
+        if asked and not self._stop_requested:
+            others = [i for i in asked if i != self._replicas.index]
+            if others and not self._stop_asked:
+                why = "a stop on worker " + ", ".join(map(str, others))
+                self._stopped_by_peer = why
+                self.request_stop(why=why)
+            with self._mutex:
+                self._stop_requested = True
 
     def _end(self, error: Optional[BaseException]) -> None:
         """Leaving the session: final checkpoint, services stopped, files closed, Stopped."""
+        raised = error  # what ended the block (an agreed stop ended every worker's already)
         if self._stop_exception is not None and error is None:
             error = self._stop_exception
+        if raised is not None and self._replicas is not None:
+            lost = self._replicas.lost(raised, self._where.step if self._ready else None)
+            if lost is None:
+                self._replicas.report_failure(raised)
+            else:
+                lost.__cause__ = raised
+                error = lost
         if self._callback is not None:  # a fit that raised leaves its train_function wrapped
             self._callback.uninstall()
         try:
@@ -546,7 +620,7 @@ class EagerSupervisor:
                 error = error or e
             if writer.sync_reason:
                 self._notes.append(writer.sync_reason)
-        if self._attached is None and self._logdir and error is None:
+        if self._attached is None and self._logdir and error is None and self._callback is None:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
             # Shown once: the run prints its notes into its output (a log record would be a

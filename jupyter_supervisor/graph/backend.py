@@ -28,6 +28,12 @@ class GraphBackend:
     def __init__(self, config: RunConfig, graph):
         self._config = config
         self._graph = graph
+        if config.workers > 1:
+            raise ValueError(
+                f"TF_CONFIG names {config.workers} training tasks: that is a TensorFlow 2 "
+                "multi-worker run (tf.distribute.MultiWorkerMirroredStrategy), which the eager "
+                "backend supervises. Graph code trains as a task of a cluster with --cluster "
+                "CLUSTER --job worker --task-index N; unset TF_CONFIG in this kernel.")
         if not config.is_chief and not config.master:
             raise ValueError(
                 "This task is not the chief (--task-index above 0, or --no-chief), and it has "

@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from .. import tf_config
 from ..backend import RunConfig
 from ..view import panel
 
@@ -185,6 +186,13 @@ class SuperviseMagics(Magics):
 
         Task 0 of the worker job is the chief; the others wait for it. The ps tasks serve from
         a plain cell: server = jupyter_supervisor.cluster.start_server(CLUSTER, "ps", 0).
+
+        TensorFlow 2 replicas (tf.distribute.MultiWorkerMirroredStrategy, TF_CONFIG set in each
+        worker's kernel): every worker runs the same cell, a custom loop with strategy.run and
+        sv.track/sv.step. TF_CONFIG names the chief, which alone saves; every worker restores
+        the chief's newest checkpoint from the shared --logdir, and a stop on any worker stops
+        all of them at one step. Keras 3 model.fit does not support that strategy yet. See
+        docs/replicas.md.
         """
         args = _parse(self.supervise_cell, line, "%%supervise?")
         run = _run_module()
@@ -193,6 +201,7 @@ class SuperviseMagics(Magics):
                              "    while not sv.should_stop():\n        sess.run(train_op)")
         task = self._cluster_task(args)
         is_chief, session_config = args.chief, None
+        replica = None if task is not None or args.master else self._tf_config_replica(args)
         if task is not None:
             cluster = _cluster_module()
             try:
@@ -206,6 +215,9 @@ class SuperviseMagics(Magics):
                 **{name: getattr(args, name) for name, *_ in RunConfig.options()},
                 init_fn=self._init_fn(args.init_fn), is_chief=is_chief,
                 session_config=session_config)
+            if replica is not None:
+                config = dataclasses.replace(config, is_chief=replica.is_chief,
+                                             task_index=replica.index, workers=replica.workers)
             if task is not None:
                 # Last, once every option is known to be good: a server cannot be stopped.
                 server = _cluster_module().task_server(*task)
@@ -232,6 +244,29 @@ class SuperviseMagics(Magics):
         _show(training)
         if args.wait:
             _wait(training, stop_on_interrupt=True)
+
+    @staticmethod
+    def _tf_config_replica(args):
+        """This task of a TensorFlow 2 multi-worker run (TF_CONFIG names several training
+        tasks), or None. Its role is TF_CONFIG's: --chief, --no-chief and --task-index may
+        repeat it, not contradict it (MultiWorkerMirroredStrategy takes the chief's initial
+        values and the cell's checkpoints from the same task)."""
+        try:
+            replica = tf_config.from_environ()
+        except ValueError as e:  # an environment variable, not an option: named as it is
+            raise UsageError(str(e)) from None
+        if replica is None:
+            return None
+        if args.chief is not None and args.chief != replica.is_chief:
+            raise UsageError(
+                f"--{'' if args.chief else 'no-'}chief contradicts TF_CONFIG, which makes this "
+                f"task ({replica.task}) {'the chief' if replica.is_chief else 'not the chief'}. "
+                "Leave the option out: under TF_CONFIG the role is TensorFlow's.")
+        if args.task_index not in (0, replica.index):
+            raise UsageError(
+                f"--task-index {args.task_index} contradicts TF_CONFIG ({replica.task}, "
+                f"training task {replica.index} of {replica.workers}). Leave it out.")
+        return replica
 
     @magic_arguments("supervise")
     @argument("command", nargs="?", default="list", choices=COMMANDS,
@@ -442,6 +477,9 @@ def _table() -> str:
         step = training.global_step if training.global_step is not None else snap.step
         rows.append((training.name, training.status or "", "" if step is None else str(step),
                      rate, newest, training.logdir or "(not saved)"))
+        if training.role_text:
+            remarks.append(f"{training.name} runs as {training.role_text}" + (
+                "; its checkpoints are the chief's" if training.role == "worker" else ""))
         if training.status == "failed":
             remarks.append(f"{training.name} failed: {training.error_line} "
                             f"(`%supervise show {training.name}` shows the traceback)")
@@ -515,6 +553,8 @@ def _stopped_line(training, interrupted) -> str:
     step = "" if training.global_step is None else f" at step {training.global_step}"
     if training.status == "failed":
         return f"{why} {training.name!r} failed while stopping{step}: {training.error_line}"
+    if not training.logdir and training.role == "worker":
+        return f"{why} {training.name!r} {training.status}{step} (the chief saves)."
     if not training.logdir:
         return f"{why} {training.name!r} {training.status}{step} (nothing saved: no --logdir)."
     newest = snap.checkpoints[0].path if snap.checkpoints else "none"

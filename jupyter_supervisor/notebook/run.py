@@ -196,6 +196,11 @@ class TrainingRun:
         return self.config.role
 
     @property
+    def role_text(self) -> str:
+        """The role as shown: "chief on grpc://...", "worker 1 of 2"; '' for a local run."""
+        return self.config.role_text
+
+    @property
     def master(self) -> str:
         """The TensorFlow master ('' for an in-process session)."""
         return self.config.master
@@ -399,6 +404,11 @@ class TrainingRun:
             if error is not None:
                 final = FAILED
             elif self._status == STOPPING:
+                final = STOPPED
+            elif getattr(backend, "stopped_by_peer", None):
+                # Another worker of a multi-worker run stopped it: stopped, not finished.
+                self._stop_why = self._stop_why or backend.stopped_by_peer
+                self._transition(STOPPING)
                 final = STOPPED
             else:
                 final = FINISHED

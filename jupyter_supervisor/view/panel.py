@@ -186,15 +186,25 @@ def text_status(run, snap=None, elapsed: Optional[float] = None) -> str:
     fit = _fit_text(snap.progress)
     if fit:
         parts.insert(0, fit)
-    role = getattr(run, "role", "local")
-    if role != "local":
-        parts.append(f"{role} on {run.master}")
+    role = _role_text(run)
+    if role:
+        parts.append(role)
     return f"{text} ({', '.join(parts)})"
+
+
+def _role_text(run) -> str:
+    """ "chief on grpc://...", "worker 1 of 2", or '' for a local run."""
+    text = getattr(run, "role_text", None)
+    if text is not None:
+        return text
+    role = getattr(run, "role", "local")
+    return "" if role == "local" else f"{role} on {run.master}"
 
 
 def _no_logdir_text(run) -> str:
     if getattr(run, "role", "local") == "worker":
-        return "This task saves nothing: the chief writes the checkpoints and summaries."
+        return ("This task saves nothing: the checkpoints and summaries are the chief's, "
+                "and it restores the chief's.")
     return ("No logdir: nothing is saved. No checkpoint and no event file is written; a stop "
             "or a crash loses this run's training. Give --logdir to make it resumable.")
 
@@ -358,9 +368,7 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
     if running:
         state["rate"] = ("measuring…" if snap.steps_per_sec is None
                          else format_rate(snap.steps_per_sec))
-    role = getattr(run, "role", "local")
-    if role != "local":
-        state["role"] = f"{role} on {run.master}"
+    state["role"] = _role_text(run)
     done, total = _done_of_total(snap, run.max_steps)
     if total:
         permille = int(min(1.0, max(0.0, done / total)) * 1000)  # at most 1000 widths a run
