@@ -40,6 +40,13 @@ logger = logging.getLogger("jupyter_supervisor")
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
+# The checkpoint name of the run's own state (global step, where fit is), beside the user's,
+# and of its random-layer states in it: a checkpoint written before those were saved lacks
+# them, and still restores (with a warning: that resume is not bit-exact).
+STATE_NAME = "jupyter_supervisor"
+RANDOM_STATE = "random_state"
+_RANDOM_PREFIX = f"{STATE_NAME}/{RANDOM_STATE}/"
+
 # What reading a damaged checkpoint raises (truncated or overwritten files): it falls back.
 UNREADABLE = (tf.errors.OpError, IndexError, message.DecodeError)
 
@@ -105,10 +112,11 @@ def object_graph(reader):
     return graph
 
 
-def misfit(reader, root, graph=None) -> Optional[str]:
+def misfit(reader, root, graph=None, unseeded: Optional[list] = None) -> Optional[str]:
     """Why the checkpoint of ``reader`` cannot restore the variables of ``root`` (the objects it
     has no value for, those whose shape changed), or None when it fits. The model's own
-    (trainable) variables are named first, then the optimizer's."""
+    (trainable) variables are named first, then the optimizer's. The run's random-layer states
+    that it lacks are appended to ``unseeded`` instead."""
     graph = graph if graph is not None else object_graph(reader)
     shapes = reader.get_variable_to_shape_map()
     view = tf.train.TrackableView(root)
@@ -135,6 +143,9 @@ def misfit(reader, root, graph=None) -> Optional[str]:
                        key=lambda item: not getattr(item[1], "trainable", False))
     for path, var in variables:
         key = matched.get(var)
+        if key is None and path.startswith(_RANDOM_PREFIX) and unseeded is not None:
+            unseeded.append(variable_name(var))
+            continue
         if key is None:
             missing.append(f"{path} ({variable_name(var)})")
             continue
@@ -166,7 +177,8 @@ def restore(root, path: str) -> None:
             "while an eager run saves and restores objects (tf.train.Checkpoint). Train "
             "the eager model in another logdir, or run this logdir's graph code with "
             "tf.compat.v1.disable_eager_execution().")
-    problem = misfit(reader, root, graph)
+    unseeded: list = []
+    problem = misfit(reader, root, graph, unseeded)
     if problem is not None:
         raise CheckpointMismatchError(
             f"The checkpoint {path} does not fit the tracked objects: {problem}. The model "
@@ -174,6 +186,12 @@ def restore(root, path: str) -> None:
             "logdir to start afresh; to warm-start from this checkpoint, restore it in an "
             f"init_fn: tf.train.Checkpoint(model=model).read({path!r}).expect_partial().")
     root.read(path).expect_partial()
+    if unseeded:
+        logger.warning("The checkpoint %s holds no state for %d random-layer seed generator(s) "
+                       "(%s): it was written before they were saved. Those layers draw their "
+                       "random numbers from their seeds again, so this resumed run differs "
+                       "from an uninterrupted one.", path, len(unseeded),
+                       ", ".join(unseeded[:3]) + (" ..." if len(unseeded) > 3 else ""))
 
 
 def restore_newest(root, logdir: str, paths: List[str]) -> Optional[str]:
