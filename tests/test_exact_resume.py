@@ -9,7 +9,7 @@ import keras
 from tensorflow.python.framework import config as tf_config
 
 from eager_models import data
-from jupyter_supervisor.eager import EagerSupervisor
+from jupyter_supervisor.checkpoints import CheckpointMismatchError
 
 EVERY_STEP = 1e-9
 
@@ -246,3 +246,84 @@ def test_shuffled_resume_without_a_seed_says_it_is_not_exact(tmp_path, backends,
     supervised_fit(backends, tmp_path / "seeded", lambda: build(plain),
                    arrays(epochs=2, shuffle=True))
     assert "shuffled anew" not in caplog.text
+
+
+# ------------------------------------------------------------------ a changed model is explained
+
+def fit_then(tmp_path, backends, first, then, match):
+    """Fits ``first()`` in the logdir, then ``then()`` (a fresh kernel's changed model) must be
+    refused with ``match``; the logdir is unchanged by the refusal."""
+    def saved():
+        return {p.name: p.read_bytes() for p in tmp_path.iterdir()
+                if p.name.startswith(("model.ckpt", "checkpoint"))}
+
+    supervised_fit(backends, tmp_path, first, arrays(epochs=1))
+    before = saved()
+    with pytest.raises(CheckpointMismatchError, match=match):
+        supervised_fit(backends, tmp_path, then, arrays(epochs=1))
+    assert saved() == before
+
+
+def with_optimizer(optimizer):
+    def make():
+        model = keras.Sequential([keras.Input((4,)), *plain(), keras.layers.Dense(1)])
+        model.compile(optimizer(), "mse")
+        return model
+    return make
+
+
+def test_dropped_optimizer_slots_are_named_and_refused(tmp_path, backends):
+    fit_then(tmp_path, backends, with_optimizer(keras.optimizers.Adam),
+             with_optimizer(keras.optimizers.SGD),
+             r"holds optimizer state that the tracked optimizer has no place for: 8 value\(s\) "
+             r"\(optimizer/_variables/2, .*\(SGD where it was Adam would drop Adam's moment "
+             r"estimates\)\. Track the optimizer it was saved with")
+
+
+def test_added_optimizer_slots_are_refused(tmp_path, backends):
+    fit_then(tmp_path, backends, with_optimizer(keras.optimizers.SGD),
+             with_optimizer(keras.optimizers.AdamW), r"it has no value for 8 variable\(s\)")
+
+
+def test_a_precision_policy_change_is_named(tmp_path, backends):
+    def mixed():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            return build(plain)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+
+    fit_then(tmp_path, backends, mixed, lambda: build(plain),
+             r"it was saved in mixed precision \(its optimizer was a LossScaleOptimizer\), and "
+             r"the model now trains in full precision \(the dtype policy is 'float32'\)\. Set "
+             r"the policy it was trained with")
+
+
+def test_renamed_track_keys_are_reported_as_renamed(tmp_path, backends):
+    def loop(sv, **objects):
+        with sv.session():
+            sv.track(**objects)
+            sv.step()
+
+    model = build(plain)
+    loop(backends(tmp_path), model=model, optimizer=model.optimizer)
+    again = build(plain)
+    with pytest.raises(CheckpointMismatchError, match=(
+            r"holds the tracked objects under other names: model \(now net\), optimizer "
+            r"\(now opt\)\. Track them under the names they were saved with: "
+            r"sv.track\(model=\.\.\., optimizer=\.\.\.\)")):
+        loop(backends(tmp_path), net=again, opt=again.optimizer)
+
+
+@pytest.mark.parametrize("value, shown", [
+    (tf.function(lambda x: x), "<tensorflow.python.eager.polymorphic_function"),
+    (lambda x: x, "<function "),
+    (3, "3")])
+def test_track_refuses_what_holds_no_variables(tmp_path, backends, value, shown):
+    sv = backends(tmp_path)
+    with sv.session():
+        with pytest.raises(ValueError, match=(
+                r"Invalid value for argument `fn`\. Received: fn=" + shown + r".*Expected a "
+                r"trackable TensorFlow object that holds variables .*: a function or a number "
+                r"holds no state to checkpoint")):
+            sv.track(fn=value)
