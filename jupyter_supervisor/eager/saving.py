@@ -237,12 +237,12 @@ def _precision_change(root, keys) -> Optional[str]:
         ("full precision", "mixed precision")
     return (f"it was saved in {was} (its optimizer {'was' if saved else 'was not'} a "
             f"LossScaleOptimizer), and the model now trains in {is_now} (the dtype policy "
-            f"is {keras_policy()!r}). Set the policy it was trained with "
+            f"is {_keras_policy()!r}). Set the policy it was trained with "
             "(keras.mixed_precision.set_global_policy(...)) before building the model, or "
             "train this policy in a new logdir")
 
 
-def keras_policy() -> str:
+def _keras_policy() -> str:
     """The name of Keras' global dtype policy ("float32", "mixed_float16", ...)."""
     import keras  # pylint: disable=import-outside-toplevel  (the eager backend runs without)
     return keras.mixed_precision.global_policy().name
