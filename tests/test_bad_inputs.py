@@ -299,6 +299,81 @@ def _(ctx):
                         "sv.track(model=model)\nwhile not sv.should_stop():\n    sv.step()\n")
 
 
+# An eager fit (the cell's arguments after `model.fit(x, y, `) and a custom loop's track.
+KERAS_MODEL = """
+import keras, numpy as np
+x, y = np.ones((16, 4), "float32"), np.ones((16, 1), "float32")
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+model.compile({optimizer}, "mse")
+"""
+
+
+def _fit(ctx, logdir, optimizer="'adam'", fit="epochs=1", before=""):
+    ctx.run(before + KERAS_MODEL.format(optimizer=optimizer))
+    return ctx.cell(f"--logdir {logdir} --wait",
+                    f"model.fit(x, y, batch_size=8, verbose=0, callbacks=[sv.callback], {fit})")
+
+
+def _kept_checkpoints(ctx, logdir):
+    ctx.keep(str(logdir), only=lambda name: not name.startswith("events."))
+
+
+@scenario("initial-epoch-after-checkpoint")
+def _(ctx):
+    logdir = ctx.tmp / "initial"
+    with context.eager_mode():
+        assert _fit(ctx, logdir, fit="epochs=2").error is None
+        _kept_checkpoints(ctx, logdir)
+        return _fit(ctx, logdir, fit="epochs=5, initial_epoch=3")
+
+
+@scenario("optimizer-changed")
+def _(ctx):
+    logdir = ctx.tmp / "optimizer"
+    with context.eager_mode():
+        assert _fit(ctx, logdir).error is None
+        _kept_checkpoints(ctx, logdir)
+        return _fit(ctx, logdir, optimizer="'sgd'")
+
+
+@scenario("precision-changed")
+def _(ctx):
+    logdir = ctx.tmp / "precision"
+    with context.eager_mode():
+        try:
+            shown = _fit(ctx, logdir, before="import keras\n"
+                         "keras.mixed_precision.set_global_policy('mixed_float16')\n")
+        finally:
+            ctx.run("keras.mixed_precision.set_global_policy('float32')")
+        assert shown.error is None
+        _kept_checkpoints(ctx, logdir)
+        return _fit(ctx, logdir)
+
+
+@scenario("track-renamed")
+def _(ctx):
+    logdir = ctx.tmp / "renamed"
+    loop = "while not sv.should_stop():\n    sv.step()\n"
+    with context.eager_mode():
+        ctx.run(KERAS_MODEL.format(optimizer="'adam'")
+                + "model.optimizer.build(model.trainable_variables)")
+        ctx.ok(f"--logdir {logdir} --max-steps 2 --wait",
+               "sv.track(model=model, optimizer=model.optimizer)\n" + loop)
+        _kept_checkpoints(ctx, logdir)
+        return ctx.cell(f"--logdir {logdir} --max-steps 4 --wait",
+                        "sv.track(net=model, opt=model.optimizer)\n" + loop)
+
+
+@scenario("track-a-function")
+def _(ctx):
+    with context.eager_mode():
+        ctx.run(KERAS_MODEL.format(optimizer="'adam'")
+                + "train_step = tf.function(lambda x: model(x))")
+        return ctx.cell(f"--logdir {ctx.tmp / 'function'} --wait",
+                        "sv.track(step=train_step)\nwhile not sv.should_stop():\n    sv.step()\n")
+
+
 @scenario("empty-graph")
 def _(ctx):
     logdir = ctx.trained("empty")

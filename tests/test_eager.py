@@ -786,18 +786,6 @@ def test_graph_mode_checkpoint_is_named(tmp_path, backends):
             sv.track(v=tf.Variable(1.0))
 
 
-def test_fit_initial_epoch_contradicting_the_checkpoint(tmp_path, backends):
-    x, y = data()
-    sv = backends(tmp_path)
-    with sv.session():
-        make_model().fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[sv.callback])
-    sv2 = backends(tmp_path)
-    with pytest.raises(ValueError, match=r"Received: initial_epoch=1\. Expected 0 or 2"):
-        with sv2.session():
-            make_model().fit(x, y, batch_size=8, epochs=5, initial_epoch=1, verbose=0,
-                             callbacks=[sv2.callback])
-
-
 def test_bad_config(tmp_path):
     with pytest.raises(TypeError, match="Expected a jupyter_supervisor.backend.RunConfig"):
         EagerSupervisor({"logdir": str(tmp_path)})

@@ -98,6 +98,62 @@ def test_keras_fit_resumes_after_a_killed_kernel_at_the_checkpoints_step(kernel,
     assert moment != 0.0
 
 
+DROPOUT = """
+import keras, numpy as np, eager_models
+tf.config.experimental.enable_op_determinism()
+x, y = eager_models.data(n=64)
+
+def dropout_model():
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"),
+                          keras.layers.Dropout(0.3), keras.layers.Dense(1)])
+    m.compile(keras.optimizers.Adam(0.01), "mse")
+    return m
+
+def state(m):
+    return [v.numpy() for v in m.variables + m.optimizer.variables]
+
+class Hold(keras.callbacks.Callback):
+    # Blocks the training thread at the end of batch `at`, until the kernel dies.
+    def __init__(self, at):
+        super().__init__()
+        self.at, self.count = at, 0
+    def on_train_batch_end(self, batch, logs=None):
+        self.count += 1
+        if self.count == self.at:
+            threading.Event().wait()
+
+model = dropout_model()
+"""
+DROPOUT_FIT = ("%%supervise --logdir {logdir} {options}\n"
+               "model.fit(x, y, batch_size=8, epochs=4, verbose=0, callbacks=[sv.callback{more}])")
+
+
+def test_a_killed_kernel_resumes_a_dropout_fit_bit_for_bit(kernel, logdir):
+    """SIGKILL mid-epoch (batch 13 of 32, shuffled, Dropout), a new kernel, the same cells
+    re-run: the weights and optimizer state equal an uninterrupted fit's exactly."""
+    eager_kernel(kernel)
+    try:
+        kernel.ok(DROPOUT)
+        kernel.ok(DROPOUT_FIT.format(logdir=logdir, options="--save-model-secs 0.000001",
+                                     more=", Hold(13)"))
+        newest = f"(tf.train.latest_checkpoint({logdir!r}) or '-0').endswith('-12')"
+        kernel.wait_until(newest, "the checkpoint of step 12")
+        kernel.kill()
+        kernel.ok(DROPOUT)
+        kernel.ok(DROPOUT_FIT.format(logdir=logdir, options="--wait", more=""))
+        name = logdir.rsplit("/", 1)[-1]
+        assert kernel.value(run_expr(name, "restored_from")).endswith("-12")
+        kernel.ok("resumed = state(model)\nmodel = dropout_model()")
+        kernel.ok(DROPOUT_FIT.format(logdir=logdir + "-whole", options="--wait", more=""))
+        assert kernel.value("int(model.optimizer.iterations.numpy())") == 32
+        assert kernel.value("[bool(np.array_equal(a, b)) for a, b in zip(resumed, state(model))]"
+                            " + [len(resumed) == len(state(model))]") == [True] * 16
+    finally:  # the kernel serves the module's other tests, as a user's kernel would
+        kernel.ok("from tensorflow.python.framework import config\n"
+                  "config.disable_op_determinism()")
+
+
 def test_a_resumed_fit_says_running_only_once_its_step_is_the_restored_one(kernel, logdir):
     """The quickstart's pattern, `run.global_step > 100` in a later cell, needs the step of a
     'running' run to be a number: the restored one, before fit's first batch."""

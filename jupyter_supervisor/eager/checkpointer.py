@@ -24,20 +24,47 @@ from .reporting import Reporter, to_float
 
 logger = logging.getLogger("jupyter_supervisor")
 
-# The checkpoint name of the run's own state (global step, where fit is), beside the user's.
-STATE_NAME = "jupyter_supervisor"
+STATE_NAME = saving.STATE_NAME
 
 
 class _RunState(tf.Module):
-    """What the run itself checkpoints: the global step, and where a Keras fit is (the index
-    of the fit call in the cell body, the epoch, the batches done in that epoch)."""
+    """What the run itself checkpoints: the global step, where a Keras fit is (the index
+    of the fit call in the cell body, the epoch, the batches done in that epoch), and the
+    random state that training advances outside the models' weights (``random``)."""
 
-    def __init__(self):
+    def __init__(self, random: Dict[str, object]):
         super().__init__(name=STATE_NAME)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.fit = tf.Variable(0, dtype=tf.int64, trainable=False, name="fit")
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch")
+        if random:
+            setattr(self, saving.RANDOM_STATE, dict(random))
+
+
+def _seed_states(items: Dict[str, object]) -> Dict[str, object]:
+    """{name: variable} of the seed-generator states of the tracked Keras layers and models
+    (Dropout, GaussianNoise, the random augmentation layers: a ``keras.random.SeedGenerator``
+    each, whose state advances at every training step). Keras lists them in a layer's
+    ``variables`` but not in its ``weights``, and they are no trackable children, so a
+    checkpoint of the model alone misses them: a resume would draw the masks of the first
+    steps again. Named by the item and their index in ``variables`` (an order that depends on
+    the model's structure only, not on the auto-numbered names of this process)."""
+    found, seen = {}, set()
+    for name in sorted(items):
+        obj = items[name]
+        if not (hasattr(obj, "weights") and hasattr(obj, "variables")):
+            continue
+        weights = {id(w) for w in obj.weights}
+        index = 0
+        for variable in obj.variables:
+            if id(variable) in weights:
+                continue
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                found[f"{name}_{index}"] = variable
+            index += 1
+    return found
 
 
 class Where:
@@ -141,7 +168,7 @@ class Checkpointer:
         worker of a multi-worker run): restores nothing; ``restore`` then restores the
         checkpoint its chief restored."""
         self.items = dict(items)
-        self._state = _RunState()
+        self._state = _RunState(_seed_states(self.items))
         self._root = tf.train.Checkpoint(**self.items, **{STATE_NAME: self._state})
         if not self._restore_dir or not newest:
             return None

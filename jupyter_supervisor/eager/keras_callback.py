@@ -21,13 +21,22 @@ Resuming mid-epoch. Keras' ``BackupAndRestore`` resumes at an epoch: it sets
 epoch are trained again. This callback sets the epoch the same way, and skips the finished
 batches: until they are consumed it stands in for ``model.train_function`` with a function that
 draws the batches from fit's iterator without training on them (``steps_per_execution`` at a
-time), then puts the real one back. Limits:
+time), then puts the real one back.
+
+``initial_epoch`` means what it means to Keras: where the first run of the fit starts. On a
+re-run, a checkpoint of that fit (at or after ``initial_epoch``) wins; one before it was
+written by a fit that started earlier, and is refused with what to do. The random state that
+training advances (the seed generators of Dropout, GaussianNoise, the random augmentation
+layers) is in every checkpoint (``checkpointer``), so with the same seeds and deterministic ops
+a resumed fit ends bit for bit where an uninterrupted one does. Limits:
 
 * The skipped batches are the first j of the epoch's order. With ``shuffle=True`` (fit's
-  default for arrays) the resumed epoch is reshuffled, so its remaining batches are not
-  exactly the samples the crashed epoch had left (each sample is still seen once per epoch
-  only if the order is the same: pass ``shuffle=False`` or a seeded, deterministic dataset).
-  A ``tf.data`` input restarts from its beginning; its own state is not checkpointed.
+  default for arrays) that order is the interrupted epoch's when a global seed is set
+  (``keras.utils.set_random_seed``: see ``_reshuffled``); without one the resumed epoch is
+  shuffled anew (some samples are seen twice in it, some not at all), which is said once in
+  the run's output. A ``tf.data`` input restarts from its beginning and the skip draws its
+  first j batches: exact for a deterministic pipeline (a ``Dataset.shuffle`` with a seed; its
+  iterator's state is not checkpointed).
 * Skipping reads the skipped batches (input cost, no training), and other callbacks see them
   as batches with empty logs (the progress bar counts them); the call that ends fit on a stop
   is seen as a batch too, with the logs of the batch before.
@@ -51,6 +60,8 @@ import logging
 from typing import Optional
 
 import keras
+import tensorflow as tf
+from tensorflow.python.eager import context
 
 from .._validate import invalid
 
@@ -90,6 +101,31 @@ class _TrainFunction:
     def uninstall(self) -> None:
         if self.model.train_function is self:
             self.model.train_function = self.original
+
+
+# Printed (once, in the run's output) when a resume mid-epoch cannot replay the epoch's order.
+RESHUFFLED = (
+    "This fit resumes inside epoch %d (after its batch %d) with shuffle=True and no global "
+    "random seed: the epoch is shuffled anew, so the batches trained now are not the samples "
+    "the interrupted epoch had left (some are seen twice in this epoch, some not at all), and "
+    "the run differs from an uninterrupted one. For an exact resume, set a seed before "
+    "building the model (keras.utils.set_random_seed(0)): Keras then draws the same order for "
+    "the epoch in every run.")
+
+
+def _reshuffled(model) -> bool:
+    """True when fit's array input is shuffled with no global seed: Keras' array adapter draws
+    each epoch's permutation with ``tf.random.shuffle`` in a dataset function; with a global
+    seed that op's seeds are fixed and its kernel is made anew for each epoch's iterator, so
+    every epoch of every run of the fit has the same order (a resume skips exactly the batches
+    the interrupted epoch trained); without one, each epoch draws a new order."""
+    if _fit_argument(model, "shuffle") is False:
+        return False
+    x = _fit_argument(model, "x")
+    if isinstance(x, tf.data.Dataset) or inspect.isgenerator(x) or \
+            isinstance(x, keras.utils.PyDataset):
+        return False  # not shuffled by the array adapter
+    return context.global_seed() is None
 
 
 def _fit_argument(model, name: str):
@@ -144,6 +180,8 @@ class SupervisorCallback(keras.callbacks.Callback):
         if batch:
             logger.info("Resuming fit at epoch %d, batch %d (skipping the %d finished "
                         "batches of that epoch).", epoch + 1, batch, batch)
+            if _reshuffled(model):
+                logger.warning(RESHUFFLED, epoch + 1, batch)
         self._function = _TrainFunction(self, model, batch)
         model.train_function = self._function
         self._epoch, self._done_in_epoch = epoch, batch
@@ -164,12 +202,17 @@ class SupervisorCallback(keras.callbacks.Callback):
         _, epoch, batch = position
         if self._batches is not None and batch >= self._batches:
             epoch, batch = epoch + 1, 0
-        if user_epoch not in (0, epoch):
+        # As in Keras, initial_epoch is where the first run of this fit starts: a checkpoint
+        # of this fit is at or after it, and wins. One before it was written by a fit that
+        # started earlier (another initial_epoch, or another cell in this logdir).
+        if user_epoch > epoch:
             raise ValueError(invalid(
                 "initial_epoch", user_epoch,
-                f"0 or {epoch}: the checkpoint {self.sv.restored_from} resumes this fit at epoch "
-                f"{epoch} (0-based), batch {batch}, and fit continues from there by itself. "
-                "Leave initial_epoch out, or train from another epoch in a new logdir"))
+                f"at most {epoch}: the checkpoint {self.sv.restored_from} is at epoch {epoch} "
+                f"(0-based), batch {batch} of this fit, before the epoch it is told to start "
+                "at, so it was written by a fit that started earlier. Give the "
+                "initial_epoch that fit had (re-running it continues from the checkpoint), "
+                "or start this fit in a new logdir"))
         return epoch, batch
 
     def on_train_end(self, logs=None):

@@ -48,7 +48,7 @@ from ..checkpoints import CheckpointWriteError, prepare_logdir, sweep
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
 from ..timer import Timer
-from . import claims
+from . import claims, saving
 from .checkpointer import STATE_NAME, Checkpointer, Where
 from .replicas import Replicas
 from .reporting import Reporter
@@ -149,11 +149,22 @@ def _check_objects(objects: Dict[str, object]) -> None:
         if name == STATE_NAME:
             raise ValueError(invalid(name, value, f"another name: {STATE_NAME!r} is the "
                                      "run's own entry in the checkpoint", shown=_short(value)))
-        if not _trackable(value):
+        if not _trackable(value) or _holds_no_variables(value):
             raise ValueError(invalid(
-                name, value, "a trackable TensorFlow object (a Keras model, layer or "
-                "optimizer, a tf.Variable, a tf.Module, a tf.train.Checkpoint)",
-                shown=_short(value)))
+                name, value, "a trackable TensorFlow object that holds variables (a Keras "
+                "model, layer or optimizer, a tf.Variable, a tf.Module, a "
+                "tf.random.Generator, a tf.train.Checkpoint): a function or a number holds no "
+                "state to checkpoint", shown=_short(value)))
+
+
+def _holds_no_variables(value) -> bool:
+    """True for a trackable with nothing to save, now or once built: a tf.function (a
+    checkpoint of it would hold none of the model it trains). Modules, Keras layers and models
+    (which make their variables when built: ``_build_for_restore`` says so) and optimizers
+    (when they first apply gradients) pass."""
+    if hasattr(value, "trainable_variables") or hasattr(value, "apply_gradients"):
+        return False
+    return not saving.holds_state(value)
 
 
 def _build_for_restore(objects) -> None:

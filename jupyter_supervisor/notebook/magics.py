@@ -135,8 +135,12 @@ class SuperviseMagics(Magics):
             model.fit(x, y, epochs=50, callbacks=[sv.callback])
 
         (re-running the cell resumes at the checkpoint's epoch and batch, with the optimizer's
-        state; a fit without sv.callback saves nothing, and the run's output says so). A custom
-        loop names what to checkpoint and reports each step:
+        state and the random layers' seed states; initial_epoch is where the first run
+        started. With keras.utils.set_random_seed(...) and deterministic ops the resumed run
+        equals an uninterrupted one bit for bit; shuffle=True without a global seed reshuffles
+        the resumed epoch, and the run's output says so. See docs/resume.md. A fit without
+        sv.callback saves nothing, and the run's output says so). A custom loop names what to
+        checkpoint (a tf.random.Generator too) and reports each step:
 
             %%supervise --logdir runs/loop --max-steps 10000
             sv.track(model=model, optimizer=opt)   # restores the newest checkpoint

@@ -1,0 +1,329 @@
+"""Exact resume: a run crashed at step N and resumed on a fresh model (what a kernel restart
+gives) ends with the same weights and optimizer state, bit for bit, as an uninterrupted run of
+the same seeds. The crash is an exception raised at a batch's end; the checkpoint is written at
+every step boundary, so the resume continues from the boundary before it."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import keras
+from tensorflow.python.framework import config as tf_config
+
+from eager_models import data
+from jupyter_supervisor.checkpoints import CheckpointMismatchError
+
+EVERY_STEP = 1e-9
+
+
+@pytest.fixture(scope="module", autouse=True)
+def deterministic_ops():
+    tf.config.experimental.enable_op_determinism()
+    yield
+    tf_config.disable_op_determinism()  # the other test modules run as a user's code does
+
+
+class Crash(keras.callbacks.Callback):
+    """Raises at the end of the ``at``-th batch trained in this fit."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+        self.count = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.count += 1
+        if self.count == self.at:
+            raise RuntimeError(f"crash at batch {batch}")
+
+
+def plain(seed=0):
+    keras.utils.set_random_seed(seed)
+    return [keras.layers.Dense(16, activation="relu")]
+
+
+def dropout(seed=0):
+    keras.utils.set_random_seed(seed)
+    return [keras.layers.Dense(16, activation="relu"), keras.layers.Dropout(0.3),
+            keras.layers.GaussianNoise(0.2)]
+
+
+def augmented(seed=0):
+    """A random augmentation layer (Keras' RandomFlip draws from its SeedGenerator)."""
+    keras.utils.set_random_seed(seed)
+    return [keras.layers.Reshape((2, 2, 1)), keras.layers.RandomFlip(),
+            keras.layers.Flatten(), keras.layers.Dense(16, activation="relu")]
+
+
+def build(layers, steps_per_execution=1):
+    model = keras.Sequential([keras.Input((4,)), *layers(), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.01), "mse", steps_per_execution=steps_per_execution)
+    return model
+
+
+def state(model):
+    return [v.numpy() for v in model.variables] + \
+        [v.numpy() for v in model.optimizer.variables]
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for i, (u, v) in enumerate(zip(a, b)):
+        assert np.array_equal(u, v), (i, np.max(np.abs(u - v)))
+
+
+def supervised_fit(backends, logdir, make, fit_kwargs, crash_at=None):
+    """One session: a fresh model fit under the eager backend (raising at batch ``crash_at``);
+    returns the model."""
+    model = make()
+    sv = backends(logdir, save_model_secs=EVERY_STEP)
+    callbacks = [sv.callback] + ([Crash(crash_at)] if crash_at else [])
+    try:
+        with sv.session():
+            model.fit(**fit_kwargs, verbose=0, callbacks=callbacks)
+    except RuntimeError as error:
+        assert crash_at and "crash at batch" in str(error)
+    else:
+        assert not crash_at
+    sv.close()
+    return model
+
+
+def check_exact(tmp_path, backends, make, fit_kwargs, crash_at):
+    """An uninterrupted run equals one crashed at batch ``crash_at`` and resumed."""
+    whole = supervised_fit(backends, tmp_path / "whole", make, fit_kwargs)
+    supervised_fit(backends, tmp_path / "crashed", make, fit_kwargs, crash_at)
+    resumed = supervised_fit(backends, tmp_path / "crashed", make, fit_kwargs)
+    assert int(resumed.optimizer.iterations) == int(whole.optimizer.iterations)
+    assert_same(state(resumed), state(whole))
+    return whole, resumed
+
+
+def arrays(**kwargs):
+    x, y = data()
+    return {"x": x, "y": y, "batch_size": 8, "shuffle": False, **kwargs}
+
+
+# 8 batches an epoch: batch 12 is mid-epoch (the second's 4th), batch 16 the end of epoch 2.
+@pytest.mark.parametrize("crash_at", [12, 16])
+def test_dropout_and_noise_resume_exactly(tmp_path, backends, crash_at):
+    check_exact(tmp_path, backends, lambda: build(dropout), arrays(epochs=3), crash_at)
+
+
+def test_the_seed_generators_are_checkpointed(tmp_path, backends):
+    """Without their state in the checkpoint, the resumed masks would be the first steps'."""
+    make = lambda: build(dropout)  # noqa: E731
+    supervised_fit(backends, tmp_path, make, arrays(epochs=1), crash_at=5)
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path)))
+    keys = [k for k in reader.get_variable_to_shape_map() if "random_state" in k]
+    assert len(keys) == 2, keys
+    # Each SeedGenerator counts its draws: 4 steps trained and saved, one draw a step.
+    assert sorted(int(reader.get_tensor(k)[1]) for k in keys) == [4, 4]
+
+
+@pytest.mark.parametrize("crash_at", [7, 8])
+def test_initial_epoch_resumes_exactly(tmp_path, backends, crash_at):
+    """initial_epoch=1: the first run starts at epoch 1; re-running the same fit continues from
+    the checkpoint (mid-epoch, or at the end of its first trained epoch)."""
+    whole, resumed = check_exact(tmp_path, backends, lambda: build(dropout),
+                                 arrays(epochs=3, initial_epoch=1), crash_at)
+    assert int(whole.optimizer.iterations) == 16
+
+
+def test_random_augmentation_resumes_exactly(tmp_path, backends):
+    check_exact(tmp_path, backends, lambda: build(augmented), arrays(epochs=2), 11)
+
+
+def test_steps_per_execution_resumes_exactly(tmp_path, backends):
+    # Batch ends (and boundaries) every 2 batches: the 6th is mid-epoch 2, after its 4th batch.
+    check_exact(tmp_path, backends, lambda: build(dropout, steps_per_execution=2),
+                arrays(epochs=2), 6)
+
+
+def test_tf_data_resumes_exactly(tmp_path, backends):
+    x, y = data()
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    check_exact(tmp_path, backends, lambda: build(dropout), {"x": dataset, "epochs": 2}, 11)
+
+
+def test_custom_loop_with_a_random_generator_resumes_exactly(tmp_path, backends):
+    """A loop drawing its noise from a tf.random.Generator it tracks."""
+    x, y = data()
+
+    def run(logdir, crash_at=None):
+        model = build(plain)
+        generator = tf.random.Generator.from_seed(7)
+        sv = backends(logdir, save_model_secs=EVERY_STEP, max_steps=12)
+        try:
+            with sv.session():
+                sv.track(model=model, optimizer=model.optimizer, noise=generator)
+                while not sv.should_stop():
+                    i = sv.read_step() % 8
+                    xb = x[i * 8:(i + 1) * 8] + generator.normal((8, 4), stddev=0.1)
+                    with tf.GradientTape() as tape:
+                        loss = tf.reduce_mean((model(xb) - y[i * 8:(i + 1) * 8]) ** 2)
+                    grads = tape.gradient(loss, model.trainable_variables)
+                    model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                    if sv.read_step() + 1 == crash_at:
+                        raise RuntimeError("crash at batch")
+                    sv.step(loss=loss)
+        except RuntimeError:
+            assert crash_at
+        sv.close()
+        return model, generator
+
+    whole, whole_gen = run(tmp_path / "whole")
+    run(tmp_path / "crashed", crash_at=7)
+    resumed, resumed_gen = run(tmp_path / "crashed")
+    assert_same(state(resumed), state(whole))
+    assert np.array_equal(resumed_gen.state.numpy(), whole_gen.state.numpy())
+
+
+def test_fit_initial_epoch_before_the_checkpoint_is_not_a_contradiction(tmp_path, backends):
+    """A checkpoint at epoch 2 of this fit wins over initial_epoch=1 (where its first run
+    started): the re-run continues at epoch 2."""
+    supervised_fit(backends, tmp_path, lambda: build(plain), arrays(epochs=2, initial_epoch=1))
+    again = supervised_fit(backends, tmp_path, lambda: build(plain),
+                           arrays(epochs=4, initial_epoch=1))
+    assert int(again.optimizer.iterations) == 24
+
+
+def test_fit_initial_epoch_after_the_checkpoint_is_refused(tmp_path, backends):
+    supervised_fit(backends, tmp_path, lambda: build(plain), arrays(epochs=2))
+    with pytest.raises(ValueError, match=r"Received: initial_epoch=3\. Expected at most 2: the "
+                       r"checkpoint .* is at epoch 2 .* Give the initial_epoch that fit had"):
+        supervised_fit(backends, tmp_path, lambda: build(plain),
+                       arrays(epochs=5, initial_epoch=3))
+
+
+def test_a_checkpoint_without_seed_states_restores_with_a_warning(tmp_path, backends, caplog):
+    """One written before the seed generators were saved: the resume goes on, and says that it
+    is not exact."""
+    from jupyter_supervisor.eager.checkpointer import _RunState  # pylint: disable=C0415
+    old = build(dropout)
+    old.optimizer.build(old.trainable_variables)
+    tf.train.Checkpoint(model=old, optimizer=old.optimizer, jupyter_supervisor=_RunState({})) \
+        .save(str(tmp_path / "model.ckpt"))
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        supervised_fit(backends, tmp_path, lambda: build(dropout), arrays(epochs=1))
+    assert "holds no state for 2 random-layer seed generator(s)" in caplog.text
+    assert "differs from an uninterrupted one" in caplog.text
+
+
+@pytest.mark.parametrize("crash_at", [12, 16])
+def test_shuffled_arrays_resume_exactly_with_a_global_seed(tmp_path, backends, crash_at):
+    """With a global seed, Keras' array adapter shuffles every run of an epoch the same way:
+    the resume skips exactly the batches the interrupted epoch trained."""
+    check_exact(tmp_path, backends, lambda: build(dropout), arrays(epochs=3, shuffle=True),
+                crash_at)
+
+
+def test_shuffled_resume_without_a_seed_says_it_is_not_exact(tmp_path, backends, caplog):
+    supervised_fit(backends, tmp_path, lambda: build(plain), arrays(epochs=2, shuffle=True),
+                   crash_at=12)
+
+    def unseeded():
+        model = build(plain)
+        tf.random.set_seed(None)  # a kernel whose notebook sets no seed
+        return model
+
+    tf_config.disable_op_determinism()  # it requires a seed
+    try:
+        with caplog.at_level("INFO", logger="jupyter_supervisor"):
+            supervised_fit(backends, tmp_path, unseeded, arrays(epochs=2, shuffle=True))
+    finally:
+        tf.config.experimental.enable_op_determinism()
+    warned = [r.getMessage() for r in caplog.records if "shuffled anew" in r.getMessage()]
+    assert warned == [
+        "This fit resumes inside epoch 2 (after its batch 3) with shuffle=True and no global "
+        "random seed: the epoch is shuffled anew, so the batches trained now are not the "
+        "samples the interrupted epoch had left (some are seen twice in this epoch, some not "
+        "at all), and the run differs from an uninterrupted one. For an exact resume, set a "
+        "seed before building the model (keras.utils.set_random_seed(0)): Keras then draws "
+        "the same order for the epoch in every run."]
+    # Seeded, or unshuffled, a resume says nothing of the kind.
+    caplog.clear()
+    supervised_fit(backends, tmp_path / "seeded", lambda: build(plain),
+                   arrays(epochs=2, shuffle=True), crash_at=12)
+    supervised_fit(backends, tmp_path / "seeded", lambda: build(plain),
+                   arrays(epochs=2, shuffle=True))
+    assert "shuffled anew" not in caplog.text
+
+
+# ------------------------------------------------------------------ a changed model is explained
+
+def fit_then(tmp_path, backends, first, then, match):
+    """Fits ``first()`` in the logdir, then ``then()`` (a fresh kernel's changed model) must be
+    refused with ``match``; the logdir is unchanged by the refusal."""
+    def saved():
+        return {p.name: p.read_bytes() for p in tmp_path.iterdir()
+                if p.name.startswith(("model.ckpt", "checkpoint"))}
+
+    supervised_fit(backends, tmp_path, first, arrays(epochs=1))
+    before = saved()
+    with pytest.raises(CheckpointMismatchError, match=match):
+        supervised_fit(backends, tmp_path, then, arrays(epochs=1))
+    assert saved() == before
+
+
+def with_optimizer(optimizer):
+    def make():
+        model = keras.Sequential([keras.Input((4,)), *plain(), keras.layers.Dense(1)])
+        model.compile(optimizer(), "mse")
+        return model
+    return make
+
+
+def test_dropped_optimizer_slots_are_named_and_refused(tmp_path, backends):
+    fit_then(tmp_path, backends, with_optimizer(keras.optimizers.Adam),
+             with_optimizer(keras.optimizers.SGD),
+             r"holds optimizer state that the tracked optimizer has no place for: 8 value\(s\) "
+             r"\(optimizer/_variables/2, .*\(SGD where it was Adam would drop Adam's moment "
+             r"estimates\)\. Track the optimizer it was saved with")
+
+
+def test_added_optimizer_slots_are_refused(tmp_path, backends):
+    fit_then(tmp_path, backends, with_optimizer(keras.optimizers.SGD),
+             with_optimizer(keras.optimizers.AdamW), r"it has no value for 8 variable\(s\)")
+
+
+def test_a_precision_policy_change_is_named(tmp_path, backends):
+    def mixed():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            return build(plain)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+
+    fit_then(tmp_path, backends, mixed, lambda: build(plain),
+             r"it was saved in mixed precision \(its optimizer was a LossScaleOptimizer\), and "
+             r"the model now trains in full precision \(the dtype policy is 'float32'\)\. Set "
+             r"the policy it was trained with")
+
+
+def test_renamed_track_keys_are_reported_as_renamed(tmp_path, backends):
+    def loop(sv, **objects):
+        with sv.session():
+            sv.track(**objects)
+            sv.step()
+
+    model = build(plain)
+    loop(backends(tmp_path), model=model, optimizer=model.optimizer)
+    again = build(plain)
+    with pytest.raises(CheckpointMismatchError, match=(
+            r"holds the tracked objects under other names: model \(now net\), optimizer "
+            r"\(now opt\)\. Track them under the names they were saved with: "
+            r"sv.track\(model=\.\.\., optimizer=\.\.\.\)")):
+        loop(backends(tmp_path), net=again, opt=again.optimizer)
+
+
+@pytest.mark.parametrize("value, shown", [
+    (tf.function(lambda x: x), "<tensorflow.python.eager.polymorphic_function"),
+    (lambda x: x, "<function "),
+    (3, "3")])
+def test_track_refuses_what_holds_no_variables(tmp_path, backends, value, shown):
+    sv = backends(tmp_path)
+    with sv.session():
+        with pytest.raises(ValueError, match=(
+                r"Invalid value for argument `fn`\. Received: fn=" + shown + r".*Expected a "
+                r"trackable TensorFlow object that holds variables .*: a function or a number "
+                r"holds no state to checkpoint")):
+            sv.track(fn=value)
