@@ -16,15 +16,18 @@ sized to the target), modes alternating, the order rotating each round:
   loop-mgr   the same loop with tf.train.CheckpointManager(...).save() every N steps
 Printed per size x interval: each mode's median wall seconds, the ratio bare/mode (steps/s
 against bare, 1.00 = free), the saves it made, and the training thread's time blocked per save:
-(mode's seconds - bare's seconds) / saves, the median over rounds. Ours also makes a final
+(the mode's overhead - bare's) / saves, the median over rounds, where a run's overhead is its
+seconds less its steps at its own median step time (``overhead``: robust to a load that
+changes between runs, which the plain difference of seconds is not). Ours also makes a final
 save when its session ends; it is counted (and its time is in ours' figure). Each mode runs
-once untimed first (tracing; what the first cell of a kernel pays is bench_cell_cost.py's). Graph code: TF's
-own Supervisor against ours at 1 s and 10 s intervals is bench/bench_training_cost.py.
+once untimed first (tracing; what the first cell of a kernel pays is bench_cell_cost.py's).
+Graph code: TF's own Supervisor against ours at 1 s and 10 s intervals:
+bench/bench_training_cost.py.
 
 The machine is shared (2 cores, other processes): wall-clock figures are noisy; read medians
 and repeat. Nothing is asserted.
 
-    .venv/bin/python bench/bench_save_interval.py                      # ~3 min: 1 and 50 MB, 1 s
+    .venv/bin/python bench/bench_save_interval.py                      # ~4 min: 1 and 50 MB, 1 s
     .venv/bin/python bench/bench_save_interval.py --sizes 1,50,150 --intervals 1,10 --rounds 3
 """
 import argparse
@@ -86,6 +89,26 @@ class Counter:
             self.saves += 1
 
 
+class BatchClock(keras.callbacks.Callback):
+    """The time at the start of each batch of a fit."""
+
+    def __init__(self, marks: list):
+        super().__init__()
+        self.marks = marks
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.marks.append(time.perf_counter())
+
+
+def overhead(seconds: float, marks: list, steps: int) -> float:
+    """Seconds of a run not spent stepping at its own median step time (``marks``: the time
+    at each step's start): what saving and the session's start and end took from the training
+    thread. Measured against the run's own pace, it holds up when the load changes between
+    runs."""
+    step = statistics.median(b - a for a, b in zip(marks, marks[1:]))
+    return seconds - steps * step
+
+
 class Bench:
     def __init__(self, megabytes: float):
         self.model = build(width_for(megabytes))
@@ -119,8 +142,14 @@ class Bench:
         return steps / (time.perf_counter() - start)
 
     def run(self, mode: str, steps: int, every: int, interval: float, logdir: str):
-        """(wall seconds, saves) of ``steps`` steps in ``mode``."""
+        """(wall seconds, saves, overhead seconds) of ``steps`` steps in ``mode``."""
+        marks = []
+        took, saves = self._run(mode, steps, every, interval, logdir, marks)
+        return took, saves, overhead(took, marks, steps)
+
+    def _run(self, mode, steps, every, interval, logdir, marks):
         model = self.model
+        clock = [BatchClock(marks)]
         if mode.endswith("-ours"):
             sv = EagerSupervisor(RunConfig(logdir=logdir, save_model_secs=interval,
                                            save_summaries_secs=0))
@@ -131,10 +160,11 @@ class Bench:
                 with sv.session():
                     if mode == "fit-ours":
                         model.fit(self.data, steps_per_epoch=steps, epochs=1, verbose=0,
-                                  shuffle=False, callbacks=[sv.callback])
+                                  shuffle=False, callbacks=clock + [sv.callback])
                     else:
                         sv.track(model=model, optimizer=model.optimizer)
                         for _ in range(steps):
+                            marks.append(time.perf_counter())
                             sv.step(loss=self.step_once())
             finally:
                 sv.close()
@@ -143,7 +173,8 @@ class Bench:
             return took, counter.saves
         start = time.perf_counter()
         if mode == "fit":
-            model.fit(self.data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+            model.fit(self.data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False,
+                      callbacks=clock)
             return time.perf_counter() - start, 0
         if mode == "fit-keras":
             callbacks = [
@@ -152,7 +183,7 @@ class Bench:
                 keras.callbacks.ModelCheckpoint(os.path.join(logdir, "m.weights.h5"),
                                                 save_weights_only=True, save_freq=every)]
             model.fit(self.data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False,
-                      callbacks=callbacks)
+                      callbacks=clock + callbacks)
             return time.perf_counter() - start, steps // every
         manager = None
         if mode == "loop-mgr":
@@ -161,6 +192,7 @@ class Bench:
                 max_to_keep=5)
         saves, loss = 0, None
         for step in range(1, steps + 1):
+            marks.append(time.perf_counter())
             loss = self.step_once()
             if manager is not None and step % every == 0:
                 manager.save(checkpoint_number=step)
@@ -174,7 +206,7 @@ def main():
     parser.add_argument("--sizes", default="1,50", help="model sizes in MB (e.g. 1,50,150)")
     parser.add_argument("--intervals", default="1", help="save intervals in s (e.g. 1,10)")
     parser.add_argument("--saves", type=int, default=4, help="intervals per run")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
     modes = args.modes.split(",")
@@ -194,15 +226,17 @@ def main():
                     shutil.rmtree(logdir, ignore_errors=True)
             seconds = {m: [] for m in modes}
             saves = {m: [] for m in modes}
+            extra = {m: [] for m in modes}
             for r in range(args.rounds):
                 for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
                     logdir = tempfile.mkdtemp(prefix="bench_interval_")
                     try:
-                        took, made = bench.run(mode, steps, every, interval, logdir)
+                        took, made, spent = bench.run(mode, steps, every, interval, logdir)
                     finally:
                         shutil.rmtree(logdir, ignore_errors=True)
                     seconds[mode].append(took)
                     saves[mode].append(made)
+                    extra[mode].append(spent)
             print(f"\n{bench.megabytes:.1f} MB model, save every {interval:g} s = {every} steps "
                   f"(bare: {rate:.1f} steps/s), {steps} steps per run")
             print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'saves':>6s} "
@@ -216,7 +250,7 @@ def main():
                     ratio = statistics.median(b / s for b, s in zip(seconds[bare],
                                                                     seconds[mode]))
                     blocked = statistics.median(
-                        (s - b) / n for s, b, n in zip(seconds[mode], seconds[bare],
+                        (s - b) / n for s, b, n in zip(extra[mode], extra[bare],
                                                        saves[mode]) if n)
                     line += f" {ratio:8.2f} {made:6g} {blocked * 1000:10.0f} ms"
                 print(line)
