@@ -18,7 +18,9 @@ Printed per size x interval: each mode's median wall seconds, the ratio bare/mod
 against bare, 1.00 = free), the saves it made, and the training thread's time blocked per save:
 (the mode's overhead - bare's) / saves, the median over rounds, where a run's overhead is its
 seconds less its steps at its own median step time (``overhead``: robust to a load that
-changes between runs, which the plain difference of seconds is not). Ours also makes a final
+changes between runs, which the plain difference of seconds is not; it includes what a
+background write takes from training by sharing the cores). "in its step": the time the steps
+that saved took over the median step (the save call itself, on a machine quiet enough). Ours also makes a final
 save when its session ends; it is counted (and its time is in ours' figure). Each mode runs
 once untimed first (tracing; what the first cell of a kernel pays is bench_cell_cost.py's).
 Graph code: TF's own Supervisor against ours at 1 s and 10 s intervals:
@@ -109,6 +111,17 @@ def overhead(seconds: float, marks: list, steps: int) -> float:
     return seconds - steps * step
 
 
+def peak(marks: list, saves: int) -> float:
+    """Seconds per save that the ``saves`` longest steps took over the median step (``marks``:
+    the time at each step's start): the training thread's wait in the steps that saved, on a
+    machine quiet enough that they are the longest."""
+    intervals = sorted(b - a for a, b in zip(marks, marks[1:]))
+    if saves <= 0:
+        return 0.0
+    median = statistics.median(intervals)
+    return sum(i - median for i in intervals[-saves:]) / saves
+
+
 class Bench:
     def __init__(self, megabytes: float):
         self.model = build(width_for(megabytes))
@@ -142,10 +155,13 @@ class Bench:
         return steps / (time.perf_counter() - start)
 
     def run(self, mode: str, steps: int, every: int, interval: float, logdir: str):
-        """(wall seconds, saves, overhead seconds) of ``steps`` steps in ``mode``."""
+        """(wall seconds, saves, overhead seconds, in-step seconds per save) of ``steps``
+        steps in ``mode``."""
         marks = []
         took, saves = self._run(mode, steps, every, interval, logdir, marks)
-        return took, saves, overhead(took, marks, steps)
+        marks.append(time.perf_counter())  # after the last step (ours: before its final save)
+        inside = saves - 1 if mode.endswith("-ours") else saves  # ours' final: after the steps
+        return took, saves, overhead(took, marks[:-1], steps), peak(marks, inside)
 
     def _run(self, mode, steps, every, interval, logdir, marks):
         model = self.model
@@ -227,20 +243,22 @@ def main():
             seconds = {m: [] for m in modes}
             saves = {m: [] for m in modes}
             extra = {m: [] for m in modes}
+            peaks = {m: [] for m in modes}
             for r in range(args.rounds):
                 for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
                     logdir = tempfile.mkdtemp(prefix="bench_interval_")
                     try:
-                        took, made, spent = bench.run(mode, steps, every, interval, logdir)
+                        took, made, spent, step = bench.run(mode, steps, every, interval, logdir)
                     finally:
                         shutil.rmtree(logdir, ignore_errors=True)
                     seconds[mode].append(took)
                     saves[mode].append(made)
                     extra[mode].append(spent)
+                    peaks[mode].append(step)
             print(f"\n{bench.megabytes:.1f} MB model, save every {interval:g} s = {every} steps "
                   f"(bare: {rate:.1f} steps/s), {steps} steps per run")
             print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'saves':>6s} "
-                  f"{'blocked/save':>13s}")
+                  f"{'blocked/save':>13s} {'in its step':>13s}")
             for mode in modes:
                 bare = "fit" if mode.startswith("fit") else "loop"
                 med = statistics.median(seconds[mode])
@@ -252,7 +270,8 @@ def main():
                     blocked = statistics.median(
                         (s - b) / n for s, b, n in zip(extra[mode], extra[bare],
                                                        saves[mode]) if n)
-                    line += f" {ratio:8.2f} {made:6g} {blocked * 1000:10.0f} ms"
+                    line += (f" {ratio:8.2f} {made:6g} {blocked * 1000:10.0f} ms "
+                             f"{statistics.median(peaks[mode]) * 1000:10.0f} ms")
                 print(line)
 
 
