@@ -20,9 +20,10 @@ against bare, 1.00 = free), the saves it made, and the training thread's time bl
 seconds less its steps at its own median step time (``overhead``: robust to a load that
 changes between runs, which the plain difference of seconds is not; it includes what a
 background write takes from training by sharing the cores). "in its step": the time the steps
-that saved took over the median step (the save call itself, on a machine quiet enough). Ours also makes a final
-save when its session ends; it is counted (and its time is in ours' figure). Each mode runs
-once untimed first (tracing; what the first cell of a kernel pays is bench_cell_cost.py's).
+that saved took over the median step (the save call itself, on a machine quiet enough). Ours
+also makes a final save when its session ends; it is counted (and its time is in ours' figure
+but not in "in its step"). Each mode runs once untimed first (tracing; what the first cell of
+a kernel pays is bench_cell_cost.py's).
 Graph code: TF's own Supervisor against ours at 1 s and 10 s intervals:
 bench/bench_training_cost.py.
 

@@ -108,3 +108,19 @@ def test_two_runs_of_one_structure_at_once_do_not_share_copies(tmp_path):
     assert third.copy()
     assert third.copies_of([variable])[0] is not second.copies_of([variable])[0]
     assert finite.VariableCheck.eager([variable]) is finite.VariableCheck.eager([variable])
+
+
+def test_a_check_is_traced_once_and_keeps_no_variable_alive():
+    """VariableCheck.eager gives the same check for the same variables, traced at its first
+    run only; once they are freed, so is the check (its function holds weak references)."""
+    variable = tf.Variable([1.0, float("nan")], name="w")
+    check = finite.VariableCheck.eager([variable])
+    assert check.run() == ["w"]
+    assert finite.VariableCheck.eager([variable]).run() == ["w"]
+    assert check.traces == 1
+    alive = weakref.ref(variable)
+    del variable, check
+    gc.collect()
+    assert alive() is None
+    checks = finite._EAGER_CHECKS._checks  # pylint: disable=protected-access
+    assert all(all(ref() is not None for ref in refs) for refs, _ in checks.values())
