@@ -238,7 +238,10 @@ _POOL = _TracedPool()
 
 def _structure(objects: list, edges: list) -> tuple:
     """What a traced write of ``objects`` depends on: the edges and names of the object graph,
-    and each object's type, or a variable's name, dtype and shape."""
+    and each object's type, or a variable's name, dtype and shape. The variables' names too:
+    the check of the copies names the variables that are not finite by its copies' names, and
+    a checkpoint records them (``full_name``); so a model built again (Keras names it
+    ``sequential_1``) traces its own write."""
     kinds = []
     for obj in objects:
         if is_variable(obj):
