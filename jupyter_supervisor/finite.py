@@ -41,7 +41,8 @@ import logging
 import math
 import threading
 import time
-from typing import Callable, List, Mapping, NamedTuple, Optional, Sequence
+import weakref
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from . import events
 from ._validate import check_number, invalid
@@ -283,18 +284,19 @@ class VariableCheck:
     @classmethod
     def eager(cls, variables: Sequence) -> "VariableCheck":
         """The check of ``variables`` (tf.Variables) as one ``tf.function``, traced at its
-        first run (about 3 ms per variable: for a model of a few hundred, a second)."""
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        first run (about 3 ms per variable: for a model of a few hundred, a second). The same
+        variables get the same check, for as long as they live (``_EagerChecks``): each
+        supervisor of a model re-run in a kernel would otherwise trace it again, and
+        TensorFlow warns of retracing from the fifth."""
         variables = _float_variables(variables)
-        if not variables:
-            check = cls([], lambda: [])
-        else:
-            flags = tf.function(lambda: finite_flags(variables), autograph=False)
-            check = cls([_name(v) for v in variables], lambda: flags().numpy())
-        check._variables = variables
-        return check
+        return _EAGER_CHECKS.get(cls, variables)
 
-    _variables: list = []  # eager: the variables checked
+    _refs: tuple = ()  # eager: weak references to the variables checked
+    traces = 0   # eager: times its function was traced (once, at its first run)
+
+    @property
+    def _variables(self) -> list:
+        return [ref() for ref in self._refs]
 
     def run(self, *sess) -> List[str]:
         """The names of the variables holding a NaN or an infinity now ([] if none)."""
@@ -350,6 +352,47 @@ class VariableCheck:
             return written
 
         return guarded
+
+
+class _EagerChecks:
+    """The eager ``VariableCheck`` of each list of variables in use, held by weak references
+    to the variables: a check lives while its variables do."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._checks: Dict[tuple, tuple] = {}   # ids -> (weak references, check)
+
+    def get(self, cls, variables: list) -> "VariableCheck":
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        key = tuple(id(v) for v in variables)
+        with self._lock:
+            found = self._checks.get(key)
+            if found is not None and all(ref() is v for ref, v in zip(found[0], variables)):
+                return found[1]
+        refs = tuple(weakref.ref(v, lambda _, k=key: self._drop(k)) for v in variables)
+        if not variables:
+            check = cls([], lambda: [])
+        else:
+            def traced():
+                check.traces += 1
+                # Weak references here too, or the check would keep its variables alive.
+                return finite_flags([ref() for ref in refs])
+
+            flags = tf.function(traced, autograph=False)
+            check = cls([_name(v) for v in variables], lambda: flags().numpy())
+        check._refs = refs
+        with self._lock:
+            self._checks[key] = (refs, check)
+        return check
+
+    def _drop(self, key: tuple) -> None:
+        with self._lock:
+            found = self._checks.get(key)
+            if found is not None and any(ref() is None for ref in found[0]):
+                del self._checks[key]
+
+
+_EAGER_CHECKS = _EagerChecks()
 
 
 def _one_by_one(tf, tensors, names: Sequence[str], name: Optional[str] = None):

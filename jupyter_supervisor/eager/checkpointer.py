@@ -186,6 +186,7 @@ class Checkpointer:
             {**self.items, STATE_NAME: self._state}, self._logdir,
             self._config.checkpoint_basename, self._config.keep, existing,
             async_save=self._async_save, on_saved=self._on_saved,
+            owners=list(self.items.values()),
             checked=(_trainable_variables(self.items.values())
                      if self._policy.checks else ()),
             on_error=self._request_stop)

@@ -380,6 +380,7 @@ class EagerSupervisor:
         if self._checkpointer.writer is not None:
             with contextlib.suppress(Exception):
                 self._checkpointer.writer.wait(self._config.stop_grace_secs)
+            self._checkpointer.writer.release()
         claims.release(self)
         self._reporter.close()
         if self._lock is not None:
@@ -629,6 +630,7 @@ class EagerSupervisor:
                         "missing.")
             except BaseException as e:  # pylint: disable=broad-except
                 error = error or e
+            writer.release()
             if writer.sync_reason:
                 self._notes.append(writer.sync_reason)
         if self._attached is None and self._logdir and error is None and self._callback is None:
