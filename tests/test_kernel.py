@@ -439,7 +439,9 @@ def test_interrupt_in_wait_mode_stops_gracefully_with_final_checkpoint(kernel, l
     assert "Traceback" not in reply.stream() and "KeyboardInterrupt" not in reply.stream()
 
 
-def test_interrupting_supervise_wait_stops_the_waiting_not_the_run(kernel, logdir):
+def _interrupted_beside_a_run(kernel, logdir, code):
+    """Starts a background run on ``logdir``, then executes ``code`` and interrupts the kernel
+    once while it executes: (the run's name, the reply)."""
     kernel.model()
     name = logdir.rsplit("/", 1)[-1]
     kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0\n{LOOP}")
@@ -451,8 +453,13 @@ def test_interrupting_supervise_wait_stops_the_waiting_not_the_run(kernel, logdi
             interrupted.append(True)
             kernel.km.interrupt_kernel()
 
-    reply = kernel.execute(f"%supervise wait {name}", while_waiting=interrupt_once)
+    reply = kernel.execute(code.format(name=name), while_waiting=interrupt_once)
     assert interrupted
+    return name, reply
+
+
+def test_interrupting_supervise_wait_stops_the_waiting_not_the_run(kernel, logdir):
+    name, reply = _interrupted_beside_a_run(kernel, logdir, "%supervise wait {name}")
     assert reply.status == "ok" and reply.error is None
     line, = reply.stream().splitlines()
     assert re.fullmatch(rf"Stopped waiting: run '{name}' goes on running \(step \d+\); "
@@ -628,18 +635,7 @@ def test_a_body_busy_outside_tensorflow_is_reported_as_still_stopping(kernel, lo
 
 
 def test_the_notebooks_interrupt_stops_the_cell_not_a_background_run(kernel, logdir):
-    kernel.model()
-    name = logdir.rsplit("/", 1)[-1]
-    kernel.ok(f"%%supervise --logdir {logdir} --save-model-secs 0\n{LOOP}")
-    kernel.wait_until(f"(get_run({name!r}).global_step or 0) > 10", "training")
-    interrupted = []
-
-    def interrupt_once():
-        if not interrupted:
-            interrupted.append(True)
-            kernel.km.interrupt_kernel()
-
-    reply = kernel.execute("threading.Event().wait(60)", while_waiting=interrupt_once)
+    name, reply = _interrupted_beside_a_run(kernel, logdir, "threading.Event().wait(60)")
     assert reply.status == "error" and reply.error["ename"] == "KeyboardInterrupt"
     step = kernel.value(run_expr(name, "global_step"))
     kernel.wait_until(f"get_run({name!r}).global_step > {step}", "steps after the interrupt")
