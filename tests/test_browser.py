@@ -9,7 +9,8 @@ another way, read from the page as a user sees it:
   epoch/batch of that step;
 - "live" (verbose=1) trains while the curves are explored: the value under the mouse as text,
   the log scale, drag-zoom and double-click reset; its output shows no escape characters; then
-  the Stop button: 'stopped' at the newest checkpoint's step;
+  the Stop button: 'stopped' at the newest checkpoint's step; Resume: 'running' again, the
+  timeline saying from which checkpoint;
 - `%supervise compare short cmd` overlays two runs with a legend and a two-line readout;
 - a reloaded page shows the panels again with their timelines and every point;
 - a kernel restart turns the old panels visibly dead within seconds, buttons disabled.
@@ -467,6 +468,18 @@ def _drive(page, lab, root: Path) -> None:
     expect(live.locator(".jsv-timeline")).to_contain_text("started at step 0")
     page.wait_for_function("e => Number(e.dataset.points) >= 3",
                            arg=live.locator(".jsv-chart[data-tag='loss']").element_handle())
+
+    # Resume (the button): running again from the stopped step's checkpoint, said so.
+    live.locator("button.jsv-resume").click()
+    expect(live.locator(".jsv-status")).to_have_text("running")
+    expect(live.locator(".jsv-timeline")).to_contain_text(
+        f"resumed from model.ckpt-{stopped_at} (step {stopped_at})")
+    expect(live.locator("button.jsv-stop")).to_be_enabled()
+    expect(live.locator("button.jsv-resume")).to_be_disabled()
+    page.wait_for_function(
+        f"e => Number(e.textContent.replace(/[^0-9]/g, '')) > {stopped_at}",
+        arg=live.locator(".jsv-step").element_handle())
+    _shot(page, live, "panel-resumed.png")
 
     # A kernel restart: every old panel says the kernel is gone, its buttons disabled.
     page.get_by_role("menuitem", name="Kernel", exact=True).click()

@@ -740,6 +740,10 @@ class _Restarts:
         return stack[i][1] if i < len(stack) else math.inf
 
 
+# The tag of a step counter's records ("global_step/sec", TensorFlow's "<step op>/sec").
+RATE_SUFFIX = "/sec"
+
+
 def _read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict[str, _Series]:
     tb = _tensorboard_reader()
     start = tb.event_pb2.SessionLog.START
@@ -755,13 +759,21 @@ def _read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dic
                 and event.session_log.status == start):
             restarts.add(position, event.step)
     # Second pass: the points no later START purges.
+    # A step counter's first record after a START measured the session's start-up (tracing,
+    # restoring), not training: skipped, as the live history skips it (_on_step_rate).
     limit = math.inf if upto_step is None else upto_step
     series: Dict[str, _Series] = {}
+    rates_since_start: set = set()
     for position, event in enumerate(_events(tb, logdir)):
+        if event.HasField("session_log") and event.session_log.status == start:
+            rates_since_start.clear()
         if (not event.HasField("summary") or event.step > limit
                 or event.step >= restarts.cut(position)):
             continue
         for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
+            if tag.endswith(RATE_SUFFIX) and tag not in rates_since_start:
+                rates_since_start.add(tag)
+                continue
             target = series.get(tag)
             if target is None:
                 target = series[tag] = _Series(max_points)
