@@ -399,8 +399,11 @@ def _drive(page, lab, root: Path) -> None:
     expect(live.locator(".jsv-rate")).to_have_text(re.compile(r"^[\d,.]+ steps/s$"))
     chart = live.locator(".jsv-chart[data-tag='loss']")
     page.wait_for_function("e => Number(e.dataset.points) >= 3", arg=chart.element_handle())
+    # Every tag there (charts sit in tag order: one that comes later moves "loss" on the page,
+    # and a drag would then start where the chart was).
     tags = live.locator(".jsv-tag")
-    assert tags.count() >= 1 and all(t.is_visible() for t in tags.all())
+    expect(tags).to_have_text(["epoch_loss", "global_step/sec", "loss"])
+    assert all(t.is_visible() for t in tags.all())
     box = chart.locator(".jsv-canvas-box")
     box.scroll_into_view_if_needed()
     area = box.bounding_box()
@@ -412,6 +415,8 @@ def _drive(page, lab, root: Path) -> None:
     expect(chart).to_have_attribute("data-yscale", "log")
     assert chart.get_attribute("data-y-ticks") != linear_ticks
     whole = chart.get_attribute("data-x-domain")
+    box.scroll_into_view_if_needed()
+    area = box.bounding_box()
     page.mouse.move(area["x"] + 70, area["y"] + 40)
     page.mouse.down()
     page.mouse.move(area["x"] + area["width"] * 0.5, area["y"] + 40, steps=5)
