@@ -2,6 +2,8 @@
 gives) ends with the same weights and optimizer state, bit for bit, as an uninterrupted run of
 the same seeds. The crash is an exception raised at a batch's end; the checkpoint is written at
 every step boundary, so the resume continues from the boundary before it."""
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -70,19 +72,21 @@ def assert_same(a, b):
         assert np.array_equal(u, v), (i, np.max(np.abs(u - v)))
 
 
+def _crashing(crash_at):
+    """The crash the body raises at batch ``crash_at``, or no error at all without one."""
+    return (pytest.raises(RuntimeError, match="crash at batch") if crash_at
+            else contextlib.nullcontext())
+
+
 def supervised_fit(backends, logdir, make, fit_kwargs, crash_at=None):
     """One session: a fresh model fit under the eager backend (raising at batch ``crash_at``);
     returns the model."""
     model = make()
     sv = backends(logdir, save_model_secs=EVERY_STEP)
     callbacks = [sv.callback] + ([Crash(crash_at)] if crash_at else [])
-    try:
+    with _crashing(crash_at):
         with sv.session():
             model.fit(**fit_kwargs, verbose=0, callbacks=callbacks)
-    except RuntimeError as error:
-        assert crash_at and "crash at batch" in str(error)
-    else:
-        assert not crash_at
     sv.close()
     return model
 
@@ -152,7 +156,7 @@ def test_custom_loop_with_a_random_generator_resumes_exactly(tmp_path, backends)
         model = build(plain)
         generator = tf.random.Generator.from_seed(7)
         sv = backends(logdir, save_model_secs=EVERY_STEP, max_steps=12)
-        try:
+        with _crashing(crash_at):
             with sv.session():
                 sv.track(model=model, optimizer=model.optimizer, noise=generator)
                 while not sv.should_stop():
@@ -165,8 +169,6 @@ def test_custom_loop_with_a_random_generator_resumes_exactly(tmp_path, backends)
                     if sv.read_step() + 1 == crash_at:
                         raise RuntimeError("crash at batch")
                     sv.step(loss=loss)
-        except RuntimeError:
-            assert crash_at
         sv.close()
         return model, generator
 
