@@ -296,10 +296,15 @@ class Checkpointer:
                     self._roll_back()
 
     def save_at_boundary(self) -> None:
-        """Saves when a save is due or asked for."""
+        """Saves when a save is asked for, or is due and the write before it ended. A due save
+        is postponed while that write runs (a write longer than the interval: a large model,
+        a slow disk) to the first boundary after it: the training thread never waits for a
+        write that no one waits for, as Keras' callbacks make it wait for every write."""
         request = self._save_request
-        if request is not None or (self.writer is not None and self.timer.due()):
+        if request is not None:
             self._save_at_boundary(request)
+        elif self.writer is not None and self.timer.due() and not self.writer.writing:
+            self._save_at_boundary(None)
 
     def take_pending_verdict(self) -> None:
         """Takes the verdict of the newest save now, if one is pending (before a stop: a

@@ -641,9 +641,8 @@ class CheckpointWriter:
         copies itself only to name what a refused write held (or after a write that failed).
         While the write runs, ``verdict()`` would run the fused check, on every core: the
         training thread takes the verdict before then only when it must."""
-        verdict, thread = self._verdict, self._thread
-        return verdict is not None and (verdict.known or thread is None
-                                        or not thread.is_alive())
+        verdict = self._verdict
+        return verdict is not None and (verdict.known or not self.writing)
 
     def verdict(self) -> Optional[Refusal]:
         """The verdict of the newest checked save, and only once; None when there is none to
@@ -696,6 +695,12 @@ class CheckpointWriter:
         self.threads.append(thread)
         return path
 
+    @property
+    def writing(self) -> bool:
+        """True while the write of the newest save runs (its thread is alive)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
         thread = self._thread
@@ -714,8 +719,7 @@ class CheckpointWriter:
         """After the last save, once its write ended: the snapshot's copies and traced writes
         serve the next writer of the same objects in this process (``Snapshot.release``).
         While a write runs, nothing is released."""
-        thread = self._thread
-        if self._snapshot is not None and (thread is None or not thread.is_alive()):
+        if self._snapshot is not None and not self.writing:
             self._snapshot.release()
 
     def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
