@@ -304,6 +304,20 @@ class VariableCheck:
             return []
         return [name for name, ok in zip(self.names, self._evaluate(*sess)) if not ok]
 
+    def standing_for(self, variables: Sequence) -> "VariableCheck":
+        """The same check, naming ``variables`` (of the same dtypes, in the same order) in
+        place of the variables it checks: the check of a snapshot's copies names the
+        variables they are copies of."""
+        names = [_name(v) for v in _float_variables(variables)]
+        if len(names) != len(self.names):
+            raise ValueError(f"standing_for: {len(names)} float variables for a check of "
+                             f"{len(self.names)}")
+        if names == self.names:
+            return self
+        check = VariableCheck(names, self._evaluate)
+        check._refs = self._refs
+        return check
+
     def guard(self, write: Callable):
         """Eager: ``write(prefix)`` builds, in a ``tf.function`` being traced, the write of a
         checkpoint that saves this check's variables (``tf.train.Checkpoint.write``). Returns a

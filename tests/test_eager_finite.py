@@ -9,6 +9,7 @@ a known step makes the divergence exact; the body saves at fixed steps where the
 import glob
 import os
 import threading
+import time
 
 import keras
 import numpy as np
@@ -247,12 +248,11 @@ def test_a_save_asked_from_another_thread_rolls_back_at_the_next_step(tmp_path, 
     assert_every_checkpoint_finite(tmp_path)
 
 
-def quiet_body(sv, train_step, poison_at, stop_at, settle_until=10**9):
+def quiet_body(sv, train_step, poison_at, stop_at):
     """Trains without reporting a loss, so that only the check of the weights can see the
-    divergence; the batch of step ``poison_at`` is bad once. Returns the steps trained. Up to
-    step ``settle_until``, each step waits until the write of its save ended
-    (``writes_ended``), so that every boundary saves and finds the verdict before known; after
-    it, the writes run beside the steps, and a due save waits for the write before it."""
+    divergence; the batch of step ``poison_at`` is bad once. Returns the steps trained. Each
+    step waits until the write of its save ended (``writes_ended``), so that every boundary
+    saves and finds the verdict of the save before known."""
     steps, poisoned = [], False
     while not sv.should_stop():
         assert len(steps) < 1000, "the run did not end"
@@ -260,8 +260,7 @@ def quiet_body(sv, train_step, poison_at, stop_at, settle_until=10**9):
         poisoned = poisoned or bad
         train_step(bad)
         steps.append(sv.step())
-        if steps[-1] <= settle_until:
-            writes_ended(sv, DEADLINE)
+        writes_ended(sv, DEADLINE)
         if steps[-1] >= stop_at:
             sv.request_stop()
     return steps
@@ -315,7 +314,7 @@ def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
     assert recorder.of(events.Stopped)[-1].exception is error
 
 
-def quiet_rollback(tmp_path, backends, stop_at, settle_until=10**9):
+def quiet_rollback(tmp_path, backends, stop_at):
     """``quiet_body`` with on_nan="rollback" and a save due at every step, poisoned at step
     25; returns (sv, model, optimizer, the steps trained, the recorder of its events)."""
     model, opt, train_step = loop_setup()
@@ -324,8 +323,7 @@ def quiet_rollback(tmp_path, backends, stop_at, settle_until=10**9):
     sv.add_listener(recorder)
     with sv.session():
         sv.track(model=model, optimizer=opt)
-        steps = quiet_body(sv, train_step, poison_at=25, stop_at=stop_at,
-                           settle_until=settle_until)
+        steps = quiet_body(sv, train_step, poison_at=25, stop_at=stop_at)
     return sv, model, opt, steps, recorder
 
 
@@ -350,16 +348,33 @@ def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
 
 
 def test_quiet_weights_roll_back_once_the_write_ended(tmp_path, backends):
-    """The same, with the writes running beside the steps from step 25 on: the boundaries
-    while the refused write runs neither wait for it nor save (a due save waits for the write
-    before it), so training goes on (on the diverged model) until the first boundary after
-    the write ended, which rolls back to 24: the steps trained meanwhile are discarded. However
-    many they were, the run then goes on from step 24 and every checkpoint is finite."""
-    sv, model, opt, steps, recorder = quiet_rollback(tmp_path, backends, stop_at=30,
-                                                     settle_until=24)
-    back = steps.index(24, 24)  # where sv.step() returned the restored step
-    assert steps[:back] == list(range(1, back + 1)) and back >= 25
-    assert steps[back:] == list(range(24, 31))
+    """The same, with the refused write running beside the steps: the boundaries while it runs
+    neither wait for it nor save (a due save waits for the write before it), so training goes
+    on (on the diverged model) until the first boundary after the write ended, which rolls
+    back to 24: the steps trained meanwhile are discarded. However many they were, the run
+    then goes on from step 24 and every checkpoint is finite."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3, on_nan=finite.ROLLBACK)
+    recorder = Recorder()
+    sv.add_listener(recorder)
+    deadline = time.monotonic() + DEADLINE
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        for step in range(1, 25):
+            train_step()
+            assert sv.step() == step
+            writes_ended(sv, DEADLINE)  # every step saves
+        train_step(bad=True)
+        assert sv.step() == 25  # its save is refused by the write it starts
+        meanwhile = []
+        while not meanwhile or meanwhile[-1] != 24:  # until the boundary that rolls back
+            assert time.monotonic() < deadline, f"no rollback after {meanwhile}"
+            train_step()
+            meanwhile.append(sv.step())
+        assert meanwhile == list(range(26, 25 + len(meanwhile))) + [24]
+        for step in range(25, 31):
+            train_step()
+            assert sv.step() == step
     assert sv.read_step() == 30 == int(opt.iterations)
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
     assert step_of(checkpoint_paths(str(tmp_path))[0]) == 30

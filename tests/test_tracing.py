@@ -66,6 +66,34 @@ def test_ten_cells_in_a_kernel_trace_the_write_once_per_model_and_never_warn(ker
             and m["content"]["name"] == "stderr"] == []
 
 
+def test_cells_that_build_their_model_again_trace_the_write_once_and_free_it(kernel):
+    """Five times: a cell builds the model (in the kernel's main thread, where Keras numbers
+    each new model: sequential_2, sequential_3, ...), and a %%supervise cell fits it. The
+    model before is freed once the name is bound again (an ended run keeps no model alive),
+    and the new one takes the write traced for it: one traced write, traced once. Keras traces
+    a new train function for each new model, and TensorFlow may warn of that; no warning
+    names a function of ours."""
+    kernel.ok(MODELS + "import gc, weakref\nbuilt = []\n")
+    start = len(kernel.iopub)
+    entry_of_model = ("[t for t in saving._POOL._free.values() "
+                      "if any(r() is model for r in t.owners)]")
+    for cell in range(5):
+        kernel.ok("model = mlp(12, 1)\nbuilt.append(weakref.ref(model))")
+        kernel.ok(f"%%supervise --logdir runs/built{cell} --wait\n"
+                  "model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[sv.callback])")
+        if cell == 0:
+            kernel.ok(f"first, = {entry_of_model}")
+    assert kernel.value("model.name") == "sequential_6"  # each model has names of its own
+    assert kernel.value(f"{entry_of_model} == [first] and first.traces") == 1
+    kernel.ok("gc.collect()")
+    assert kernel.value("[m() is not None for m in built]") == [False] * 4 + [True]
+    text = json.dumps([m["content"] for m in kernel.iopub[start:]])
+    warned = [line for line in text.split("\\n") if "retracing" in line]
+    assert all("TensorFlowTrainer" in line for line in warned), warned
+    for ours in ("VariableCheck", "Snapshot", "guard", "jupyter_supervisor"):
+        assert not any(ours in line for line in warned), warned
+
+
 def _cell(model, x, y, logdir):
     sv = EagerSupervisor(RunConfig(logdir=str(logdir)))
     try:
@@ -75,23 +103,66 @@ def _cell(model, x, y, logdir):
         sv.close()
 
 
-def test_the_reuse_keeps_no_model_alive(tmp_path):
-    """Once the model is freed, its copies and traced writes are dropped, and so are its
-    checks: the pool holds weak references to what it serves."""
-    x = np.ones((32, 4), np.float32)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+def _mlp(*widths):
+    model = keras.Sequential([keras.Input((4,))] + [keras.layers.Dense(w) for w in widths])
     model.compile(keras.optimizers.Adam(1e-3), "mse")
+    return model
+
+
+def _entry_of(model):
+    """The pool's entry given back for ``model``."""
+    found = [t for t in saving._POOL._free.values()  # pylint: disable=protected-access
+             if any(ref() is model for ref in t.owners)]
+    assert len(found) == 1
+    return found[0]
+
+
+def test_the_reuse_keeps_no_model_alive(tmp_path):
+    """Once the model is freed, its copies and traced writes are kept for a model of the same
+    structure (the cell builds it again) until a run of another structure, which frees them;
+    nothing of them keeps the model alive. Its checks are freed with it."""
+    x = np.ones((32, 4), np.float32)
+    model = _mlp(3, 1)
     for run in range(2):
         _cell(model, x, x[:, :1], tmp_path / f"run{run}")
-    traced = [t for t in saving._POOL._free.values()  # pylint: disable=protected-access
-              if any(ref() is model for ref in t.owners)]
-    assert [t.traces for t in traced] == [1]
-    alive, entry = weakref.ref(model), weakref.ref(traced[0])
-    del model, traced
+    assert _entry_of(model).traces == 1
+    alive, entry = weakref.ref(model), weakref.ref(_entry_of(model))
+    del model
     gc.collect()
     assert alive() is None
-    gc.collect()  # the entry is freed by the model's weak reference's callback, then collected
+    assert entry() is not None and entry().orphaned
+    _cell(_mlp(5, 2, 1), x, x[:, :1], tmp_path / "other")
+    gc.collect()
     assert entry() is None
+
+
+def test_a_model_built_again_reuses_the_write_and_names_its_own_variables(tmp_path):
+    """A cell that builds its model and fits it: each run's model is new (Keras names it
+    sequential_N), the one before freed. It takes the write traced for that one (one trace in
+    all), and a refused save names the new model's variables, not the copies' first names."""
+    x = np.ones((32, 4), np.float32)
+    first = _mlp(6, 1)
+    _cell(first, x, x[:, :1], tmp_path / "run0")
+    entry = weakref.ref(_entry_of(first))
+    del first
+    gc.collect()
+    for run in range(1, 3):
+        model = _mlp(6, 1)
+        _cell(model, x, x[:, :1], tmp_path / f"run{run}")
+        assert _entry_of(model) is entry() and entry().traces == 1
+    kernel = model.layers[0].kernel
+    kernel.assign(tf.fill(kernel.shape, np.nan))
+    sv = EagerSupervisor(RunConfig(logdir=str(tmp_path / "diverged")))
+    try:
+        with pytest.raises(finite.NonFiniteError) as raised:
+            with sv.session():
+                sv.track(model=model, optimizer=model.optimizer)
+                sv.step()
+                sv.save_now()
+    finally:
+        sv.close()
+    assert f"variable {kernel.path!r} holds NaN" in str(raised.value)
+    assert entry().traces == 1
 
 
 def test_two_runs_of_one_structure_at_once_do_not_share_copies(tmp_path):

@@ -192,6 +192,12 @@ class Checkpointer:
             on_error=self._request_stop)
         return restored
 
+    def forget(self) -> None:
+        """After the session: drops the tracked objects. A run's record outlives its session
+        (``%supervise list``), and a cell that builds its model again must free the model of
+        its last run, with its accelerator memory."""
+        self.items = self._root = self._state = self.writer = None
+
     def restore(self, step: int) -> str:
         """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
         returns its path. RuntimeError when this process cannot read it."""

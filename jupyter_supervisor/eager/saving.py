@@ -312,11 +312,12 @@ def restore_newest(root, logdir: str, paths: List[str]) -> Optional[str]:
 # ------------------------------------------------------------------------------------ save
 
 class _Traced:
-    """What the snapshots of one object graph reuse, from one session to the next in a kernel
-    (a notebook re-runs its cells): the host copies, by the object's index in the graph, and
-    the writes traced for them, by the indices of the checked copies. Tracing a write costs
-    far more than the write of a small model (a 1 MB MLP: 0.2 s against 15 ms); a traced write
-    reads only the copies, so it serves any objects of the same ``key``."""
+    """What the snapshots of one object graph structure reuse, from one session to the next in
+    a kernel (a notebook re-runs its cells, or builds its model again in the cell): the host
+    copies, by the object's index in the graph, and the writes traced for them, by the indices
+    of the checked copies. Tracing a write costs far more than the write of a small model (a
+    1 MB MLP: 0.2 s against 15 ms); a traced write reads only the copies, so it serves any
+    objects of the same ``key``."""
 
     def __init__(self, key: tuple):
         self.key = key
@@ -325,36 +326,56 @@ class _Traced:
         self.owners: list = []   # weak references to the objects it was given back for
         self.traces = 0   # writes traced (the Python body of a write runs only then)
 
+    @property
+    def orphaned(self) -> bool:
+        """True when every object it was given back for is freed."""
+        return all(ref() is None for ref in self.owners)
+
 
 class _TracedPool:
-    """The ``_Traced`` of each object graph not in use. A snapshot takes its graph's (or a new
-    one) and gives it back when its writes ended, so two runs never share copies. An entry
-    lives while the objects it was last given back for live (weak references): freeing the
-    model frees its copies."""
+    """The ``_Traced`` of each object graph structure not in use. A snapshot takes its
+    structure's (or a new one) and gives it back when its writes ended, so two runs never share
+    copies. An entry lives while an object it was given back for lives (weak references); the
+    newest entry whose objects were all freed (an orphan) is kept too, until a snapshot takes
+    it or takes an entry of another structure: a cell that builds its model again frees the
+    model of its last run before the new one saves, and the new one takes that entry. So the
+    copies of a freed model stay in memory only until the next run, which would need as much."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._free: Dict[tuple, _Traced] = {}
+        self._orphan: Optional[_Traced] = None
 
     def take(self, key: tuple) -> _Traced:
         with self._lock:
-            return self._free.pop(key, None) or _Traced(key)
+            found = self._free.pop(key, None)
+            orphan, self._orphan = self._orphan, None
+            if orphan is not None and orphan is not found:
+                self._free.pop(orphan.key, None)   # another structure runs now: free it
+            if found is not None:
+                found.owners = [ref for ref in found.owners if ref() is not None]
+            return found or _Traced(key)
 
     def give_back(self, traced: _Traced, owners) -> None:
         known = [ref() for ref in traced.owners]
         try:
             for owner in owners:
                 if not any(owner is other for other in known):
-                    traced.owners.append(weakref.ref(owner, lambda _, t=traced: self._drop(t)))
+                    traced.owners.append(weakref.ref(owner, lambda _, t=traced: self._freed(t)))
         except TypeError:  # an object without weak references: it could never be freed
             return
         with self._lock:
             self._free[traced.key] = traced
 
-    def _drop(self, traced: _Traced) -> None:
+    def _freed(self, traced: _Traced) -> None:
+        """An object ``traced`` was given back for is freed: once all are, it is the orphan
+        (the one before, if another, is dropped)."""
         with self._lock:
-            if self._free.get(traced.key) is traced:
-                del self._free[traced.key]
+            if self._free.get(traced.key) is not traced or not traced.orphaned:
+                return
+            old, self._orphan = self._orphan, traced
+            if old is not None and old is not traced and self._free.get(old.key) is old:
+                del self._free[old.key]
 
 
 _POOL = _TracedPool()
@@ -362,15 +383,16 @@ _POOL = _TracedPool()
 
 def _structure(objects: list, edges: list) -> tuple:
     """What a traced write of ``objects`` depends on: the edges and names of the object graph,
-    and each object's type, or a variable's name, dtype and shape. The variables' names too:
-    the check of the copies names the variables that are not finite by its copies' names, and
-    a checkpoint records them (``full_name``); so a model built again (Keras names it
-    ``sequential_1``) traces its own write."""
+    and each object's type, or a variable's dtype and shape. Not the variables' own names: a
+    model built again (Keras names it ``sequential_1``) reuses the write traced for the model
+    before. Its copies keep that model's names, which the checkpoint records beside each value
+    (``full_name``, read only by a TF1 name-based Saver); the finiteness check's messages name
+    the variables of the run (``Snapshot.write_function``)."""
     kinds = []
     for obj in objects:
         if is_variable(obj):
             base = base_variable(obj)
-            kinds.append((base.name, base.dtype.name, tuple(base.shape.as_list())))
+            kinds.append((base.dtype.name, tuple(base.shape.as_list())))
         else:
             kinds.append(type(obj).__qualname__)
     return tuple(edges), tuple(kinds)
@@ -494,8 +516,14 @@ class Snapshot:
         for index, copy in self._traced.copies.items():
             by_copy[copy] = index
         key = tuple(by_copy[copy] for copy in copies)
-        if key in self._traced.writes:
-            return self._traced.writes[key]
+        if key not in self._traced.writes:
+            self._traced.writes[key] = self._trace_write(copies)
+        function, check = self._traced.writes[key]
+        # The copies may be named after the variables of a model built before this one.
+        return function, check.standing_for(checked) if copies else check
+
+    def _trace_write(self, copies: list) -> tuple:
+        """(the traced write, the check of ``copies``): see ``write_function``."""
         check = finite.VariableCheck.eager(copies)
         device = next(iter(self._copies.values())).device  # save_counter's copy, at least
         writer, traced = self.writer, self._traced
@@ -509,9 +537,7 @@ class Snapshot:
 
         function = tf.function(check.guard(write), autograph=False,
                                input_signature=[tf.TensorSpec([], tf.string)])
-        made = (function.get_concrete_function(), check)
-        traced.writes[key] = made
-        return made
+        return function.get_concrete_function(), check
 
 
 class Refusal:

@@ -381,6 +381,9 @@ class EagerSupervisor:
             with contextlib.suppress(Exception):
                 self._checkpointer.writer.wait(self._config.stop_grace_secs)
             self._checkpointer.writer.release()
+        self._checkpointer.forget()
+        if self._callback is not None:
+            self._callback.set_model(None)
         claims.release(self)
         self._reporter.close()
         if self._lock is not None:
