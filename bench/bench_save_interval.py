@@ -1,11 +1,12 @@
-"""Saving at equal intervals: ours against Keras' callbacks and a hand-written
-``tf.train.CheckpointManager`` loop, for models of a few sizes, each against bare training of
-the same steps in the same run.
+"""Saving at equal intervals: ours against Keras' callbacks, a hand-written
+``tf.train.CheckpointManager`` loop and TensorFlow's own graph Supervisor, for models of a few
+sizes, each against bare training of the same steps in the same run.
 
 For each model size (weights + Adam's two slots, float32: ``--sizes`` in MB) and save interval
 (``--intervals`` in seconds), the number of steps N that bare training does in one interval is
-measured first; then every mode trains the same ``--saves`` x N steps (batch 32, a two-layer MLP
-sized to the target), modes alternating, the order rotating each round:
+measured first (eager and graph code apart: a graph step is faster); then every mode trains the
+same ``--saves`` x N steps (batch 32, a two-layer MLP sized to the target), modes alternating,
+the order rotating each round:
   fit        model.fit bare (no callback)
   fit-ours   model.fit(callbacks=[sv.callback]) under an EagerSupervisor, save_model_secs=interval
   fit-keras  model.fit with BackupAndRestore(save_freq=N) + ModelCheckpoint(save_freq=N,
@@ -14,24 +15,40 @@ sized to the target), modes alternating, the order rotating each round:
   loop       a tf.function step in a Python loop, bare
   loop-ours  the same loop under sv.track(model=..., optimizer=...) + sv.step(), same interval
   loop-mgr   the same loop with tf.train.CheckpointManager(...).save() every N steps
+  graph      graph code (TF 1): the same MLP built in a tf.Graph of its own (tf.compat.v1
+             variables, AdamOptimizer, random batches made in the graph), a plain
+             tf.compat.v1.Session and a loop of sess.run(train_op), bare
+  graph-tf   the same loop under tf.compat.v1.train.Supervisor(logdir=..., save_model_secs=
+             interval, save_summaries_secs=0).managed_session()
+  graph-ours the same under jupyter_supervisor.Supervisor, same keywords
+Both Supervisors save in their own background thread (a LooperThread), each with its default
+Saver (TF's plain, ours sharded with its finiteness guard), timed from managed_session()'s
+start to its end (the Supervisor is built before); each graph run has a fresh graph, session
+and logdir. The script runs in an eager process, so the Supervisors' threads are made to run
+inside the graph, as in a program that disabled eager execution (``threads_in_graph``).
 Printed per size x interval: each mode's median wall seconds, the ratio bare/mode (steps/s
-against bare, 1.00 = free), the saves it made, and the training thread's time blocked per save:
+against bare, 1.00 = free; bare is fit, loop or graph), the saves it made, and the training
+thread's time blocked per save:
 (the mode's overhead - bare's) / saves, the median over rounds, where a run's overhead is its
 seconds less its steps at its own median step time (``overhead``: robust to a load that
 changes between runs, which the plain difference of seconds is not; it includes what a
 background write takes from training by sharing the cores). "in its step": the time the steps
-that saved took over the median step (the save call itself, on a machine quiet enough). Ours
-also makes a final save when its session ends; it is counted (and its time is in ours' figure
-but not in "in its step"). Each mode runs once untimed first (tracing; what the first cell of
-a kernel pays is bench_cell_cost.py's).
-Graph code: TF's own Supervisor against ours at 1 s and 10 s intervals:
-bench/bench_training_cost.py.
+that saved took over the median step (the save call itself, on a machine quiet enough; for
+the Supervisors, what their background save takes from the steps beside it). "vs peer"
+(graph-ours only): graph-tf's seconds / ours', per round (above 1: ours trains faster).
+Saves counted: the checkpoints written; for the graph Supervisors, their Saver.save calls
+(``count_saves``), including each one's first save at the session's start (step 0). Ours,
+eager and graph, also makes a final save when its session ends (TF's graph Supervisor saves
+at a stop only when asked): it is counted, and its time is in ours' figures but not in "in
+its step". Each mode runs once untimed first (tracing; what the first cell of a kernel pays
+is bench_cell_cost.py's).
 
 The machine is shared (2 cores, other processes): wall-clock figures are noisy; read medians
 and repeat. Nothing is asserted.
 
-    .venv/bin/python bench/bench_save_interval.py                      # ~4 min: 1 and 50 MB, 1 s
+    .venv/bin/python bench/bench_save_interval.py                      # ~6 min: 1 and 50 MB, 1 s
     .venv/bin/python bench/bench_save_interval.py --sizes 1,50,150 --intervals 1,10 --rounds 3
+    .venv/bin/python bench/bench_save_interval.py --modes graph,graph-tf,graph-ours
 """
 import argparse
 import math
@@ -48,14 +65,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
+from tensorflow.python.util import deprecation  # noqa: E402
 
+import jupyter_supervisor  # noqa: E402
 from jupyter_supervisor import events  # noqa: E402
 from jupyter_supervisor.backend import RunConfig  # noqa: E402
 from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
 
 FEATURES = 256
 BATCH = 32
-MODES = ("fit", "fit-ours", "fit-keras", "loop", "loop-ours", "loop-mgr")
+MODES = ("fit", "fit-ours", "fit-keras", "loop", "loop-ours", "loop-mgr",
+         "graph", "graph-tf", "graph-ours")
+GRAPH_MODES = ("graph", "graph-tf", "graph-ours")
 
 
 def width_for(megabytes: float) -> int:
@@ -123,7 +144,137 @@ def peak(marks: list, saves: int) -> float:
     return sum(i - median for i in intervals[-saves:]) / saves
 
 
+class GraphModel:
+    """The same MLP in a graph of its own (tf.compat.v1 variables and matmuls, Adam, random
+    batches made in the graph): ``graph``, ``train_op`` (which also increments the global
+    step, as a Supervisor wants) and ``megabytes`` (weights + Adam's two slots)."""
+
+    def __init__(self, width: int):
+        v1 = tf.compat.v1
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            v1.set_random_seed(0)
+            step = v1.train.get_or_create_global_step()
+            # Made in the graph: no feed, and no constant of data in the graph that the
+            # Supervisors would write out with it.
+            x = tf.random.uniform([BATCH, FEATURES], seed=1)
+            y = tf.reduce_mean(x, axis=1, keepdims=True)
+            h, params = x, 0
+            for i, (n_in, n_out) in enumerate(((FEATURES, width), (width, width), (width, 1))):
+                w = v1.get_variable(f"w{i}", [n_in, n_out],
+                                    initializer=v1.glorot_uniform_initializer())
+                b = v1.get_variable(f"b{i}", [n_out], initializer=v1.zeros_initializer())
+                h = tf.matmul(h, w) + b
+                h = tf.nn.relu(h) if i < 2 else h
+                params += n_in * n_out + n_out
+            loss = tf.reduce_mean(tf.square(h - y))
+            self.train_op = v1.train.AdamOptimizer(1e-4).minimize(loss, global_step=step)
+        self.megabytes = params * 12 / 1e6
+
+
+def count_saves(saver) -> list:
+    """Wraps ``saver.save`` (this instance only) to count the checkpoints written: a list whose
+    one item is the count. Both Supervisors save through their Saver, also at a stop."""
+    count = [0]
+    save = saver.save
+
+    def counted(*args, **kwargs):
+        path = save(*args, **kwargs)
+        count[0] += 1
+        return path
+
+    saver.save = counted
+    return count
+
+
+def threads_in_graph(coord, graph) -> None:
+    """Makes every thread registered with ``coord`` (a Supervisor's services) run inside
+    ``graph``, as in a program that disabled eager execution: eager mode is per thread, and
+    in this eager process TF's checkpoint thread would read the global step and save eagerly,
+    which fails on graph tensors (ours enters the graph itself; entering it again costs
+    nothing, and both get the same)."""
+    register = coord.register_thread
+
+    def register_in_graph(thread):
+        run = thread.run
+
+        def run_in_graph():
+            with graph.as_default():
+                run()
+
+        thread.run = run_in_graph
+        register(thread)
+
+    coord.register_thread = register_in_graph
+
+
+class GraphBench:
+    """Graph code (TF 1) of one size: a fresh graph and session per run, so that nothing of
+    one run (a finalized graph, a Supervisor's ops, 150 MB of variables) outlives it."""
+
+    def __init__(self, megabytes: float):
+        self.width = width_for(megabytes)
+        self.megabytes = GraphModel(self.width).megabytes
+
+    def steps_per_second(self, seconds: float = 2.0) -> float:
+        """Bare graph steps per second, after a first step (the session's set-up)."""
+        model = GraphModel(self.width)
+        with model.graph.as_default():
+            init = tf.compat.v1.global_variables_initializer()
+        with tf.compat.v1.Session(graph=model.graph) as sess:
+            sess.run(init)
+            sess.run(model.train_op)
+            steps, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                sess.run(model.train_op)
+                steps += 1
+            return steps / (time.perf_counter() - start)
+
+    def run(self, mode: str, steps: int, interval: float, logdir: str):
+        """(wall seconds, saves, overhead seconds, in-step seconds per save) of ``steps``
+        steps in ``mode``; as ``Bench.run``."""
+        marks = []
+        took, saves = self._run(mode, steps, interval, logdir, marks)
+        marks.append(time.perf_counter())  # after the last step (ours: before its final save)
+        inside = saves - 1 if mode == "graph-ours" else saves  # ours' final: after the steps
+        return took, saves, overhead(took, marks[:-1], steps), peak(marks, inside)
+
+    def _run(self, mode, steps, interval, logdir, marks):
+        model = GraphModel(self.width)
+        op = model.train_op
+        with model.graph.as_default():
+            if mode == "graph":
+                init = tf.compat.v1.global_variables_initializer()
+                start = time.perf_counter()
+                with tf.compat.v1.Session(graph=model.graph) as sess:
+                    sess.run(init)
+                    for _ in range(steps):
+                        marks.append(time.perf_counter())
+                        sess.run(op)
+                return time.perf_counter() - start, 0
+            kind = (tf.compat.v1.train.Supervisor if mode == "graph-tf"
+                    else jupyter_supervisor.Supervisor)
+            # Each with its default Saver (TF's: plain; ours: sharded, with its finiteness
+            # guard beside the write), as a user gets them.
+            # TF's notices that its Supervisor and its Saver's retention are deprecated are
+            # not the bench's output (the switch is global: it covers the services too).
+            with deprecation.silence():
+                sv = kind(graph=model.graph, logdir=logdir, save_model_secs=interval,
+                          save_summaries_secs=0)
+                count = count_saves(sv.saver)
+                threads_in_graph(sv.coord, model.graph)
+                start = time.perf_counter()
+                with sv.managed_session() as sess:
+                    for _ in range(steps):
+                        marks.append(time.perf_counter())
+                        sess.run(op)
+            # managed_session's end: the services stopped, ours' final save, the session closed.
+            return time.perf_counter() - start, count[0]
+
+
 class Bench:
+    """Eager modes of one size: one Keras model, its fit and a traced loop step."""
+
     def __init__(self, megabytes: float):
         self.model = build(width_for(megabytes))
         self.megabytes = sum(int(np.prod(v.shape)) * 4 for v in self.model.variables) * 3 / 1e6
@@ -227,41 +378,62 @@ def main():
     parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
     modes = args.modes.split(",")
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        parser.error(f"unknown modes {unknown}; known: {','.join(MODES)}")
+    eager_modes = [m for m in modes if m not in GRAPH_MODES]
+    graph_modes = [m for m in modes if m in GRAPH_MODES]
     print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, load "
           f"{os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds; wall clock, noisy")
     for size in (float(s) for s in args.sizes.split(",")):
-        bench = Bench(size)
-        rate = bench.steps_per_second()
+        # Only what the modes asked for is built: a 150 MB eager model is not freed.
+        bench = Bench(size) if eager_modes else None
+        graph = GraphBench(size) if graph_modes else None
+        rate = bench.steps_per_second() if bench else None
+        graph_rate = graph.steps_per_second() if graph else None
         for interval in (float(i) for i in args.intervals.split(",")):
-            every = max(1, round(rate * interval))
-            steps = every * args.saves
-            for mode in modes:  # warm-up, not timed: each mode's first tracing and calls
+            # Each kind runs N x saves steps, N: its own bare steps in one interval.
+            every = {m: max(1, round((graph_rate if m in GRAPH_MODES else rate) * interval))
+                     for m in modes}
+            steps = {m: every[m] * args.saves for m in modes}
+
+            def run(mode, count):
                 logdir = tempfile.mkdtemp(prefix="bench_interval_")
                 try:
-                    bench.run(mode, min(steps, 2 * every), every, interval, logdir)
+                    if mode in GRAPH_MODES:
+                        return graph.run(mode, count, interval, logdir)
+                    return bench.run(mode, count, every[mode], interval, logdir)
                 finally:
                     shutil.rmtree(logdir, ignore_errors=True)
+
+            for mode in modes:  # warm-up, not timed: each mode's first tracing and calls
+                run(mode, min(steps[mode], 2 * every[mode]))
             seconds = {m: [] for m in modes}
             saves = {m: [] for m in modes}
             extra = {m: [] for m in modes}
             peaks = {m: [] for m in modes}
             for r in range(args.rounds):
                 for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
-                    logdir = tempfile.mkdtemp(prefix="bench_interval_")
-                    try:
-                        took, made, spent, step = bench.run(mode, steps, every, interval, logdir)
-                    finally:
-                        shutil.rmtree(logdir, ignore_errors=True)
+                    took, made, spent, step = run(mode, steps[mode])
                     seconds[mode].append(took)
                     saves[mode].append(made)
                     extra[mode].append(spent)
                     peaks[mode].append(step)
-            print(f"\n{bench.megabytes:.1f} MB model, save every {interval:g} s = {every} steps "
-                  f"(bare: {rate:.1f} steps/s), {steps} steps per run")
+            megabytes = bench.megabytes if bench else graph.megabytes
+            print(f"\n{megabytes:.1f} MB model, save every {interval:g} s")
+            if eager_modes:
+                m = eager_modes[0]
+                print(f"  eager: {every[m]} steps (bare: {rate:.1f} steps/s), {steps[m]} steps "
+                      f"per run")
+            if graph_modes:
+                m = graph_modes[0]
+                print(f"  graph: {every[m]} steps (bare: {graph_rate:.1f} steps/s), {steps[m]} "
+                      f"steps per run")
             print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'saves':>6s} "
-                  f"{'blocked/save':>13s} {'in its step':>13s}")
+                  f"{'blocked/save':>13s} {'in its step':>13s} {'vs peer':>8s}")
             for mode in modes:
-                bare = "fit" if mode.startswith("fit") else "loop"
+                bare = "fit" if mode.startswith("fit") else (
+                    "graph" if mode in GRAPH_MODES else "loop")
                 med = statistics.median(seconds[mode])
                 made = statistics.median(saves[mode])
                 line = f"  {mode:10s} {med:8.2f}"
@@ -273,8 +445,12 @@ def main():
                                                        saves[mode]) if n)
                     line += (f" {ratio:8.2f} {made:6g} {blocked * 1000:10.0f} ms "
                              f"{statistics.median(peaks[mode]) * 1000:10.0f} ms")
+                    if mode == "graph-ours" and "graph-tf" in seconds:
+                        # Steps/s of ours against TF's Supervisor, per round, as vs bare.
+                        peer = statistics.median(t / s for t, s in zip(seconds["graph-tf"],
+                                                                       seconds[mode]))
+                        line += f" {peer:8.2f}"
                 print(line)
-
 
 if __name__ == "__main__":
     main()
