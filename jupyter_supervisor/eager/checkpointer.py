@@ -259,9 +259,9 @@ class Checkpointer:
                 return
             # The verdict of a save made before: that checkpoint was not the final one, so
             # (in the training thread) it may still roll back, and then nothing moved.
-            self._take_verdict(final=threading.current_thread() is not self.thread)
+            self._take_verdict_after_write(final=threading.current_thread() is not self.thread)
             if self.timer.moved(self._where.step) and self._save(final=True) is not None:
-                self._take_verdict(final=True)
+                self._take_verdict_after_write(final=True)
 
     @property
     def stepping(self) -> bool:
@@ -359,7 +359,7 @@ class Checkpointer:
             self._state.epoch.assign(epoch)
             self._state.batch.assign(batch)
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
-            path = self.writer.save(step)
+            path = self.writer.save(step, final=final)
             self.timer.last_step = step
             # A check made before the write has its verdict now: no step more on a bad model.
             if self.writer.checked_before and not self._take_verdict(final):
@@ -394,6 +394,15 @@ class Checkpointer:
                          "finite).", step, finite.describe_problem([], scalars))
             return True
         return self._refuse(step, finite.describe_problem(variables, scalars), final)
+
+    def _take_verdict_after_write(self, final: bool) -> bool:
+        """``_take_verdict`` once the write in flight ended (within ``stop_grace_secs``): at
+        the session's end the training thread waits for it anyway, and its verdict is then
+        known, where taking it during the write runs the check in this thread (and traces it,
+        the first time)."""
+        if self.writer is not None and self.writer.verdict_pending:
+            self.writer.wait(self._config.stop_grace_secs)
+        return self._take_verdict(final)
 
     def _take_verdict(self, final: bool) -> bool:
         """With ``_save_lock`` held: takes the verdict of the newest save's check of the

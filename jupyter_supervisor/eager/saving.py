@@ -356,6 +356,12 @@ class _TracedPool:
                 found.owners = [ref for ref in found.owners if ref() is not None]
             return found or _Traced(key)
 
+    def holds(self, key: tuple) -> bool:
+        """True when a free entry of ``key`` has a traced write."""
+        with self._lock:
+            found = self._free.get(key)
+            return found is not None and bool(found.writes)
+
     def give_back(self, traced: _Traced, owners) -> None:
         known = [ref() for ref in traced.owners]
         try:
@@ -430,6 +436,22 @@ class Snapshot:
         dataset iterator, a table, a v1 optimizer's slots): then the caller saves
         synchronously."""
         objects, edges = _object_graph(self.writer)
+        if not self._copyable(objects):
+            return False
+        fresh = ()
+        if self._changed(objects, edges):
+            fresh = self._use(objects, edges)
+        with tf.device("CPU:0"):
+            for obj, copy in self._copies.items():
+                if not any(copy is new for new in fresh):
+                    copy.assign(base_variable(obj))
+        return True
+
+    def copyable(self) -> bool:
+        """False (``why_not`` says why) when ``copy()`` cannot copy what is saved."""
+        return self._copyable(_object_graph(self.writer)[0])
+
+    def _copyable(self, objects: list) -> bool:
         if any(not is_variable(o) and _has_own_tensors(o) for o in objects
                if o is not self.writer):
             self.why_not = ("a tracked object saves state that is not a variable (a dataset "
@@ -440,13 +462,6 @@ class Snapshot:
                             "graph (tf.compat.v1.train or tf_keras optimizers), which a "
                             "snapshot cannot copy; Keras 3 optimizers can be.")
             return False
-        fresh = ()
-        if self._changed(objects, edges):
-            fresh = self._use(objects, edges)
-        with tf.device("CPU:0"):
-            for obj, copy in self._copies.items():
-                if not any(copy is new for new in fresh):
-                    copy.assign(base_variable(obj))
         return True
 
     def _changed(self, objects: list, edges: list) -> bool:
@@ -483,6 +498,14 @@ class Snapshot:
         self._objects = objects
         return fresh
 
+    def has_traced_write(self) -> bool:
+        """True when a write traced for the object graph as it is now is at hand (of this
+        snapshot, or in the pool): a save then costs no tracing."""
+        objects, edges = _object_graph(self.writer)
+        if self._traced is not None and not self._changed(objects, edges):
+            return bool(self._traced.writes)
+        return _POOL.holds(_structure(objects, edges))
+
     def release(self) -> None:
         """After the last write: the copies and traced writes go back to the pool."""
         traced, self._traced, self._objects = self._traced, None, []
@@ -505,9 +528,9 @@ class Snapshot:
         The write is traced in the calling thread (the training thread: a graph built in a
         background thread, at the end of a Keras fit, deadlocked once, when the garbage
         collector freed a tf.data iterator there whose destructor waits for threads of its
-        own), once per object graph saved in this process (its objects' names, shapes and
-        edges: ``_TracedPool``), so that re-running a cell reuses it (MobileNetV2 and Adam,
-        580 variables: 1.3 s, once). Once traced, a write runs no Python per variable
+        own), once per structure of the object graph saved in this process (its edges, types,
+        dtypes and shapes: ``_TracedPool``), so that re-running a cell, or building the same
+        model again, reuses it (MobileNetV2 and Adam, 580 variables: 1.3 s, once). Once traced, a write runs no Python per variable
         (there: 80 ms, where an eager write of the same copies takes 190 ms)."""
         copies = self.copies_of(checked)
         if any(copy is None for copy in copies):
@@ -633,7 +656,6 @@ class CheckpointWriter:
         self._on_saved = on_saved
         self._on_error = on_error
         self._checked = list(checked)
-        self._live_check = finite.VariableCheck.eager(self._checked) if self._checked else None
         self._verdict: Optional[Refusal] = None    # of the newest save, until verdict() took it
         self.checked_before = False   # the newest save's check ran before its write (no copies)
         self._thread: Optional[threading.Thread] = None
@@ -654,7 +676,12 @@ class CheckpointWriter:
 
     def non_finite_now(self) -> List[str]:
         """The names of the checked variables that are not finite now (the live ones)."""
-        return self._live_check.run() if self._live_check is not None else []
+        return self._live_check().run() if self._checked else []
+
+    def _live_check(self) -> finite.VariableCheck:
+        """The traced check of the live variables (``VariableCheck.eager``: cached per list of
+        variables, traced at its first run)."""
+        return finite.VariableCheck.eager(self._checked)
 
     @property
     def verdict_pending(self) -> bool:
@@ -683,16 +710,23 @@ class CheckpointWriter:
             raise verdict.error
         return verdict
 
-    def save(self, step: int) -> str:
+    def save(self, step: int, final: bool = False) -> str:
         """Starts the checkpoint of ``step`` (see the class); returns its path. The verdict of
-        the save before must have been taken."""
+        the save before must have been taken. ``final``: the last save of the session, which
+        the session's end waits for: when no write is traced for these objects yet (a short
+        cell, whose only checkpoint is this one), it is written here, from the variables
+        themselves, checked before op by op: tracing the snapshot's write and its check would
+        cost that cell a few tenths of a second (a 1 MB model: 0.35 s, against 15 ms for the
+        write; bench/bench_cell_cost.py)."""
         if self._verdict is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
         self.wait()
         path = f"{self._prefix}-{step}"
         start = time.time()
-        snapped = self._snapshot is not None and self._snapshot.copy()
-        if self._snapshot is not None and not snapped and not self.sync_reason:
+        direct = final and self._snapshot is not None and not self._snapshot.has_traced_write()
+        snapped = self._snapshot is not None and not direct and self._snapshot.copy()
+        if self._snapshot is not None and not snapped and not self.sync_reason and not (
+                direct and self._snapshot.copyable()):
             self.sync_reason = ("Checkpoints are written synchronously (the training thread "
                                 "waits for the files): " + self._snapshot.why_not)
             logger.info(self.sync_reason)
@@ -701,7 +735,8 @@ class CheckpointWriter:
         self.checked_before = bool(self._checked) and not (check and check.names)
         verdict = None
         if self.checked_before:  # no copies to check: the live variables, before the write
-            verdict = Refusal(step, self._live_check).decide()
+            verdict = Refusal(step, finite.VariableCheck.untraced(self._checked) if direct
+                              else self._live_check()).decide()
         elif self._checked:
             verdict = Refusal(step, check)
         self._verdict = verdict
