@@ -130,8 +130,9 @@ class RunConfig:
         "('run' without a logdir)."))
     # Notebook-friendly defaults: a crash loses at most a minute, the plots move every 10 s.
     save_model_secs: float = _option(60, _number(), Option(
-        "Seconds between checkpoints (0: only the final one); one due while the one before "
-        "is still written is taken when that write ends. Default: %(default)s.",
+        "Seconds between checkpoints (0: only the final one). One due while the one before "
+        "is still being written waits for that write, up to one more interval, without "
+        "stopping training. Default: %(default)s.",
         metavar="SECS", kind=float))
     save_summaries_secs: float = _option(10, _number(), Option(
         "Seconds between summaries and step-rate records (0: none). Default: %(default)s.",

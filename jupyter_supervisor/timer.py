@@ -53,6 +53,16 @@ class Timer:
                 step is not None and step >= self._last_trigger_step + self.steps)
         return False
 
+    def overdue(self, step: Optional[int] = None) -> bool:
+        """True when it has been due for one interval more (two since the last ``restart``): a
+        save put off while the write before it runs is put off no longer."""
+        if self.secs is not None:
+            return self._last_time is None or self._clock() >= self._last_time + 2 * self.secs
+        if self.steps is not None:
+            return self._last_trigger_step is None or (
+                step is not None and step >= self._last_trigger_step + 2 * self.steps)
+        return False
+
     def restart(self, step: Optional[int] = None) -> None:
         """Starts the next interval now (at ``step``, for a step timer)."""
         self._last_time = self._clock()

@@ -50,26 +50,6 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what=None):
 
 # ------------------------------------------------------------------------------------ the model
 
-def writes_ended(sv, timeout=60.0):
-    """Waits until no checkpoint write of ``sv`` (an EagerSupervisor) runs. A test whose
-    ``save_model_secs`` is tiny calls it after each step so that every boundary saves: a due
-    save is postponed while the write before it runs."""
-    writer = sv._checkpointer.writer  # pylint: disable=protected-access
-    wait_for(lambda: writer is None or not writer.writing, timeout,
-             what="the end of the checkpoint write")
-
-
-def save_every_step(sv):
-    """A Keras callback, after ``sv.callback`` in ``fit``: each batch end waits for the
-    write of the step before (``writes_ended``), so that every step boundary saves."""
-    import keras  # pylint: disable=import-outside-toplevel
-
-    class SaveEveryStep(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            writes_ended(sv)
-    return SaveEveryStep()
-
-
 def build_model(namespace=None, *, new_graph=False, w_shape=(), extra_variable=None,
                 summaries=("loss",), learning_rate=0.001, step_shape=(), step_dtype=None):
     """The suite's model: a global step, a weight ``w`` (5.0 everywhere) that gradient descent

@@ -9,7 +9,6 @@ a known step makes the divergence exact; the body saves at fixed steps where the
 import glob
 import os
 import threading
-import time
 
 import keras
 import numpy as np
@@ -22,7 +21,7 @@ from jupyter_supervisor import events, finite
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
 from jupyter_supervisor.eager import saving
 
-from helpers import Recorder, save_every_step, writes_ended
+from helpers import Recorder, wait_for
 
 DEADLINE = 60.0   # seconds; never reached when passing
 EVERY_STEP = 1e-9  # save_model_secs that makes every step boundary save
@@ -248,11 +247,12 @@ def test_a_save_asked_from_another_thread_rolls_back_at_the_next_step(tmp_path, 
     assert_every_checkpoint_finite(tmp_path)
 
 
-def quiet_body(sv, train_step, poison_at, stop_at):
+def quiet_body(sv, train_step, poison_at, stop_at, settle=False):
     """Trains without reporting a loss, so that only the check of the weights can see the
-    divergence; the batch of step ``poison_at`` is bad once. Returns the steps trained. Each
-    step waits until the write of its save ended (``writes_ended``), so that every boundary
-    saves and finds the verdict of the save before known."""
+    divergence; the batch of step ``poison_at`` is bad once. Returns the steps trained. With
+    ``settle``, each step waits until the write of its save ended, so that the next boundary
+    finds its verdict known (else it takes the verdict with its own save, the write running
+    or not)."""
     steps, poisoned = [], False
     while not sv.should_stop():
         assert len(steps) < 1000, "the run did not end"
@@ -260,7 +260,9 @@ def quiet_body(sv, train_step, poison_at, stop_at):
         poisoned = poisoned or bad
         train_step(bad)
         steps.append(sv.step())
-        writes_ended(sv, DEADLINE)
+        if settle:
+            writer = sv._checkpointer.writer  # pylint: disable=protected-access
+            wait_for(lambda: not writer.verdict_pending or writer.verdict_known, DEADLINE)
         if steps[-1] >= stop_at:
             sv.request_stop()
     return steps
@@ -314,24 +316,27 @@ def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
     assert recorder.of(events.Stopped)[-1].exception is error
 
 
-def quiet_rollback(tmp_path, backends, stop_at):
-    """``quiet_body`` with on_nan="rollback" and a save due at every step, poisoned at step
-    25; returns (sv, model, optimizer, the steps trained, the recorder of its events)."""
+def quiet_rollback(tmp_path, backends, stop_at, settle=False):
+    """``quiet_body`` with on_nan="rollback" and a save at every step, poisoned at step 25;
+    returns (sv, model, optimizer, the steps trained, the recorder of its events)."""
     model, opt, train_step = loop_setup()
     sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3, on_nan=finite.ROLLBACK)
     recorder = Recorder()
     sv.add_listener(recorder)
     with sv.session():
         sv.track(model=model, optimizer=opt)
-        steps = quiet_body(sv, train_step, poison_at=25, stop_at=stop_at)
+        steps = quiet_body(sv, train_step, poison_at=25, stop_at=stop_at, settle=settle)
     return sv, model, opt, steps, recorder
 
 
-def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
+@pytest.mark.parametrize("settle", [False, True], ids=["write running", "write ended"])
+def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends, settle):
     """The check beside the write refuses the step-25 save; its verdict reaches the training
-    thread at the next boundary (step 26, the write having ended), which rolls back to 24, and
-    does not write step 24 again."""
-    sv, model, opt, steps, recorder = quiet_rollback(tmp_path, backends, stop_at=30)
+    thread at the next boundary (step 26: one step later, always, since every step saves and a
+    save takes the verdict of the one before first), which rolls back to 24, and does not
+    write step 24 again: the same, whether that write had ended by then or not."""
+    sv, model, opt, steps, recorder = quiet_rollback(tmp_path, backends, stop_at=30,
+                                                     settle=settle)
     # The boundary of step 26 rolled back: sv.step() returned 24 there; step 26 was discarded.
     assert steps == list(range(1, 26)) + [24] + list(range(25, 31))
     assert sv.read_step() == 30 == int(opt.iterations)
@@ -345,47 +350,6 @@ def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends):
     assert rolled.problem == weights_problem(model)
     # Every step saved once; the restored step 24 is not written again after the rollback.
     assert [r.step for r in recorder.of(events.CheckpointSaved)] == list(range(1, 31))
-
-
-def test_quiet_weights_roll_back_once_the_write_ended(tmp_path, backends):
-    """The same, with the refused write running beside the steps: the boundaries while it runs
-    neither wait for it nor save (a due save waits for the write before it), so training goes
-    on (on the diverged model) until the first boundary after the write ended, which rolls
-    back to 24: the steps trained meanwhile are discarded. However many they were, the run
-    then goes on from step 24 and every checkpoint is finite."""
-    model, opt, train_step = loop_setup()
-    sv = backends(tmp_path, save_model_secs=EVERY_STEP, keep=3, on_nan=finite.ROLLBACK)
-    recorder = Recorder()
-    sv.add_listener(recorder)
-    deadline = time.monotonic() + DEADLINE
-    with sv.session():
-        sv.track(model=model, optimizer=opt)
-        for step in range(1, 25):
-            train_step()
-            assert sv.step() == step
-            writes_ended(sv, DEADLINE)  # every step saves
-        train_step(bad=True)
-        assert sv.step() == 25  # its save is refused by the write it starts
-        meanwhile = []
-        while not meanwhile or meanwhile[-1] != 24:  # until the boundary that rolls back
-            assert time.monotonic() < deadline, f"no rollback after {meanwhile}"
-            train_step()
-            meanwhile.append(sv.step())
-        assert meanwhile == list(range(26, 25 + len(meanwhile))) + [24]
-        for step in range(25, 31):
-            train_step()
-            assert sv.step() == step
-    assert sv.read_step() == 30 == int(opt.iterations)
-    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
-    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 30
-    assert_every_checkpoint_finite(tmp_path)
-    assert not leftovers(tmp_path)
-    assert sv.flush_events(DEADLINE)
-    (rolled,) = recorder.of(events.RolledBack)
-    assert (rolled.step, rolled.restored_step, rolled.count) == (25, 24, 1)
-    saved = [r.step for r in recorder.of(events.CheckpointSaved)]
-    assert saved[:24] == list(range(1, 25)) and saved[-1] == 30
-    assert saved[24:] == sorted(set(saved[24:])) and 24 not in saved[24:]
 
 
 def test_a_refusal_found_as_the_loop_ends_still_rolls_back(tmp_path, backends):
@@ -457,7 +421,7 @@ def test_fit_rolls_back_past_a_bad_batch_and_finishes(tmp_path, backends):
     sv.add_listener(recorder)
     with sv.session():
         history = model.fit(poisoned_dataset(bad_batch=10), epochs=3, steps_per_epoch=8,
-                            verbose=0, callbacks=[sv.callback, save_every_step(sv)])
+                            verbose=0, callbacks=[sv.callback])
     assert sv.flush_events(DEADLINE)
     (rolled,) = recorder.of(events.RolledBack)
     # Batch 11 (step 11) made the model NaN; the checkpoint of step 10 came back, and the
@@ -479,7 +443,7 @@ def test_fit_stop_mode_keeps_the_good_checkpoints(tmp_path, backends):
     with pytest.raises(finite.NonFiniteError) as raised:
         with sv.session():
             model.fit(poisoned_dataset(bad_batch=10), epochs=3, steps_per_epoch=8, verbose=0,
-                      callbacks=[sv.callback, save_every_step(sv)])
+                      callbacks=[sv.callback])
     newest = os.path.join(str(tmp_path), "model.ckpt-10")
     assert raised.value.step == 11 and raised.value.newest_good == newest
     assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [10, 9, 8]

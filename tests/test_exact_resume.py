@@ -11,7 +11,6 @@ import keras
 from tensorflow.python.framework import config as tf_config
 
 from eager_models import data
-from helpers import save_every_step
 from jupyter_supervisor.checkpoints import CheckpointMismatchError
 
 EVERY_STEP = 1e-9
@@ -84,7 +83,7 @@ def supervised_fit(backends, logdir, make, fit_kwargs, crash_at=None):
     returns the model."""
     model = make()
     sv = backends(logdir, save_model_secs=EVERY_STEP)
-    callbacks = [sv.callback, save_every_step(sv)] + ([Crash(crash_at)] if crash_at else [])
+    callbacks = [sv.callback] + ([Crash(crash_at)] if crash_at else [])
     with _crashing(crash_at):
         with sv.session():
             model.fit(**fit_kwargs, verbose=0, callbacks=callbacks)

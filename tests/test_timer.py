@@ -34,6 +34,22 @@ def test_a_steps_timer_counts_steps_from_the_restart():
     assert not timer.due(7) and timer.due(8)
 
 
+def test_a_timer_is_overdue_once_it_was_due_for_one_interval_more():
+    """A save put off while the write before it runs waits no longer than that."""
+    clock = Clock()
+    timer = Timer(secs=10, clock=clock)
+    assert timer.overdue()  # never restarted
+    timer.restart()
+    clock.now += 19.5
+    assert timer.due() and not timer.overdue()
+    clock.now += 0.5
+    assert timer.overdue()
+    steps = Timer(steps=5, clock=clock)
+    steps.restart(3)
+    assert steps.due(8) and not steps.overdue(12) and steps.overdue(13)
+    assert not Timer(clock=clock).overdue(10**9)
+
+
 @pytest.mark.parametrize("off", [dict(), dict(secs=0), dict(secs=None, steps=0)])
 def test_a_timer_of_zero_is_never_due(off):
     timer = Timer(**off, clock=Clock())

@@ -302,14 +302,17 @@ class Checkpointer:
                     self._roll_back()
 
     def save_at_boundary(self) -> None:
-        """Saves when a save is asked for, or is due and the write before it ended. A due save
-        is postponed while that write runs (a write longer than the interval: a large model,
-        a slow disk) to the first boundary after it: the training thread never waits for a
-        write that no one waits for, as Keras' callbacks make it wait for every write."""
+        """Saves when a save is asked for, or is due. A due save is put off while the write
+        before it runs (a write longer than the interval: a large model, a slow disk), to the
+        first boundary after that write, for at most one more interval; then this thread
+        waits for the write. So training does not wait for a write that ends within two
+        intervals (Keras' callbacks make it wait for every write), and a crash loses at most
+        two intervals of work and a write."""
         request = self._save_request
         if request is not None:
             self._save_at_boundary(request)
-        elif self.writer is not None and self.timer.due() and not self.writer.writing:
+        elif self.writer is not None and self.timer.due() and (
+                not self.writer.writing or self.timer.overdue()):
             self._save_at_boundary(None)
 
     def take_pending_verdict(self) -> None:
