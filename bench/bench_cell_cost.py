@@ -11,9 +11,14 @@ Printed: the median seconds of each, the median of the per-round differences our
 fixed cost per cell; target <= 0.15 s at the 0.9 MB model) and, from the supervisor's own
 Saved record, the median seconds of its final save against ``write`` (target <= 1.2 x).
 The first round (tracing, first calls) is reported apart: "first" is what the first
-supervised cell of a kernel pays. The machine is shared: read medians, and repeat.
+supervised cell of a kernel pays. With ``--rebuild``, every mode gets a model built anew (not
+timed), as a cell that builds its model and fits it: bare and ours then both pay Keras' trace
+of the new model's train function. ``--save-model-secs`` sets ours' interval (default 60: the
+only checkpoint is the final one; a small one makes periodic saves, whose write is traced once
+per model structure). The machine is shared: read medians, and repeat.
 
     .venv/bin/python bench/bench_cell_cost.py [--rounds 9] [--width 256] [--profile]
+    .venv/bin/python bench/bench_cell_cost.py --rebuild [--save-model-secs 0.05]
 """
 import argparse
 import cProfile
@@ -66,9 +71,12 @@ def bare(model, x, y, logdir):
     return time.perf_counter() - start, None
 
 
+SAVE_MODEL_SECS = [60.0]  # ours' interval (--save-model-secs)
+
+
 def ours(model, x, y, logdir):
     start = time.perf_counter()
-    sv = EagerSupervisor(RunConfig(logdir=logdir))
+    sv = EagerSupervisor(RunConfig(logdir=logdir, save_model_secs=SAVE_MODEL_SECS[0]))
     saves = SaveTimes()
     sv.add_listener(saves)
     try:
@@ -96,9 +104,14 @@ def main():
     parser.add_argument("--width", type=int, default=256,
                         help="units of the hidden layers (256: 0.9 MB with Adam's slots)")
     parser.add_argument("--samples", type=int, default=1024)
+    parser.add_argument("--rebuild", action="store_true",
+                        help="a model built anew for every cell (as a cell that builds it)")
+    parser.add_argument("--save-model-secs", type=float, default=60.0,
+                        help="ours' interval (60: only the final checkpoint)")
     parser.add_argument("--profile", action="store_true",
                         help="profile the supervised cells after the first; print the top")
     args = parser.parse_args()
+    SAVE_MODEL_SECS[0] = args.save_model_secs
 
     model = mlp(args.width)
     rng = np.random.default_rng(0)
@@ -107,10 +120,16 @@ def main():
     model.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)  # traced before timing
     print(f"model: {megabytes(model):.2f} MB (weights + Adam), fit of {args.samples // 32} "
           f"batches; TF {tf.__version__}, Keras {keras.__version__}, load "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
+          f"{'a model built anew for each cell' if args.rebuild else 'the same model'}, ours "
+          f"saving every {args.save_model_secs:g} s")
 
     first = {}
     for mode in ("bare", "ours", "write"):
+        if args.rebuild:
+            model = mlp(args.width)
+            if mode == "write":
+                model.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)
         logdir = tempfile.mkdtemp(prefix="bench_cell_")
         first[mode] = MODES[mode](model, x, y, logdir)
         shutil.rmtree(logdir, ignore_errors=True)
@@ -124,6 +143,10 @@ def main():
     names = list(MODES)
     for r in range(args.rounds):
         for mode in names[r % 3:] + names[:r % 3]:
+            if args.rebuild:
+                model = mlp(args.width)
+                if mode == "write":  # its optimizer's variables exist once it trained
+                    model.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)
             logdir = tempfile.mkdtemp(prefix="bench_cell_")
             try:
                 if profiler is not None and mode == "ours":

@@ -530,8 +530,9 @@ class Snapshot:
         collector freed a tf.data iterator there whose destructor waits for threads of its
         own), once per structure of the object graph saved in this process (its edges, types,
         dtypes and shapes: ``_TracedPool``), so that re-running a cell, or building the same
-        model again, reuses it (MobileNetV2 and Adam, 580 variables: 1.3 s, once). Once traced, a write runs no Python per variable
-        (there: 80 ms, where an eager write of the same copies takes 190 ms)."""
+        model again, reuses it (MobileNetV2 and Adam, 580 variables: 1.3 s, once). Once
+        traced, a write runs no Python per variable (there: 80 ms, where an eager write of
+        the same copies takes 190 ms)."""
         copies = self.copies_of(checked)
         if any(copy is None for copy in copies):
             copies = []  # one is not saved: the caller checks the live variables instead
