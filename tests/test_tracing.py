@@ -121,6 +121,25 @@ def _entry_of(model):
     return found[0]
 
 
+def _refused(model, layer, value, logdir, save_now):
+    """Fills the kernel of ``model.layers[layer]`` with ``value`` (NaN, an infinity) and runs a
+    session of one step (and, with ``save_now``, a save in it): returns the kernel and the
+    NonFiniteError that refused the save."""
+    kernel = model.layers[layer].kernel
+    kernel.assign(tf.fill(kernel.shape, value))
+    sv = EagerSupervisor(RunConfig(logdir=str(logdir)))
+    try:
+        with pytest.raises(finite.NonFiniteError) as raised:
+            with sv.session():
+                sv.track(model=model, optimizer=model.optimizer)
+                sv.step()
+                if save_now:
+                    sv.save_now()
+    finally:
+        sv.close()
+    return kernel, raised.value
+
+
 def test_the_reuse_keeps_no_model_alive(tmp_path):
     """Once the model is freed, its copies and traced writes are kept for a model of the same
     structure (the cell builds it again) until a run of another structure, which frees them;
@@ -154,18 +173,8 @@ def test_a_model_built_again_reuses_the_write_and_names_its_own_variables(tmp_pa
         model = _mlp(6, 1)
         _cell(model, x, x[:, :1], tmp_path / f"run{run}")
         assert _entry_of(model) is entry() and entry().traces == 1
-    kernel = model.layers[0].kernel
-    kernel.assign(tf.fill(kernel.shape, np.nan))
-    sv = EagerSupervisor(RunConfig(logdir=str(tmp_path / "diverged")))
-    try:
-        with pytest.raises(finite.NonFiniteError) as raised:
-            with sv.session():
-                sv.track(model=model, optimizer=model.optimizer)
-                sv.step()
-                sv.save_now()
-    finally:
-        sv.close()
-    assert f"variable {kernel.path!r} holds NaN" in str(raised.value)
+    kernel, error = _refused(model, 0, np.nan, tmp_path / "diverged", save_now=True)
+    assert f"variable {kernel.path!r} holds NaN" in str(error)
     assert entry().traces == 1
 
 
@@ -220,16 +229,7 @@ def test_a_run_whose_only_checkpoint_is_the_final_one_traces_nothing(tmp_path):
     for a, b in zip(model.weights, fresh.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
-    kernel = model.layers[1].kernel
-    kernel.assign(tf.fill(kernel.shape, np.inf))
-    sv = EagerSupervisor(RunConfig(logdir=str(tmp_path / "diverged")))
-    try:
-        with pytest.raises(finite.NonFiniteError) as raised:
-            with sv.session():
-                sv.track(model=model, optimizer=model.optimizer)
-                sv.step()
-    finally:
-        sv.close()
-    assert f"variable {kernel.path!r} holds NaN" in str(raised.value)
-    assert "The final checkpoint was not written" in str(raised.value)
+    kernel, error = _refused(model, 1, np.inf, tmp_path / "diverged", save_now=False)
+    assert f"variable {kernel.path!r} holds NaN" in str(error)
+    assert "The final checkpoint was not written" in str(error)
     assert not tf.io.gfile.glob(str(tmp_path / "diverged" / "model.ckpt*"))
