@@ -196,7 +196,8 @@ class Checkpointer:
         """After the session: drops the tracked objects. A run's record outlives its session
         (``%supervise list``), and a cell that builds its model again must free the model of
         its last run, with its accelerator memory."""
-        self.items = self._root = self._state = self.writer = None
+        with self._save_lock:  # a save asked from another thread sees all or nothing
+            self.items = self._root = self._state = self.writer = None
 
     def restore(self, step: int) -> str:
         """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
@@ -459,5 +460,6 @@ class Checkpointer:
 
     def _on_saved(self, step, path, wall_time, seconds) -> None:
         """Writer thread: the checkpoint's files are under its name."""
-        kept = tuple(reversed(self.writer.kept)) if self.writer is not None else ()
+        writer = self.writer  # forget() may drop it meanwhile (a write past the grace)
+        kept = tuple(reversed(writer.kept)) if writer is not None else ()
         self._reporter.saved(step, path, wall_time, seconds, kept)
