@@ -420,7 +420,7 @@ class Snapshot:
         self.writer._saver._object_map = self._copies  # pylint: disable=protected-access
         self._objects: list = []   # the object graph the newest copy() saw (_object_graph)
         self._traced: Optional[_Traced] = None   # of that graph
-        self.why_not = ""   # when copy() returned False: why
+        self.why_not = ""   # why the objects cannot be copied (copy(), has_traced_write())
 
     def copies_of(self, variables) -> list:
         """The host copies of ``variables`` (tf.Variables), in their order; None for one
@@ -447,11 +447,8 @@ class Snapshot:
                     copy.assign(base_variable(obj))
         return True
 
-    def copyable(self) -> bool:
-        """False (``why_not`` says why) when ``copy()`` cannot copy what is saved."""
-        return self._copyable(_object_graph(self.writer)[0])
-
     def _copyable(self, objects: list) -> bool:
+        """False (``why_not`` says why) when ``copy()`` cannot copy ``objects``."""
         if any(not is_variable(o) and _has_own_tensors(o) for o in objects
                if o is not self.writer):
             self.why_not = ("a tracked object saves state that is not a variable (a dataset "
@@ -500,8 +497,11 @@ class Snapshot:
 
     def has_traced_write(self) -> bool:
         """True when a write traced for the object graph as it is now is at hand (of this
-        snapshot, or in the pool): a save then costs no tracing."""
+        snapshot, or in the pool): a save then costs no tracing. False, with ``why_not``, when
+        the object graph cannot be copied at all."""
         objects, edges = _object_graph(self.writer)
+        if not self._copyable(objects):
+            return False
         if self._traced is not None and not self._changed(objects, edges):
             return bool(self._traced.writes)
         return _POOL.holds(_structure(objects, edges))
@@ -726,8 +726,8 @@ class CheckpointWriter:
         start = time.time()
         direct = final and self._snapshot is not None and not self._snapshot.has_traced_write()
         snapped = self._snapshot is not None and not direct and self._snapshot.copy()
-        if self._snapshot is not None and not snapped and not self.sync_reason and not (
-                direct and self._snapshot.copyable()):
+        if self._snapshot is not None and not snapped and not self.sync_reason and \
+                self._snapshot.why_not:
             self.sync_reason = ("Checkpoints are written synchronously (the training thread "
                                 "waits for the files): " + self._snapshot.why_not)
             logger.info(self.sync_reason)
