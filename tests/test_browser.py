@@ -492,6 +492,7 @@ def _drive(page, lab, root: Path) -> None:
     page.locator(".jp-Dialog .jp-mod-accept").click()
     expect(live.locator(".jsv-dead")).to_be_visible(timeout=15_000)
     expect(live.locator(".jsv-dead")).to_have_text("kernel gone — re-run the cell")
+    expect(live.locator(".jsv-status")).to_have_text("unknown")  # not "running" any more
     expect(live.locator("button.jsv-resume")).to_be_disabled()
     _shot(page, live, "panel-kernel-gone.png")
 

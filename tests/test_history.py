@@ -608,15 +608,16 @@ def test_a_missing_logdir_adds_nothing(tmp_path):
 
 
 def test_loaded_step_rates_skip_each_sessions_start_up_record(tf, tmp_path):
-    """The step counter's first record after a START measured the start-up (a 0 at the first
-    step of a session that had not trained yet): not a point of the curve, as live."""
+    """The step counter's first record after a START measured no interval, and one more at the
+    session's first step the start-up (a 0 at the first step of a session that had not trained
+    yet): not points of the curve, as live."""
     logdir = str(tmp_path)
-    write_run(tf, logdir, ".1", 0, range(0, 51, 10), tags=("global_step/sec", "loss"),
+    write_run(tf, logdir, ".1", 0, [0] + list(range(0, 51, 10)), tags=("global_step/sec", "loss"),
               value=lambda tag, step: 0.0 if step == 0 else 30.0)
-    write_run(tf, logdir, ".2", 50, range(50, 101, 10), tags=("global_step/sec",),
+    write_run(tf, logdir, ".2", 50, [50] + list(range(50, 101, 10)), tags=("global_step/sec",),
               value=lambda tag, step: 0.0 if step == 50 else 40.0)
     history = RunHistory(clock=FakeClock())
     history.load_event_files(logdir, upto_step=None)
     assert loaded(history, "global_step/sec") == (
         [(s, 30.0) for s in range(10, 50, 10)] + [(s, 40.0) for s in range(60, 101, 10)])
-    assert [s for s, _ in loaded(history, "loss")] == list(range(0, 50, 10))  # not a rate
+    assert [s for s, _ in loaded(history, "loss")] == [0] + list(range(0, 50, 10))  # every one

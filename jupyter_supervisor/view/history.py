@@ -759,19 +759,23 @@ def _read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dic
                 and event.session_log.status == start):
             restarts.add(position, event.step)
     # Second pass: the points no later START purges.
-    # A step counter's first record after a START measured the session's start-up (tracing,
-    # restoring), not training: skipped, as the live history skips it (_on_step_rate).
+    # A step counter's first record after a START measured no interval, and one taken at the
+    # session's first step the start-up (tracing, restoring), not training: skipped, as the
+    # live history skips them (_on_step_rate).
     limit = math.inf if upto_step is None else upto_step
     series: Dict[str, _Series] = {}
     rates_since_start: set = set()
+    started_at = -1
     for position, event in enumerate(_events(tb, logdir)):
         if event.HasField("session_log") and event.session_log.status == start:
             rates_since_start.clear()
+            started_at = event.step
         if (not event.HasField("summary") or event.step > limit
                 or event.step >= restarts.cut(position)):
             continue
         for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
-            if tag.endswith(RATE_SUFFIX) and tag not in rates_since_start:
+            if tag.endswith(RATE_SUFFIX) and (tag not in rates_since_start
+                                              or event.step <= started_at):
                 rates_since_start.add(tag)
                 continue
             target = series.get(tag)

@@ -553,8 +553,10 @@ class View {
     const header = [];
     const line = el("div", "jsv-header-line");
     const name = el("span", "jsv-name", s.name || "");
-    const status = el("span", `jsv-status jsv-status-${s.status || ""}`, s.label || "");
-    status.style.color = s.tone || "#757575";
+    // Without a kernel the last state the view heard of may be stale ("running" forever).
+    const status = this.dead ? el("span", "jsv-status jsv-status-unknown", "unknown")
+      : el("span", `jsv-status jsv-status-${s.status || ""}`, s.label || "");
+    status.style.color = this.dead ? "#757575" : s.tone || "#757575";
     status.style.fontWeight = "bold";
     const step = el("span", "jsv-step", s.step_text ? `step ${s.step_text}` : "");
     step.dataset.step = s.step === null || s.step === undefined ? "" : String(s.step);
