@@ -319,22 +319,24 @@ def _kept_checkpoints(ctx, logdir):
     ctx.keep(str(logdir), only=lambda name: not name.startswith("events."))
 
 
+def _refit(ctx, name, first, then):
+    """A fit (``first``: ``_fit``'s keywords) that checkpoints into a fresh logdir, whose
+    checkpoints must survive the fit ``then`` on it: returns what that one showed."""
+    logdir = ctx.tmp / name
+    with context.eager_mode():
+        assert _fit(ctx, logdir, **first).error is None
+        _kept_checkpoints(ctx, logdir)
+        return _fit(ctx, logdir, **then)
+
+
 @scenario("initial-epoch-after-checkpoint")
 def _(ctx):
-    logdir = ctx.tmp / "initial"
-    with context.eager_mode():
-        assert _fit(ctx, logdir, fit="epochs=2").error is None
-        _kept_checkpoints(ctx, logdir)
-        return _fit(ctx, logdir, fit="epochs=5, initial_epoch=3")
+    return _refit(ctx, "initial", {"fit": "epochs=2"}, {"fit": "epochs=5, initial_epoch=3"})
 
 
 @scenario("optimizer-changed")
 def _(ctx):
-    logdir = ctx.tmp / "optimizer"
-    with context.eager_mode():
-        assert _fit(ctx, logdir).error is None
-        _kept_checkpoints(ctx, logdir)
-        return _fit(ctx, logdir, optimizer="'sgd'")
+    return _refit(ctx, "optimizer", {}, {"optimizer": "'sgd'"})
 
 
 @scenario("precision-changed")
