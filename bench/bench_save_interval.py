@@ -71,7 +71,7 @@ from tensorflow.python.util import deprecation  # noqa: E402
 
 import jupyter_supervisor  # noqa: E402
 from jupyter_supervisor import events  # noqa: E402
-from jupyter_supervisor.backend import RunConfig  # noqa: E402
+from jupyter_supervisor.config import RunConfig  # noqa: E402
 from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
 
 FEATURES = 256

@@ -19,7 +19,7 @@ _LAZY = {
     "CheckpointWriteError": ("checkpoints", "CheckpointWriteError"),
     "LogdirLockedError": ("lockfile", "LogdirLockedError"),
     "TrainingRun": ("notebook.run", "TrainingRun"),
-    "RunConfig": ("notebook.run", "RunConfig"),
+    "RunConfig": ("config", "RunConfig"),
     "NonFiniteError": ("finite", "NonFiniteError"),
     "events": ("events", None),
     "cluster": ("graph.cluster", None),  # jupyter_supervisor.cluster.start_server(...) etc.

@@ -1,6 +1,7 @@
-"""The seam between a run (``notebook/run.py``) and what trains: ``RunConfig`` (what a run was
-asked to do) and ``Backend`` (what a run drives), shared by the graph backend (``graph/``, TF1
-code under a Supervisor) and the eager backend (TensorFlow 2 loops and Keras ``fit``).
+"""The seam between a run (``notebook/run.py``) and what trains: ``Backend`` (what a run
+drives; what it was asked to do is ``config.RunConfig``), shared by the graph backend
+(``graph/``, TF1 code under a Supervisor) and the eager backend (TensorFlow 2 loops and Keras
+``fit``).
 
 A run builds its backend in the kernel's main thread (so bad input fails the cell at once),
 then, in its own thread::
@@ -14,13 +15,8 @@ and from any thread ``request_stop()``, ``save_now()``, ``read_step()``. Everyth
 reports reaches the run's listeners as the records of ``events``; the run's history is fed only
 by them.
 """
-import dataclasses
 import logging
-import os
-from typing import Callable, ContextManager, Dict, List, Optional, Protocol, Tuple
-
-from . import finite
-from ._validate import check_basename, check_number, invalid
+from typing import Callable, ContextManager, Dict, List, Optional, Protocol
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -54,177 +50,6 @@ class StopBody(BaseException):
     A BaseException, as KeyboardInterrupt, so that a body's ``except Exception`` cannot
     swallow it.
     """
-
-
-@dataclasses.dataclass(frozen=True)
-class Option:
-    """How a ``RunConfig`` field is given as a ``%%supervise`` option (``--field-name``): its
-    help (argparse's, ``%(default)s`` is the field's default), metavar, and ``kind``: ``int``
-    or ``float`` (the text is parsed, then checked with the field's check), ``bool`` (a flag),
-    or ``str``. ``choices``: argparse's."""
-    help: str
-    metavar: Optional[str] = None
-    kind: type = str
-    choices: Optional[tuple] = None
-
-
-def _option(default, check: Optional[Callable[[str, object], None]] = None,
-            option: Optional[Option] = None):
-    """A RunConfig field: its default, its ``check(name, value)`` (raises ValueError in the
-    form of ``_validate.invalid``) and, for an option of the magic, its ``Option``."""
-    return dataclasses.field(default=default, metadata={"check": check, "option": option})
-
-
-def _number(**limits) -> Callable[[str, object], None]:
-    return lambda name, value: check_number(name, value, **limits)
-
-
-def _check_logdir(name: str, value) -> None:
-    if value is not None and (not isinstance(value, (str, os.PathLike)) or not os.fspath(value)):
-        raise ValueError(invalid(name, value, "a directory path, or None"))
-
-
-def _check_name(name: str, value) -> None:
-    if not isinstance(value, str) or not value.strip() or value != value.strip():
-        raise ValueError(invalid(name, value, "a non-empty name without surrounding spaces"))
-
-
-def _check_init_fn(name: str, value) -> None:
-    if value is not None and not callable(value):
-        raise ValueError(invalid(name, value, "a function (graph: taking the session; eager: "
-                                 "taking nothing), or None"))
-
-
-def _check_master(name: str, value) -> None:
-    if not isinstance(value, str):
-        raise ValueError(invalid(name, value, "a target such as 'grpc://localhost:2222', or ''"))
-
-
-def _check_session_config(name: str, value) -> None:
-    if value is not None:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        if not isinstance(value, tf.compat.v1.ConfigProto):
-            raise ValueError(invalid(name, value, "a tf.compat.v1.ConfigProto, or None"))
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """What a run was asked to do; ``%%supervise`` builds one from its options, which are
-    declared here, each once: name, default, check and help (``options()``).
-
-    ``name`` defaults to the last component of ``logdir`` (or "run" without one); ``is_chief``
-    defaults to ``task_index == 0``. ``init_fn`` is called only when there is no checkpoint to
-    restore (graph: ``fn(sess)``; eager: ``fn()``, after ``sv.track``, or at the start of
-    the first ``model.fit`` with ``sv.callback``). ``session_config`` is the ``ConfigProto`` of a
-    graph run's managed session; for a task of a cluster, ``cluster.session_config(job,
-    task_index)``, whose device filters let the task start or restart while another task is
-    down. ``on_nan`` ("stop", "rollback" or "ignore") and ``max_rollbacks``: what a checkpoint
-    due on a model that is not finite does (``finite.Policy``); both backends follow it.
-    """
-    logdir: Optional[str] = _option(None, _check_logdir, Option(
-        "Directory for checkpoints and event files (no *, ?, [ or \\ in it). Re-running the "
-        "cell resumes from its newest checkpoint. Without it nothing is saved. Default: none.",
-        metavar="PATH"))
-    name: Optional[str] = _option(None, _check_name, Option(
-        "Name of the run in %%supervise stop/resume/... Default: the logdir's last component "
-        "('run' without a logdir)."))
-    # Notebook-friendly defaults: a crash loses at most a minute, the plots move every 10 s.
-    save_model_secs: float = _option(60, _number(), Option(
-        "Seconds between checkpoints (0: only the final one). One due while the one before "
-        "is still being written waits for that write, up to one more interval, without "
-        "stopping training. Default: %(default)s.",
-        metavar="SECS", kind=float))
-    save_summaries_secs: float = _option(10, _number(), Option(
-        "Seconds between summaries and step-rate records (0: none). Default: %(default)s.",
-        metavar="SECS", kind=float))
-    checkpoint_basename: str = _option("model.ckpt", check_basename, Option(
-        "File name prefix of the checkpoints (no /, *, ?, [ or \\ in it). "
-        "Default: %(default)s.", metavar="NAME"))
-    keep: int = _option(5, _number(integer=True, minimum=1), Option(
-        "How many of the newest checkpoints are kept. Default: %(default)s.", metavar="N",
-        kind=int))
-    max_steps: Optional[int] = _option(None, _number(integer=True, minimum=1, allow_none=True),
-                                       Option(
-        "Stop cleanly (final checkpoint, status 'finished') when the global step reaches N; "
-        "the loop must check sv.should_stop(). Default: no limit.", metavar="N", kind=int))
-    init_fn: Optional[Callable] = _option(None, _check_init_fn)
-    repeat: bool = _option(False, None, Option(
-        "The cell body is one training step: run it again and again until the run stops (no "
-        "while loop needed).", kind=bool))
-    master: str = _option("", _check_master, Option(
-        "TensorFlow master of a cluster whose server for this task runs elsewhere, e.g. "
-        "grpc://host:2222 (not with --cluster). Default: an in-process session."))
-    task_index: int = _option(0, _number(integer=True), Option(
-        "This task's index in its --job (with --master: among the workers). "
-        "Default: %(default)s.", metavar="N", kind=int))
-    is_chief: Optional[bool] = _option(None)
-    # The training tasks of a TensorFlow 2 multi-worker run (TF_CONFIG; ``task_index`` is this
-    # task's place among them, the chief first): each runs the same cell.
-    workers: int = _option(1, _number(integer=True, minimum=1))
-    # A worker started before its chief notices the chief within seconds, not half a minute.
-    recovery_wait_secs: float = _option(5, _number(), Option(
-        "How often a non-chief checks whether the chief's model is ready (TensorFlow's "
-        "Supervisor: 30). Default: %(default)s.", metavar="SECS", kind=float))
-    stop_grace_secs: float = _option(30, _number(), Option(
-        "How long a stop waits for the service threads to end. Default: %(default)s.",
-        metavar="SECS", kind=float))
-    session_config: Optional[object] = _option(None, _check_session_config)
-    on_nan: str = _option(finite.STOP, finite.check_on_nan, Option(
-        finite.ON_NAN_HELP + " Default: %(default)s.", metavar="ACTION",
-        choices=finite.ON_NAN_MODES))
-    max_rollbacks: int = _option(finite.DEFAULT_MAX_ROLLBACKS,
-                                 _number(integer=True, minimum=1), Option(
-        "With --on-nan rollback: how many rollbacks a session makes before it stops as with "
-        "'stop'. Default: %(default)s.", metavar="N", kind=int))
-
-    def __post_init__(self):
-        _check_logdir("logdir", self.logdir)
-        if self.logdir is not None:
-            object.__setattr__(self, "logdir", os.path.expanduser(os.fspath(self.logdir)))
-        if self.name is None:
-            object.__setattr__(self, "name", _default_name(self.logdir))
-        for field in dataclasses.fields(self):
-            check = field.metadata.get("check")
-            if check is not None:
-                check(field.name, getattr(self, field.name))
-        if self.is_chief is None:
-            object.__setattr__(self, "is_chief", self.task_index == 0)
-
-    @staticmethod
-    def options() -> List[Tuple[str, object, Option, Optional[Callable[[str, object], None]]]]:
-        """``[(field name, default, Option, check)]`` of the fields that are options of the
-        magic, in their order."""
-        return [(field.name, field.default, field.metadata["option"], field.metadata["check"])
-                for field in dataclasses.fields(RunConfig) if field.metadata.get("option")]
-
-    @property
-    def role(self) -> str:
-        """'local' (no master, one worker), 'chief' or 'worker'."""
-        if not self.is_chief:
-            return "worker"
-        return "chief" if self.master or self.workers > 1 else "local"
-
-    @property
-    def role_text(self) -> str:
-        """The role as the panel and ``%supervise`` say it: "chief on grpc://...", "worker
-        1 of 2", "chief (worker 0 of 2)"; '' for a local run."""
-        if self.role == "local":
-            return ""
-        if self.master:
-            return f"{self.role} on {self.master}"
-        place = f"worker {self.task_index} of {self.workers}"
-        return f"chief ({place})" if self.is_chief else place
-
-    @property
-    def saves(self) -> bool:
-        """True when this task writes checkpoints and event files (a chief with a logdir)."""
-        return bool(self.logdir) and bool(self.is_chief)
-
-
-def _default_name(logdir: Optional[str]) -> str:
-    if not logdir:
-        return "run"
-    return logdir.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or logdir
 
 
 class Backend(Protocol):

@@ -29,7 +29,7 @@ def ip():
 def backends():
     """``backends(logdir, **RunConfig options)``: EagerSupervisors (summaries off unless
     given), all closed at the end of the test."""
-    from jupyter_supervisor.backend import RunConfig  # pylint: disable=C0415
+    from jupyter_supervisor.config import RunConfig  # pylint: disable=C0415
     from jupyter_supervisor.eager import EagerSupervisor  # pylint: disable=C0415
     made = []
 

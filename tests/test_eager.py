@@ -13,7 +13,7 @@ import keras
 
 from eager_models import BATCHES, data, make_model
 from jupyter_supervisor import events
-from jupyter_supervisor.backend import RunConfig
+from jupyter_supervisor.config import RunConfig
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
 from jupyter_supervisor.eager import EagerSupervisor, saving
 from jupyter_supervisor.eager.keras_callback import _TrainFunction
@@ -837,7 +837,7 @@ def test_graph_mode_checkpoint_is_named(tmp_path, backends):
 
 
 def test_bad_config(tmp_path):
-    with pytest.raises(TypeError, match="Expected a jupyter_supervisor.backend.RunConfig"):
+    with pytest.raises(TypeError, match="Expected a jupyter_supervisor.config.RunConfig"):
         EagerSupervisor({"logdir": str(tmp_path)})
     with pytest.raises(ValueError, match="init_fn=.*Expected a function taking no argument"):
         EagerSupervisor(RunConfig(logdir=str(tmp_path), init_fn=lambda sess: None))

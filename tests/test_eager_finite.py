@@ -286,7 +286,7 @@ def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
     retention untouched) and the training thread, which did not wait for the check, stops at
     the next boundary naming step 25. Saving synchronously, the check runs before the write;
     the stop is the same."""
-    from jupyter_supervisor.backend import RunConfig  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.config import RunConfig  # pylint: disable=import-outside-toplevel
     from jupyter_supervisor.eager import EagerSupervisor  # pylint: disable=import-outside-toplevel
     model, opt, train_step = loop_setup()
     sv = EagerSupervisor(RunConfig(logdir=str(tmp_path), save_model_secs=EVERY_STEP, keep=3,

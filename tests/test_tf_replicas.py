@@ -19,7 +19,7 @@ import tensorflow as tf
 from eager_models import make_model
 from helpers import Kernel, free_ports
 from jupyter_supervisor import tf_config
-from jupyter_supervisor.backend import RunConfig
+from jupyter_supervisor.config import RunConfig
 from jupyter_supervisor.eager import EagerSupervisor
 
 DEADLINE = 90.0  # seconds for what follows a start; never reached when passing

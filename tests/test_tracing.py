@@ -13,7 +13,7 @@ import tensorflow as tf
 import keras
 
 from jupyter_supervisor import finite
-from jupyter_supervisor.backend import RunConfig
+from jupyter_supervisor.config import RunConfig
 from jupyter_supervisor.eager import EagerSupervisor, saving
 
 from helpers import Kernel

@@ -43,7 +43,8 @@ from typing import Dict, List, NamedTuple, Optional
 import tensorflow as tf
 
 from .. import events, finite
-from ..backend import RunConfig, StopBody, clean_up
+from ..backend import StopBody, clean_up
+from ..config import RunConfig
 from ..checkpoints import CheckpointWriteError, prepare_logdir, sweep
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
@@ -113,7 +114,7 @@ def _callable_without_arguments(fn) -> bool:
 def _check_config(config) -> None:
     """Raises for what the eager backend cannot do with ``config``."""
     if not isinstance(config, RunConfig):
-        raise TypeError(invalid("config", config, "a jupyter_supervisor.backend.RunConfig",
+        raise TypeError(invalid("config", config, "a jupyter_supervisor.config.RunConfig",
                                 shown=_short(config)))
     if not tf.executing_eagerly():
         raise RuntimeError(

@@ -14,7 +14,8 @@ import tensorflow as tf
 from tensorflow.python.client import session as tf_session
 
 from .. import finite
-from ..backend import RunConfig, StopBody
+from ..backend import StopBody
+from ..config import RunConfig
 from ..checkpoints import checkpoint_paths
 from ..services import step_value
 from .supervisor import (CheckpointMismatchError, Supervisor, WaitCancelledError,

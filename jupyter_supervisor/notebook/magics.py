@@ -16,7 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .. import tf_config
-from ..backend import RunConfig
+from ..config import RunConfig
 from ..view import panel
 
 COMMANDS = ("list", "stop", "resume", "save", "wait", "show", "compare")

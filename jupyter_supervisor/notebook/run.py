@@ -40,7 +40,8 @@ import tensorflow as tf
 
 from .. import events
 from .._validate import invalid
-from ..backend import Backend, RunConfig, RunConflictError, clean_up
+from ..backend import Backend, RunConflictError, clean_up
+from ..config import RunConfig
 from ..checkpoints import checkpoint_paths, step_of
 from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
@@ -75,7 +76,7 @@ _TRANSITIONS = {
 WATCH_SECS = 0.5
 
 __all__ = ["TrainingRun", "STATUSES", "ACTIVE_STATUSES", "FINAL_STATUSES",
-           "RunConfig", "RunConflictError", "RunStateError",
+           "RunConflictError", "RunStateError",
            "IllegalTransitionError", "LogdirLockedError",
            "CheckpointMismatchError", "get_run", "runs",
            "stop_all"]

@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
 from eager_models import data, make_model  # noqa: E402  (beside the tests)
 
-from jupyter_supervisor.backend import RunConfig  # noqa: E402
+from jupyter_supervisor.config import RunConfig  # noqa: E402
 from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
 
 

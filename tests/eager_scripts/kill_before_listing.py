@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from jupyter_supervisor.backend import RunConfig  # noqa: E402
+from jupyter_supervisor.config import RunConfig  # noqa: E402
 from jupyter_supervisor.eager import EagerSupervisor, saving  # noqa: E402
 
 SAVE_EVERY = 5
