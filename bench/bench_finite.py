@@ -12,7 +12,7 @@ rotates):
              fused reduction, on every core)
 plus the check alone (``VariableCheck.run``: one fused op, one session run).
 
-Eager mode: whole saves (``saving.CheckpointWriter``: the snapshot in the calling thread, the
+Eager mode: whole saves (``writer.CheckpointWriter``: the snapshot in the calling thread, the
 files in the writer thread, one call of a traced write) with the trainable variables checked
 (``VariableCheck.guard``: the fused check of the snapshot's copies runs beside the write and
 gates its merge) and without, what the training thread waits for (``save()`` returning)
@@ -61,7 +61,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from jupyter_supervisor import finite  # noqa: E402
-from jupyter_supervisor.eager import saving  # noqa: E402
+from jupyter_supervisor.eager.writer import CheckpointWriter  # noqa: E402
 
 v1 = tf.compat.v1
 SAVERS = ("plain", "supervisor", "guarded")
@@ -173,7 +173,7 @@ def eager_mode(args, where, slots):
           f"{slots} slots per weight")
     check = finite.VariableCheck.eager(variables)
     assert check.run() == []  # traced here, once
-    writers = {name: saving.CheckpointWriter(
+    writers = {name: CheckpointWriter(
         {"model": module}, os.path.join(where, name), "eager", keep=2, existing=[],
         checked=variables if name == "checked" else ()) for name in ("checked", "unchecked")}
     user = tf.train.Checkpoint(model=module)

@@ -17,7 +17,7 @@ checkpoint gets its name, a backend checks
   builds it once in the Supervisor's graph, before the graph is finalized, for the variables
   a guard cannot cover. In eager mode ``VariableCheck.eager`` wraps the fused form in a
   ``tf.function``, and ``VariableCheck.guard`` puts it into the traced write of the snapshot
-  the eager writer saves (``eager/saving.py``), as the gate of its merge, as ``guard_saver``
+  the eager writer saves (``eager/writer.py``), as the gate of its merge, as ``guard_saver``
   does for a sharded Saver (there the gentle form measured cheaper; in the eager write both
   cost the same, and the fused one far less CPU time);
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss

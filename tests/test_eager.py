@@ -15,7 +15,9 @@ from eager_models import BATCHES, data, make_model
 from jupyter_supervisor import events
 from jupyter_supervisor.config import RunConfig
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
-from jupyter_supervisor.eager import EagerSupervisor, saving
+from jupyter_supervisor.eager import EagerSupervisor
+from jupyter_supervisor.eager.snapshot import Snapshot
+from jupyter_supervisor.eager.writer import CheckpointWriter
 from jupyter_supervisor.eager.keras_callback import _TrainFunction
 from jupyter_supervisor.graph.supervisor import CheckpointMismatchError, CheckpointWriteError
 from jupyter_supervisor.lockfile import LogdirLockedError
@@ -435,7 +437,7 @@ def test_slots_outside_the_object_graph_are_saved_synchronously(tmp_path):
             loss = tf.reduce_sum(variable * variable)
         opt.apply_gradients([(tape.gradient(loss, variable), variable)])
 
-    writer = saving.CheckpointWriter({"v": v, "u": u, "opt": opt}, str(tmp_path), "ckpt",
+    writer = CheckpointWriter({"v": v, "u": u, "opt": opt}, str(tmp_path), "ckpt",
                                      keep=5, existing=[], checked=[v, u])
     step(v)
     writer.save(1)
@@ -495,7 +497,7 @@ def test_a_due_save_waits_for_the_write_before_it_at_most_one_interval(tmp_path,
     saved every second train slower under us than under Keras' callbacks
     (bench/bench_save_interval.py)."""
     release, started = threading.Event(), []
-    write_function = saving.Snapshot.write_function
+    write_function = Snapshot.write_function
 
     def held(self, checked):
         write, check = write_function(self, checked)
@@ -507,7 +509,7 @@ def test_a_due_save_waits_for_the_write_before_it_at_most_one_interval(tmp_path,
             return write(path)
         return held_write, check
 
-    monkeypatch.setattr(saving.Snapshot, "write_function", held)
+    monkeypatch.setattr(Snapshot, "write_function", held)
     model, opt, train_step = custom_setup()
     sv = backends(tmp_path, save_model_secs=10)
     clock = FakeClock()
@@ -760,8 +762,8 @@ def fail_every_write(monkeypatch) -> None:
         raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
     # The snapshot's write is a traced function: it fails as a whole, as when SaveV2 inside
     # it finds the disk full.
-    write_function = saving.Snapshot.write_function
-    monkeypatch.setattr(saving.Snapshot, "write_function",
+    write_function = Snapshot.write_function
+    monkeypatch.setattr(Snapshot, "write_function",
                         lambda *args: (full, write_function(*args)[1]))
     monkeypatch.setattr(tf.train.Checkpoint, "write", full)  # a synchronous save
 

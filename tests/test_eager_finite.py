@@ -19,7 +19,8 @@ from tensorboard.backend.event_processing import event_file_loader
 from eager_models import data, make_model
 from jupyter_supervisor import events, finite
 from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
-from jupyter_supervisor.eager import saving
+from jupyter_supervisor.eager.snapshot import Snapshot
+from jupyter_supervisor.eager.writer import CheckpointWriter, Refusal
 
 from helpers import Recorder, wait_for
 
@@ -98,23 +99,23 @@ def start_logs(logdir):
 # ------------------------------------------------------------------------------ custom loops
 
 def test_a_verdict_is_the_same_whichever_thread_decides_it():
-    """saving.Refusal: the writer thread learns the verdict from its guarded write; the
+    """Refusal: the writer thread learns the verdict from its guarded write; the
     training thread, when it asks first (the write still running), checks the same copies
     itself. Both give the same answer; a write refused while the check finds every variable
     finite is an error of the check, not a pass."""
     weights = tf.Variable(tf.ones([10]), name="dense/kernel")
     check = finite.VariableCheck.eager([weights, tf.Variable(0)])
-    assert saving.Refusal(5, check).decide().variables == []
-    passed = saving.Refusal(5, check)
+    assert Refusal(5, check).decide().variables == []
+    passed = Refusal(5, check)
     passed.written(True)
     assert not passed.decide().refused
     weights.assign(tf.fill([10], np.nan))
-    assert saving.Refusal(6, check).decide().variables == ["dense/kernel"]  # asked first
-    refused = saving.Refusal(6, check)
+    assert Refusal(6, check).decide().variables == ["dense/kernel"]  # asked first
+    refused = Refusal(6, check)
     refused.written(False)
     assert refused.decide().variables == ["dense/kernel"] and refused.error is None
     weights.assign(tf.ones([10]))
-    odd = saving.Refusal(7, check)
+    odd = Refusal(7, check)
     odd.written(False)
     assert odd.decide().refused
     assert "refused as not finite, but no checked variable" in str(odd.error)
@@ -127,10 +128,10 @@ def test_while_the_write_runs_its_verdict_is_not_known(tmp_path, monkeypatch):
     runs a check only to name what a refused write held. (The write is held back: the real
     one, started once an event is set.)"""
     weights = tf.Variable(tf.ones([10]), name="dense/kernel")
-    writer = saving.CheckpointWriter({"w": weights}, str(tmp_path), "ckpt", keep=2,
+    writer = CheckpointWriter({"w": weights}, str(tmp_path), "ckpt", keep=2,
                                      existing=[], checked=[weights])
     release = threading.Event()
-    write_function = saving.Snapshot.write_function
+    write_function = Snapshot.write_function
 
     def held(self, checked):
         write, check = write_function(self, checked)
@@ -140,7 +141,7 @@ def test_while_the_write_runs_its_verdict_is_not_known(tmp_path, monkeypatch):
             return write(path)
         return held_write, check
 
-    monkeypatch.setattr(saving.Snapshot, "write_function", held)
+    monkeypatch.setattr(Snapshot, "write_function", held)
     runs = []
     run = finite.VariableCheck.run
     monkeypatch.setattr(finite.VariableCheck, "run",

@@ -25,7 +25,7 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorflow.python.eager import context
 
 from jupyter_supervisor import events, finite
-from jupyter_supervisor.eager import saving
+from jupyter_supervisor.eager.snapshot import Snapshot
 from jupyter_supervisor.graph.supervisor import Supervisor
 
 from helpers import Recorder
@@ -157,9 +157,9 @@ def test_the_eager_check_is_the_same_computation_on_tf_variables():
 
 def guarded_write(variables):
     """The eager writer's guarded write of ``variables`` (``write(path)``, traced) and the
-    check of their copies, as ``eager/saving.py`` makes them: a call of ``refresh()`` copies
+    check of their copies, as ``eager/snapshot.py`` makes them: a call of ``refresh()`` copies
     the variables' values for the next write."""
-    snapshot = saving.Snapshot({f"v{i}": v for i, v in enumerate(variables)})
+    snapshot = Snapshot({f"v{i}": v for i, v in enumerate(variables)})
     refresh = snapshot.copy
     assert refresh()
     write, check = snapshot.write_function(variables)
@@ -241,7 +241,7 @@ def test_the_guard_is_the_fused_check_and_gates_only_the_merge():
     the merge alone: the parts are written beside it, not after it."""
     with context.eager_mode():
         variables = [tf.Variable(tf.zeros([4]), name=f"layer{i}") for i in range(3)]
-        snapshot = saving.Snapshot({"layers": variables, "steps": tf.Variable(0)})
+        snapshot = Snapshot({"layers": variables, "steps": tf.Variable(0)})
         assert snapshot.copy()
         write, _ = snapshot.write_function(variables)
         ops = write.graph.get_operations()

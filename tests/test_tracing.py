@@ -1,5 +1,5 @@
 """What re-running supervised cells traces: the snapshot's write and the finiteness check are
-traced once per model structure in a kernel (``saving._TracedPool``, ``finite._EagerChecks``),
+traced once per model structure in a kernel (``snapshot._TracedPool``, ``finite._EagerChecks``),
 never per supervisor, so TensorFlow's retracing warning never reaches a run's output; the
 reuse keeps no model alive; and a run whose only checkpoint is its final one traces nothing.
 The cells here save at every step (``EVERY_STEP``) unless they say otherwise."""
@@ -14,7 +14,7 @@ import keras
 
 from jupyter_supervisor import finite
 from jupyter_supervisor.config import RunConfig
-from jupyter_supervisor.eager import EagerSupervisor, saving
+from jupyter_supervisor.eager import EagerSupervisor, snapshot
 
 from helpers import Kernel
 
@@ -23,7 +23,7 @@ EVERY_STEP = 1e-9  # save_model_secs that makes every step boundary save
 
 MODELS = r'''
 import numpy as np, keras
-from jupyter_supervisor.eager import saving
+from jupyter_supervisor.eager import snapshot
 from jupyter_supervisor import finite
 def mlp(*widths):
     model = keras.Sequential([keras.Input((4,))] + [keras.layers.Dense(w) for w in widths])
@@ -56,7 +56,7 @@ def test_ten_cells_in_a_kernel_trace_the_write_once_per_model_and_never_warn(ker
                   "callbacks=[sv.callback])")
     assert kernel.value("[len(os.listdir(f'runs/cell{i}')) > 0 for i in range(10)]") \
         == [True] * CELLS
-    writes = kernel.value("sorted(t.traces for t in saving._POOL._free.values())")
+    writes = kernel.value("sorted(t.traces for t in snapshot._POOL._free.values())")
     assert writes == [1, 1]
     checks = kernel.value("sorted(c.traces for c in (e[1] for e in "
                           "finite._EAGER_CHECKS._checks.values()))")
@@ -78,7 +78,7 @@ def test_cells_that_build_their_model_again_trace_the_write_once_and_free_it(ker
     names a function of ours."""
     kernel.ok(MODELS + "import gc, weakref\nbuilt = []\n")
     start = len(kernel.iopub)
-    entry_of_model = ("[t for t in saving._POOL._free.values() "
+    entry_of_model = ("[t for t in snapshot._POOL._free.values() "
                       "if any(r() is model for r in t.owners)]")
     for cell in range(5):
         kernel.ok("model = mlp(12, 1)\nbuilt.append(weakref.ref(model))")
@@ -115,7 +115,7 @@ def _mlp(*widths):
 
 def _entry_of(model):
     """The pool's entry given back for ``model``."""
-    found = [t for t in saving._POOL._free.values()  # pylint: disable=protected-access
+    found = [t for t in snapshot._POOL._free.values()  # pylint: disable=protected-access
              if any(ref() is model for ref in t.owners)]
     assert len(found) == 1
     return found[0]
@@ -183,12 +183,12 @@ def test_two_runs_of_one_structure_at_once_do_not_share_copies(tmp_path):
     the first still holds them makes its own, so neither writes the other's state."""
     with tf.init_scope():
         variable = tf.Variable([1.0, 2.0], name="shared")
-    first = saving.Snapshot({"v": variable})
-    second = saving.Snapshot({"v": variable})
+    first = snapshot.Snapshot({"v": variable})
+    second = snapshot.Snapshot({"v": variable})
     assert first.copy() and second.copy()
     assert first.copies_of([variable])[0] is not second.copies_of([variable])[0]
     first.release()
-    third = saving.Snapshot({"v": variable})
+    third = snapshot.Snapshot({"v": variable})
     assert third.copy()
     assert third.copies_of([variable])[0] is not second.copies_of([variable])[0]
     assert finite.VariableCheck.eager([variable]) is finite.VariableCheck.eager([variable])
@@ -219,7 +219,7 @@ def test_a_run_whose_only_checkpoint_is_the_final_one_traces_nothing(tmp_path):
     model = _mlp(7, 3, 1)  # a structure no other test saves
     before = len(finite._EAGER_CHECKS._checks)  # pylint: disable=protected-access
     _cell(model, x, x[:, :1], tmp_path / "short", save_model_secs=60)
-    assert not [t for t in saving._POOL._free.values()  # pylint: disable=protected-access
+    assert not [t for t in snapshot._POOL._free.values()  # pylint: disable=protected-access
                 if any(ref() is model for ref in t.owners)]
     assert len(finite._EAGER_CHECKS._checks) == before  # pylint: disable=protected-access
     fresh = _mlp(7, 3, 1)

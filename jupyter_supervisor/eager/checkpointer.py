@@ -3,8 +3,8 @@
 A checkpoint is taken only at a step boundary of the training thread, so it never holds half of
 a step: when one is due (``timer.Timer``), asked for from another thread (``save_now``: the
 training thread serves the request at its next boundary), or ends a fit or the session. The
-snapshot and the files are ``saving``'s; what a model that is not finite leads to is
-``finite.Policy``'s, and the Checkpointer performs the rollback it is told to: the newest good
+snapshot is ``snapshot``'s and the files are ``writer``'s; what a model that is not finite
+leads to is ``finite.Policy``'s, and the Checkpointer performs the rollback it is told to: the newest good
 checkpoint restored (model, optimizer, global step) at a step boundary of the training thread.
 """
 import logging
@@ -19,12 +19,13 @@ import tensorflow as tf
 from .. import finite
 from ..checkpoints import restore_candidates
 from ..timer import Timer
-from . import saving
+from . import restore as restoring
 from .reporting import Reporter, to_float
+from .variables import RANDOM_STATE, STATE_NAME, base_variable, is_variable
+from .writer import CheckpointWriter
 
 logger = logging.getLogger("jupyter_supervisor")
 
-STATE_NAME = saving.STATE_NAME
 
 
 class _RunState(tf.Module):
@@ -39,7 +40,7 @@ class _RunState(tf.Module):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch")
         if random:
-            setattr(self, saving.RANDOM_STATE, dict(random))
+            setattr(self, RANDOM_STATE, dict(random))
 
 
 def _seed_states(items: Dict[str, object]) -> Dict[str, object]:
@@ -95,8 +96,8 @@ def _trainable_variables(objects) -> list:
         else:
             candidates = list(getattr(obj, "trainable_variables", None) or ())
         for variable in candidates:
-            if saving.is_variable(variable):
-                variable = saving.base_variable(variable)  # a Keras 3 variable wraps one
+            if is_variable(variable):
+                variable = base_variable(variable)  # a Keras 3 variable wraps one
             if id(variable) not in seen:
                 seen.add(id(variable))
                 found.append(variable)
@@ -109,7 +110,7 @@ def _learning_rates(objects: Dict[str, object]) -> List[tuple]:
     found = []
     for name, obj in objects.items():
         rate = getattr(obj, "learning_rate", None) if hasattr(obj, "apply_gradients") else None
-        if rate is not None and saving.is_variable(rate):
+        if rate is not None and is_variable(rate):
             found.append((name, rate, float(np.asarray(rate.numpy()))))
     return found
 
@@ -159,7 +160,7 @@ class Checkpointer:
         self.items: Optional[Dict[str, object]] = None
         self._state: Optional[_RunState] = None
         self._root = None                          # tf.train.Checkpoint for restoring
-        self.writer: Optional[saving.CheckpointWriter] = None
+        self.writer: Optional[CheckpointWriter] = None
 
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
         """Names what is saved (``items``, and the run's own state) and restores the newest
@@ -174,7 +175,7 @@ class Checkpointer:
             return None
         existing = restore_candidates(self._restore_dir, self._config.checkpoint_basename)
         rates = _learning_rates(self.items)
-        restored = saving.restore_newest(self._root, self._restore_dir, existing)
+        restored = restoring.restore_newest(self._root, self._restore_dir, existing)
         if restored is not None:
             _keep_learning_rates(rates, restored)
         if restored is not None:
@@ -182,7 +183,7 @@ class Checkpointer:
             self.timer.last_step = self._where.step
         if not self._logdir:
             return restored
-        self.writer = saving.CheckpointWriter(
+        self.writer = CheckpointWriter(
             {**self.items, STATE_NAME: self._state}, self._logdir,
             self._config.checkpoint_basename, self._config.keep, existing,
             async_save=self._async_save, on_saved=self._on_saved,
@@ -205,7 +206,7 @@ class Checkpointer:
         path = os.path.join(self._restore_dir or "", f"{self._config.checkpoint_basename}-{step}")
         rates = _learning_rates(self.items)
         try:
-            saving.restore(self._root, path)
+            restoring.restore(self._root, path)
         except (tf.errors.OpError, ValueError) as e:
             raise RuntimeError(
                 f"The chief restored the checkpoint of step {step}, and this worker cannot read "
@@ -382,7 +383,7 @@ class Checkpointer:
     def _check_finite(self, step: int, final: bool) -> bool:
         """With ``_save_lock`` held, before a save: True when the newest value of every
         reported scalar is finite, or with ``on_nan="ignore"``; else ``_refuse``. The trainable
-        variables are checked by the writer (``saving.CheckpointWriter``: beside the write,
+        variables are checked by the writer (``CheckpointWriter``: beside the write,
         its verdict taken by ``_take_verdict``); here only to name them."""
         if self.writer is None or not self.writer.checks:
             return True
@@ -444,7 +445,7 @@ class Checkpointer:
         paths = list(reversed(self.writer.kept))
         rates = _learning_rates(self.items)
         try:
-            path = saving.restore_newest(self._root, self._logdir, paths)
+            path = restoring.restore_newest(self._root, self._logdir, paths)
         except Exception as e:  # pylint: disable=broad-except
             raise self._policy.rollback_failed(
                 rollback._replace(path=paths[0] if paths else None), e) from e

@@ -24,7 +24,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context  # the coordination service's error report
 
 from .._validate import invalid
-from . import saving
+from .variables import base_variable, is_variable
 
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -45,10 +45,10 @@ def _strategies(objects: Dict[str, object]) -> list:
     """The distribution strategies the variables of ``objects`` were made under."""
     found = []
     for obj in objects.values():
-        variables = [obj] if saving.is_variable(obj) else list(getattr(obj, "variables", ()))
+        variables = [obj] if is_variable(obj) else list(getattr(obj, "variables", ()))
         for variable in variables:
-            if saving.is_variable(variable):
-                variable = saving.base_variable(variable)
+            if is_variable(variable):
+                variable = base_variable(variable)
             strategy = getattr(variable, "distribute_strategy", None)
             if strategy is not None and not any(strategy is s for s in found):
                 found.append(strategy)

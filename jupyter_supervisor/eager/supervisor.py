@@ -20,9 +20,9 @@ raises ``backend.StopBody``. ``sv.callback`` does all that for ``model.fit`` (se
 This module is the adapter: the Backend interface, ``track``/``step``, the step boundary and
 the fit side that ``keras_callback`` talks to (``fit_begin`` ... ``fit_end``). A checkpoint is
 taken only at a step boundary in the training thread, so it never holds half of a step
-(``checkpointer``); the training thread waits for the copy of the variables to host memory, a
-writer thread writes the files (``saving``). Everything is reported as ``events`` records and
-in the event file (``reporting``).
+(``checkpointer``); the training thread waits for the copy of the variables to host memory
+(``snapshot``), a writer thread writes the files (``writer``). Everything is reported as
+``events`` records and in the event file (``reporting``).
 
 A model that is not finite is never saved (``finite``): the run stops (``on_nan="stop"``), or
 (``"rollback"``) the newest good checkpoint is restored at that step boundary (model, optimizer,
@@ -49,7 +49,8 @@ from ..checkpoints import CheckpointWriteError, prepare_logdir, sweep
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
 from ..timer import Timer
-from . import claims, saving
+from . import claims
+from .variables import holds_state
 from .checkpointer import STATE_NAME, Checkpointer, Where
 from .replicas import Replicas
 from .reporting import Reporter
@@ -165,7 +166,7 @@ def _holds_no_variables(value) -> bool:
     (when they first apply gradients) pass."""
     if hasattr(value, "trainable_variables") or hasattr(value, "apply_gradients"):
         return False
-    return not saving.holds_state(value)
+    return not holds_state(value)
 
 
 def _build_for_restore(objects) -> None:

@@ -14,7 +14,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from jupyter_supervisor.config import RunConfig  # noqa: E402
-from jupyter_supervisor.eager import EagerSupervisor, saving  # noqa: E402
+from jupyter_supervisor.eager import EagerSupervisor
+from jupyter_supervisor.eager.writer import CheckpointWriter  # noqa: E402
 
 SAVE_EVERY = 5
 
@@ -22,7 +23,7 @@ SAVE_EVERY = 5
 def hold_before_listing(pause_at):
     """Makes the writer hold the save of step ``pause_at`` between its files and the state
     file (``CheckpointWriter._record`` lists a written checkpoint)."""
-    record = saving.CheckpointWriter._record  # pylint: disable=protected-access
+    record = CheckpointWriter._record  # pylint: disable=protected-access
 
     def held(writer, path):
         if path.endswith(f"-{pause_at}"):
@@ -30,7 +31,7 @@ def hold_before_listing(pause_at):
             threading.Event().wait()
         record(writer, path)
 
-    saving.CheckpointWriter._record = held  # pylint: disable=protected-access
+    CheckpointWriter._record = held  # pylint: disable=protected-access
 
 
 def main(logdir, keep, pause_at):

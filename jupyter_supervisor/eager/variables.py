@@ -1,0 +1,75 @@
+"""The variables an eager run saves: what counts as one (a tf.Variable or a Keras 3 variable),
+what holds state, how users name them, and the names of the run's own entries in a checkpoint.
+"""
+from typing import List
+
+import tensorflow as tf
+from tensorflow.python.trackable import base as trackable_base
+from tensorflow.python.util import object_identity
+
+# The checkpoint name of the run's own state (global step, where fit is), beside the user's,
+# and of its random-layer states in it: a checkpoint written before those were saved lacks
+# them, and still restores (with a warning: that resume is not bit-exact).
+STATE_NAME = "jupyter_supervisor"
+RANDOM_STATE = "random_state"
+
+
+def is_variable(obj) -> bool:
+    """A tf.Variable, or a Keras 3 variable (which wraps one in ``.value``)."""
+    return isinstance(obj, tf.Variable) or isinstance(getattr(obj, "value", None), tf.Variable) \
+        and hasattr(obj, "_serialize_to_tensors")
+
+
+def base_variable(obj) -> tf.Variable:
+    """The tf.Variable of a tf.Variable or of a Keras 3 variable."""
+    return obj if isinstance(obj, tf.Variable) else obj.value
+
+
+def has_own_tensors(obj) -> bool:
+    """True for a trackable that is not a variable but saves tensors of its own (a dataset
+    iterator, a lookup table): it cannot be snapshotted by copying variables."""
+    own = getattr(type(obj), "_serialize_to_tensors", None)
+    return own is not None and own is not trackable_base.Trackable._serialize_to_tensors  # pylint: disable=protected-access
+
+
+def holds_state(obj) -> bool:
+    """True when a checkpoint of ``obj`` would hold something: a variable, or tensors of its
+    own (a dataset iterator) in it or below it. A tf.function holds neither."""
+    if is_variable(obj) or has_own_tensors(obj):
+        return True
+    return any(is_variable(o) or has_own_tensors(o)
+               for o in tf.train.TrackableView(obj).descendants())
+
+
+def has_slot_variables(obj) -> bool:
+    """True for an optimizer whose slot variables a checkpoint saves although they are not in
+    the object graph (``get_slot_names``, as TensorFlow's saver finds them): a snapshot of the
+    graph's variables misses them."""
+    get_slot_names = getattr(type(obj), "get_slot_names", None)
+    return get_slot_names is not None and bool(obj.get_slot_names())
+
+
+def variable_name(obj) -> str:
+    """How a user knows a variable: a Keras variable's path, else its name."""
+    return str(getattr(obj, "path", None) or getattr(obj, "name", None) or obj)
+
+
+def live_variables(root) -> List[tuple]:
+    """[(path in the object graph, variable)] of everything ``root`` saves, each variable once,
+    by its first (breadth-first) path, as TensorFlow names it."""
+    view = tf.train.TrackableView(root)
+    seen = object_identity.ObjectIdentitySet([root])
+    queue = [("", root)]
+    found = []
+    while queue:
+        path, obj = queue.pop(0)
+        for name, child in view.children(obj).items():
+            if child in seen:
+                continue
+            seen.add(child)
+            child_path = f"{path}/{name}" if path else name
+            if is_variable(child):
+                found.append((child_path, child))
+            else:
+                queue.append((child_path, child))
+    return found

@@ -1,0 +1,315 @@
+"""Writing an eager run's checkpoints: ``CheckpointWriter`` writes them one at a time (from a
+``snapshot.Snapshot`` in a writer thread, or synchronously), keeps the ``checkpoint`` state
+file and the retention of a ``tf.train.CheckpointManager``, and never puts a model that is not
+finite under a checkpoint's name (``Refusal``, the verdict of its check).
+
+What is written is a plain ``tf.train.Checkpoint`` of the tracked objects, named
+``<logdir>/<basename>-<step>``, listed in ``<logdir>/checkpoint``: readable without this package
+by ``tf.train.Checkpoint(**same_names).restore(tf.train.latest_checkpoint(logdir))``.
+"""
+import contextlib
+import glob
+import logging
+import os
+import threading
+import time
+from typing import Callable, Dict, List, Optional
+
+import tensorflow as tf
+from tensorflow.python.checkpoint import checkpoint_management
+
+from .. import checkpoints, finite
+from ..checkpoints import CheckpointWriteError
+from .snapshot import Snapshot
+
+logger = logging.getLogger("jupyter_supervisor")
+
+
+class Refusal:
+    """The verdict of the finiteness check of the save of ``step``: once decided,
+    ``variables`` names the checked variables that held a NaN or an infinity ([] when all
+    were finite), or ``error`` holds what the check raised.
+
+    The writer thread learns it from its write (``written``: the write passed or was refused).
+    The training thread takes it at its first step boundary after the write ended; when it
+    needs it before (its next save, the session's end), it does not wait for the write: it
+    checks the same copies itself with ``check`` (``VariableCheck.run``, every core, a few
+    milliseconds at 100 MB), which gives the same answer. ``check`` also names the variables
+    of a refused write.
+    """
+
+    def __init__(self, step: int, check: finite.VariableCheck):
+        self.step = step
+        self.variables: List[str] = []
+        self.error: Optional[BaseException] = None
+        self._check = check
+        self._written: Optional[bool] = None   # set by the writer: passed (True) or refused
+        self._decided = False
+        self._lock = threading.Lock()
+
+    @property
+    def known(self) -> bool:
+        """True once the write passed or was refused, or the verdict was decided: then
+        ``decide()`` checks only to name what a refused write held."""
+        return self._written is not None or self._decided
+
+    def written(self, passed: bool) -> None:
+        """The writer thread: the guarded write passed (True) or was refused (False)."""
+        self._written = passed
+
+    def decide(self) -> "Refusal":
+        """Decides the verdict (once, in whichever thread asks first); returns self."""
+        with self._lock:
+            if self._decided:
+                return self
+            self._decided = True
+            if self._written:
+                return self
+            try:
+                self.variables = self._check.run()
+            except BaseException as e:  # pylint: disable=broad-except
+                self.error = e
+                return self
+            if self._written is False and not self.variables:
+                self.error = RuntimeError(
+                    f"The checkpoint of step {self.step} was refused as not finite, but no "
+                    "checked variable holds a NaN or an infinity.")
+        return self
+
+    @property
+    def refused(self) -> bool:
+        """After ``decide()``: the save must not count (not finite, or the check failed)."""
+        return bool(self.variables) or self.error is not None
+
+
+class CheckpointWriter:
+    """Writes ``<logdir>/<basename>-<step>`` checkpoints of ``items``, one at a time.
+
+    ``save(step)`` returns once the snapshot is taken (``async_save``) or the files are written;
+    then, in order: the files, the state file (the newest first in TensorFlow's format), the
+    retention sweep (``keep`` newest), and ``on_saved(step, path, wall_time, seconds)``. A write
+    that fails is reported to ``on_error(CheckpointWriteError)`` and raised by the next
+    ``save()`` or ``wait()``; the checkpoints written before are not touched.
+
+    ``owners``: the objects whose lifetime bounds the reuse of the snapshot's copies and traced
+    writes after ``release()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones)
+    that must be finite for a save to count
+    (``finite.VariableCheck``). With a snapshot, the writer thread's write is guarded: the
+    check of the snapshot's copies runs beside the write of the parts and gates their merge
+    under the checkpoint's name, in the same call (``Snapshot.write_function``). The training
+    thread does not wait for it; at 100 MB it adds -1 to 4 % to the write (bench/bench_finite.py,
+    2 cores; the most on a local disk) and 3 to 8 ms of CPU time. Without a snapshot, the calling
+    thread checks before writing. Either way a refused save writes nothing under the
+    checkpoint's name and changes neither the state file nor the retention; ``verdict()`` says
+    which variables were not finite.
+    """
+
+    def __init__(self, items: Dict[str, object], logdir: str, basename: str, keep: int,
+                 existing: List[str], *, async_save: bool = True, checked=(), owners=None,
+                 on_saved: Callable = lambda *a: None, on_error: Callable = lambda e: None):
+        self._items = items
+        self._logdir = logdir
+        self._prefix = os.path.join(logdir, basename)
+        self._keep = keep
+        self._kept = list(reversed(existing))  # oldest first
+        self._async = async_save
+        self._snapshot = Snapshot(items, owners) if async_save else None
+        self._sync_writer = None
+        self._on_saved = on_saved
+        self._on_error = on_error
+        self._checked = list(checked)
+        self._verdict: Optional[Refusal] = None    # of the newest save, until verdict() took it
+        self.checked_before = False   # the newest save's check ran before its write (no copies)
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        self.last_path: Optional[str] = None
+        self.sync_reason: Optional[str] = None   # why async saving was not possible
+        self.threads: "list" = []
+
+    @property
+    def kept(self) -> List[str]:
+        """The checkpoints kept, oldest first."""
+        return list(self._kept)
+
+    @property
+    def checks(self) -> bool:
+        """True when saves check variables (``checked`` was given)."""
+        return bool(self._checked)
+
+    def non_finite_now(self) -> List[str]:
+        """The names of the checked variables that are not finite now (the live ones)."""
+        return self._live_check().run() if self._checked else []
+
+    def _live_check(self) -> finite.VariableCheck:
+        """The traced check of the live variables (``VariableCheck.eager``: cached per list of
+        variables, traced at its first run)."""
+        return finite.VariableCheck.eager(self._checked)
+
+    @property
+    def verdict_pending(self) -> bool:
+        """True from a checked ``save()`` until ``verdict()`` took its verdict."""
+        return self._verdict is not None
+
+    @property
+    def verdict_known(self) -> bool:
+        """True when a verdict is pending and its write ended: then ``verdict()`` checks the
+        copies itself only to name what a refused write held (or after a write that failed).
+        While the write runs, ``verdict()`` would run the fused check, on every core: the
+        training thread takes the verdict before then only when it must."""
+        verdict = self._verdict
+        return verdict is not None and (verdict.known or not self.writing)
+
+    def verdict(self) -> Optional[Refusal]:
+        """The verdict of the newest checked save, and only once; None when there is none to
+        take. Raises what the check raised. Does not wait for the write: when it has not ended,
+        the calling thread checks the same copies itself (a few milliseconds at 100 MB; its
+        first run traces the check, about a second for a few hundred variables)."""
+        verdict, self._verdict = self._verdict, None
+        if verdict is None:
+            return None
+        verdict.decide()
+        if verdict.error is not None:
+            raise verdict.error
+        return verdict
+
+    def save(self, step: int, final: bool = False) -> str:
+        """Starts the checkpoint of ``step`` (see the class); returns its path. The verdict of
+        the save before must have been taken. ``final``: the last save of the session, which
+        the session's end waits for: when no write is traced for these objects yet (a short
+        cell, whose only checkpoint is this one), it is written here, from the variables
+        themselves, checked before op by op: tracing the snapshot's write and its check would
+        cost that cell a few tenths of a second (a 1 MB model: 0.35 s, against 15 ms for the
+        write; bench/bench_cell_cost.py)."""
+        if self._verdict is not None:
+            raise RuntimeError("save(): the verdict of the save before was not taken")
+        self.wait()
+        path = f"{self._prefix}-{step}"
+        start = time.time()
+        direct = final and self._snapshot is not None and not self._snapshot.has_traced_write()
+        snapped = self._snapshot is not None and not direct and self._snapshot.copy()
+        if self._snapshot is not None and not snapped and not self.sync_reason and \
+                self._snapshot.why_not:
+            self.sync_reason = ("Checkpoints are written synchronously (the training thread "
+                                "waits for the files): " + self._snapshot.why_not)
+            logger.info(self.sync_reason)
+        write, check = (self._snapshot.write_function(self._checked) if snapped
+                        else (None, None))
+        self.checked_before = bool(self._checked) and not (check and check.names)
+        verdict = None
+        if self.checked_before:  # no copies to check: the live variables, before the write
+            verdict = Refusal(step, finite.VariableCheck.untraced(self._checked) if direct
+                              else self._live_check()).decide()
+        elif self._checked:
+            verdict = Refusal(step, check)
+        self._verdict = verdict
+        if self.checked_before and verdict.refused:
+            return path
+        if not snapped:
+            if self._sync_writer is None:
+                self._sync_writer = tf.train.Checkpoint(**self._items)
+                _ = self._sync_writer.save_counter
+            self._write(self._sync_writer.write, path, step, start)
+            self.wait()
+            return path
+        thread = threading.Thread(target=self._write, name="jupyter_supervisor-checkpoint",
+                                  args=(write, path, step, start, verdict), daemon=True)
+        thread.start()
+        self._thread = thread
+        self.threads.append(thread)
+        return path
+
+    @property
+    def writing(self) -> bool:
+        """True while the write of the newest save runs (its thread is alive)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+            self._thread = None
+            self.threads = [t for t in self.threads if t.is_alive()]
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return True
+
+    def release(self) -> None:
+        """After the last save, once its write ended: the snapshot's copies and traced writes
+        serve the next writer of the same objects in this process (``Snapshot.release``).
+        While a write runs, nothing is released."""
+        if self._snapshot is not None and not self.writing:
+            self._snapshot.release()
+
+    def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
+               verdict: Optional[Refusal] = None) -> None:
+        """The writer thread: the files (``write``, refused when ``verdict`` is given and the
+        copies are not finite), then the state file and the retention."""
+        try:
+            try:
+                write(path)
+            except (tf.errors.OpError, OSError) as e:
+                refused = verdict is not None and finite.is_guard_failure(e)
+                # A checkpoint kept under this name (a step saved again) keeps its files.
+                _remove_checkpoint(path, partial_only=refused or path in self._kept)
+                if refused:
+                    verdict.written(False)  # the state file and the retention stay
+                    return
+                raise CheckpointWriteError(self._failure(path, e)) from e
+            if verdict is not None:
+                verdict.written(True)
+            self._record(path)
+        except BaseException as e:  # pylint: disable=broad-except
+            self._error = e
+            self._on_error(e)
+            return
+        self.last_path = path
+        seconds = time.time() - start
+        self._on_saved(step, path, start + seconds, seconds)
+
+    def _record(self, path: str) -> None:
+        """The state file names ``path`` newest, then the retention deletes the oldest."""
+        if path in self._kept:
+            self._kept.remove(path)
+        self._kept.append(path)
+        self._write_state()
+        for old in self._kept[:-self._keep]:
+            for name in _checkpoint_files(old):
+                with contextlib.suppress(tf.errors.NotFoundError):
+                    tf.io.gfile.remove(name)
+        del self._kept[:-self._keep]
+        self._write_state()
+
+    def _write_state(self) -> None:
+        try:
+            checkpoint_management.update_checkpoint_state_internal(
+                save_dir=self._logdir, model_checkpoint_path=self._kept[-1],
+                all_model_checkpoint_paths=self._kept, save_relative_paths=True,
+                all_model_checkpoint_timestamps=None)
+        except (tf.errors.OpError, OSError) as e:
+            raise CheckpointWriteError(self._failure(self._kept[-1], e, state=True)) from e
+
+    def _failure(self, path: str, error, state: bool = False) -> str:
+        older = [p for p in self._kept if p != path]
+        what = ("the checkpoint state file of" if state else "the checkpoint") + f" {path}"
+        return checkpoints.write_failure(self._logdir, error, what,
+                                         older[-1] if older else None)
+
+
+def _checkpoint_files(path: str) -> List[str]:
+    return tf.io.gfile.glob(glob.escape(path) + ".*")
+
+
+def _remove_checkpoint(path: str, partial_only: bool = False) -> None:
+    """Deletes TensorFlow's partial files of the checkpoint ``path`` (``remove_refused_save``)
+    and, unless ``partial_only``, the checkpoint's own files."""
+    finite.remove_refused_save(path)
+    if partial_only:
+        return
+    for name in _checkpoint_files(path):
+        with contextlib.suppress(tf.errors.NotFoundError):
+            tf.io.gfile.remove(name)
