@@ -5,7 +5,7 @@ and three Savers over them, writing to the same file system, alternated each rou
 rotates):
   plain      tf.compat.v1.train.Saver().save, what TensorFlow's Supervisor does
   supervisor the Supervisor's own Saver: sharded (its parts merged under the checkpoint's
-             name) and guarded by finite.guard_saver, whose check gates the merge and runs
+             name) and guarded by saver_guard.guard_saver, whose check gates the merge and runs
              beside the write, over the tensors it writes, on one core (CheckNumerics one
              variable after the other: gentle on the memory the write also reads)
   guarded    a user's plain Saver after guard_saver: the check must run before the write (the
@@ -62,6 +62,7 @@ import tensorflow as tf  # noqa: E402
 
 from jupyter_supervisor import finite  # noqa: E402
 from jupyter_supervisor.eager.writer import CheckpointWriter  # noqa: E402
+from jupyter_supervisor.graph import saver_guard  # noqa: E402
 
 v1 = tf.compat.v1
 SAVERS = ("plain", "supervisor", "guarded")
@@ -83,10 +84,10 @@ def build(mb, count, slots):
         savers = {}
         for name in SAVERS:
             # The Supervisor's own Saver is sharded where that writes the same files.
-            sharded = name == "supervisor" and finite.sharded_where_plain_writes(weights + extra)
+            sharded = name == "supervisor" and saver_guard.sharded_where_plain_writes(weights + extra)
             savers[name] = v1.train.Saver(weights + extra, max_to_keep=2, sharded=sharded)
             if name != "plain":
-                assert finite.guard_saver(savers[name], graph, names) == set(names)
+                assert saver_guard.guard_saver(savers[name], graph, names) == set(names)
         check = finite.VariableCheck.in_graph(weights, graph)
         init = v1.global_variables_initializer()
     size = rows * 1000 * 4 * count * (1 + slots) / 2**20

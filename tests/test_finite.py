@@ -26,6 +26,7 @@ from tensorflow.python.eager import context
 
 from jupyter_supervisor import events, finite
 from jupyter_supervisor.eager.snapshot import Snapshot
+from jupyter_supervisor.graph import saver_guard
 from jupyter_supervisor.graph.supervisor import Supervisor
 
 from helpers import Recorder
@@ -567,8 +568,8 @@ def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path, sharded):
     with model.graph.as_default():
         v1.get_variable("best_loss", initializer=np.inf, trainable=False)
         saver = v1.train.Saver(sharded=sharded)
-        assert finite.guard_saver(saver, model.graph, ["w"]) == {"w"}
-        assert finite.guard_saver(saver, model.graph, ["w"]) == {"w"}  # not guarded twice
+        assert saver_guard.guard_saver(saver, model.graph, ["w"]) == {"w"}
+        assert saver_guard.guard_saver(saver, model.graph, ["w"]) == {"w"}  # not guarded twice
         guards = guard_ops(model.graph)
         poison = v1.assign(model.w, [np.nan, 1.0, 1.0])
         init = v1.global_variables_initializer()
@@ -580,7 +581,7 @@ def test_the_guard_checks_exactly_what_the_saver_writes(tmp_path, sharded):
     if sharded:  # beside the write: the check waits for what the write waits for, no more
         save = next(op for op in model.graph.get_operations() if op.type == "SaveV2")
         assert save not in _upstream(guards[0]) and guards[0] not in _upstream(save)
-        assert checks == {"CheckNumerics"}  # one core, gently (see finite._one_by_one)
+        assert checks == {"CheckNumerics"}  # one core, gently (see saver_guard._one_by_one)
     else:
         assert checks == {"Assert"}  # before the write: the fast reduction
     prefix = os.path.join(str(tmp_path), "model.ckpt")
@@ -608,7 +609,7 @@ def test_every_shard_of_a_sharded_saver_is_guarded(tmp_path):
         with tf.device("/cpu:1"):
             second = v1.get_variable("b", initializer=[3.0])
         saver = v1.train.Saver(sharded=True)
-        assert finite.guard_saver(saver, graph, ["a", "b"]) == {"a", "b"}
+        assert saver_guard.guard_saver(saver, graph, ["a", "b"]) == {"a", "b"}
         poison = {v: v1.assign(v, tf.fill(tf.shape(v), np.nan)) for v in (first, second)}
         init = v1.global_variables_initializer()
     assert len([op for op in graph.get_operations() if op.type == "SaveV2"]) == 2
@@ -653,11 +654,11 @@ def test_the_supervisors_saver_is_sharded_where_that_writes_the_same_files():
     with model.graph.as_default():
         local = Supervisor(graph=model.graph, logdir=None)
     assert local.saver.saver_def.sharded
-    assert finite.sharded_where_plain_writes(model.graph.get_collection("variables"))
+    assert saver_guard.sharded_where_plain_writes(model.graph.get_collection("variables"))
     with tf.Graph().as_default():
         with tf.device("/job:ps/task:0"):
             placed = v1.get_variable("w", initializer=1.0)
-    assert not finite.sharded_where_plain_writes([placed])
+    assert not saver_guard.sharded_where_plain_writes([placed])
 
 
 # ---------------------------------------------------------------------- through %%supervise

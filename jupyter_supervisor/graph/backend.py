@@ -15,9 +15,10 @@ from tensorflow.python.client import session as tf_session
 
 from .. import finite
 from ..backend import StopBody
-from ..config import RunConfig
 from ..checkpoints import checkpoint_paths
+from ..config import RunConfig
 from ..services import step_value
+from .saver_guard import sharded_where_plain_writes
 from .supervisor import (CheckpointMismatchError, Supervisor, WaitCancelledError,
                          checkpoint_misfit)
 
@@ -79,7 +80,7 @@ class GraphBackend:
             saveables = _v1.global_variables() + _v1.get_collection(
                 _v1.GraphKeys.SAVEABLE_OBJECTS)
             saver = (_v1.train.Saver(max_to_keep=cfg.keep,
-                                     sharded=finite.sharded_where_plain_writes(saveables))
+                                     sharded=sharded_where_plain_writes(saveables))
                      if saveables and cfg.saves else None)
             return Supervisor(
                 graph=graph,

@@ -43,6 +43,7 @@ from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported
 from .. import services
 from ..backend import clean_up
 from ..timer import Timer
+from .saver_guard import guard_saver, sharded_where_plain_writes
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -314,9 +315,9 @@ class Supervisor:
     @staticmethod
     def _make_saver():
         # Sharded where that writes the same files: the finiteness guard then runs beside the
-        # write (see finite.guard_saver). TensorFlow's Supervisor makes a plain Saver.
+        # write (see saver_guard.guard_saver). TensorFlow's Supervisor makes a plain Saver.
         variables = _v1.global_variables()
-        return (_v1.train.Saver(sharded=finite.sharded_where_plain_writes(variables))
+        return (_v1.train.Saver(sharded=sharded_where_plain_writes(variables))
                 if variables else None)
 
     def _make_finite_check(self, on_nan, is_chief, logdir) -> Optional[finite.VariableCheck]:
@@ -330,7 +331,7 @@ class Supervisor:
         check = finite.VariableCheck.in_graph(
             self._graph.get_collection(_GraphKeys.TRAINABLE_VARIABLES), self._graph)
         if check is not None:
-            covered = finite.guard_saver(self._saver, self._graph, check.names)
+            covered = guard_saver(self._saver, self._graph, check.names)
             # Variables the guard does not cover (partitioned ones) need the check before.
             self._saver_guarded = set(check.names) <= covered
         if check is None:
