@@ -621,3 +621,33 @@ def test_loaded_step_rates_skip_each_sessions_start_up_record(tf, tmp_path):
     assert loaded(history, "global_step/sec") == (
         [(s, 30.0) for s in range(10, 50, 10)] + [(s, 40.0) for s in range(60, 101, 10)])
     assert [s for s, _ in loaded(history, "loss")] == [0] + list(range(0, 50, 10))  # every one
+
+
+def _write_session(logdir, suffix, start_step=None, stop_why=None):
+    """An event file as one session writes it: a START at ``start_step`` (none: a file a new
+    session just opened), then a STOP with ``stop_why``. Files of one second sort by
+    ``suffix``."""
+    from tensorboard.compat.proto import event_pb2  # pylint: disable=import-outside-toplevel
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter  # pylint: disable=C0415
+    writer = EventFileWriter(str(logdir), filename_suffix=suffix)
+    log = event_pb2.SessionLog
+    if start_step is not None:
+        writer.add_event(event_pb2.Event(step=start_step, session_log=log(status=log.START)))
+    if stop_why is not None:
+        writer.add_event(event_pb2.Event(step=start_step + 5,
+                                         session_log=log(status=log.STOP, msg=stop_why)))
+    writer.close()
+
+
+def test_last_stop_is_the_stop_of_the_newest_session_that_started(tmp_path):
+    """``eventfiles.last_stop``: a resume says why the session before it stopped; the file the
+    new session just opened (no START yet) does not count."""
+    from jupyter_supervisor.view import eventfiles  # pylint: disable=import-outside-toplevel
+    assert eventfiles.last_stop(str(tmp_path)) is None
+    _write_session(tmp_path, ".a", 0, "stopped by the user")
+    assert eventfiles.last_stop(str(tmp_path)) == "stopped by the user"
+    _write_session(tmp_path, ".b", 5, "the kernel got SIGTERM")
+    assert eventfiles.last_stop(str(tmp_path)) == "the kernel got SIGTERM"
+    _write_session(tmp_path, ".c")
+    assert sorted(p.name for p in tmp_path.iterdir())[-1].endswith(".c")
+    assert eventfiles.last_stop(str(tmp_path)) == "the kernel got SIGTERM"

@@ -29,7 +29,6 @@ The registry of runs (``get_run``, ``runs``) refuses a second live run on the sa
 or graph.
 """
 import functools
-import glob
 import logging
 import os
 import threading
@@ -47,6 +46,7 @@ from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
 from ..checkpoints import CheckpointMismatchError, describe_error
 from ..lockfile import LogdirLockedError, note_stop
+from ..view import eventfiles
 from ..view.history import RunHistory
 from . import output, shutdown
 from .body import Body, default_compile, default_format
@@ -380,7 +380,7 @@ class TrainingRun:
         if newest is None:
             return
         step = step_of(newest)
-        why = _last_stop(self.logdir)
+        why = eventfiles.last_stop(self.logdir)
         if why:
             self.history.append_output(f"The last session on this logdir stopped: {why}.\n")
         try:
@@ -514,29 +514,6 @@ class _StepWatcher:
                 self._history.note_step(step)
             if self._done.wait(WATCH_SECS):
                 return
-
-
-def _last_stop(logdir: str) -> Optional[str]:
-    """Why the last session on ``logdir`` stopped: the msg of the SessionLog.STOP record of the
-    newest event file that holds a session's START (each session writes a file of its own; the
-    one just opened has none yet); None without one."""
-    try:
-        from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=import-outside-toplevel
-        files = tf.io.gfile.glob(os.path.join(glob.escape(logdir), "events.out.tfevents.*"))
-        for path in sorted(files, reverse=True):
-            started, why = False, None
-            for event in event_file_loader.LegacyEventFileLoader(path).Load():
-                if event.HasField("session_log"):
-                    started = started or event.session_log.status == event.session_log.START
-                    if event.session_log.status == event.session_log.STOP:
-                        why = event.session_log.msg or None
-            if started:
-                return why
-        return None
-    except Exception:  # pylint: disable=broad-except  (only a note: the run goes on)
-        logger.warning("Could not read why the last session on %s stopped.", logdir,
-                       exc_info=True)
-        return None
 
 
 # ---------------------------------------------------------------------------------- registry

@@ -5,39 +5,27 @@
 bumps on every change, so a refresher can tell cheaply whether anything is new (``version`` is
 also a property of the history itself, readable without building a snapshot).
 
-Memory stays flat however long the run: each scalar tag keeps at most ``max_points`` buckets.
-A bucket holds the last step it covers, the sum and count of its values (so its mean) and their
-min and max. While a series fits, every point is its own bucket; when it is full, neighbouring
-buckets are merged in pairs and each bucket from then on takes twice as many points. So every
-bucket covers about the same number of points, and the min/max envelope of the raw values is
-exact at any zoom level.
+Memory stays flat however long the run: each scalar tag keeps at most ``max_points`` buckets
+(``series.Series``, with their min/max envelope).
 
 Restarts are treated as TensorBoard treats them: a point whose step is lower than the last one of
-its tag drops the points at and after that step (TensorBoard's out-of-order rule), and a session
-restored at step S drops what was recorded after S. ``load_event_files`` reads a logdir's event
-files with TensorBoard's own reader and applies its SessionLog.START purge, so the plots of a
-resumed run continue from what is on disk.
-
-This module imports no TensorFlow; ``load_event_files`` imports TensorBoard's reader when called
-(which may import TensorFlow if it is installed).
+its tag drops the points at and after that step, and a session restored at step S drops what was
+recorded after S. ``load_event_files`` adds the scalars of the logdir's event files
+(``eventfiles``), so the plots of a resumed run continue from what is on disk.
 """
-import array
-import bisect
 import collections
 import dataclasses
-import itertools
-import math
 import os
 import threading
 import time
 import traceback
 import types
-from typing import Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
-
-import numpy as np
+from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from .. import events
 from .._validate import check_number, invalid
+from . import eventfiles
+from .series import ScalarSeries, Series
 
 # The newest checkpoints kept in the history; the panel shows the newest and what the Saver keeps.
 MAX_CHECKPOINTS = 64
@@ -46,27 +34,6 @@ MAX_TIMELINE = 64
 # Samples of (clock, step) for the step-rate estimate: one per second at most, about 10 s.
 _RATE_SAMPLE_SECS = 1.0
 _RATE_SAMPLES = 11
-# Unique across every series, so that a series replaced by another (event files read at a
-# resume) never looks like the one a reader saw.
-_GENERATIONS = itertools.count(1)
-
-
-class ScalarSeries(NamedTuple):
-    """One tag's points, oldest first; read-only arrays of equal length.
-
-    ``steps`` is the last global step of each bucket, ``values`` the mean of its values, ``mins``
-    and ``maxs`` their envelope (equal to ``values`` where a bucket holds a single point),
-    ``walls`` the wall time (epoch seconds) of each bucket's last point. ``generation`` changes
-    whenever buckets were merged or dropped, so that a reader who saw the first n buckets of the
-    same generation knows that only the buckets from n - 1 on (the last one may have grown) are
-    new.
-    """
-    steps: np.ndarray
-    values: np.ndarray
-    mins: np.ndarray
-    maxs: np.ndarray
-    walls: np.ndarray
-    generation: int = 0
 
 
 class StatusChanged(NamedTuple):
@@ -131,136 +98,6 @@ class HistorySnapshot:
         return self.active
 
 
-class _Series:
-    """The buckets of one tag (see the module docstring); not thread-safe on its own.
-
-    Kept in ``array.array``s: compact like numpy arrays, but appending and updating one item
-    from Python is several times faster, and this runs for every summary of a long run.
-    """
-
-    def __init__(self, max_points: int):
-        self._max_points = max_points
-        self._last = array.array("q")    # last step of each bucket, non-decreasing
-        self._sum = array.array("d")     # sum of its values
-        self._min = array.array("d")     # envelope (NaNs take no part: +inf/-inf if only NaNs)
-        self._max = array.array("d")
-        self._count = array.array("q")   # how many points it holds
-        self._wall = array.array("d")    # wall time of its last point
-        self._width = 1                  # points a bucket takes before the next one opens
-        self._generation = next(_GENERATIONS)  # a new one when buckets are merged or dropped
-        self._frozen: Optional[ScalarSeries] = None  # read-only copy of the current state
-
-    def __len__(self) -> int:
-        return len(self._last)
-
-    @property
-    def first_step(self) -> Optional[int]:
-        return self._last[0] if self._last else None
-
-    @property
-    def last_step(self) -> Optional[int]:
-        return self._last[-1] if self._last else None
-
-    @property
-    def last_value(self) -> Optional[float]:
-        return self._sum[-1] / self._count[-1] if self._last else None
-
-    def drop_last(self) -> None:
-        """Drops the newest bucket."""
-        self._truncate(len(self._last) - 1)
-
-    def add(self, step: int, value: float, wall: float) -> None:
-        """Adds one point; a step lower than the last one first drops the points from it on."""
-        if value != value:  # NaN: it counts, but takes no part in the envelope
-            self._add_bucket(step, value, math.inf, -math.inf, 1, wall)
-        else:
-            self._add_bucket(step, value, value, value, 1, wall)
-
-    def _add_bucket(self, step: int, total: float, lo: float, hi: float, count: int,
-                    wall: float) -> None:
-        last = self._last
-        if last and step < last[-1]:
-            self.drop_from(step)
-        self._frozen = None
-        if last and self._count[-1] < self._width:
-            last[-1] = step
-            self._sum[-1] += total
-            if lo < self._min[-1]:
-                self._min[-1] = lo
-            if hi > self._max[-1]:
-                self._max[-1] = hi
-            self._count[-1] += count
-            self._wall[-1] = wall
-            return
-        if len(last) >= self._max_points:
-            self._merge_pairs()
-            last = self._last
-        last.append(step)
-        self._sum.append(total)
-        self._min.append(lo)
-        self._max.append(hi)
-        self._count.append(count)
-        self._wall.append(wall)
-
-    def _merge_pairs(self) -> None:
-        # Called when full: max_points is even, so every bucket has a partner.
-        def merged(column, combine, typecode):
-            values = np.array(column)
-            out = array.array(typecode)
-            out.frombytes(combine(values[0::2], values[1::2]).astype(values.dtype).tobytes())
-            return out
-
-        self._last = merged(self._last, lambda a, b: b, "q")
-        self._sum = merged(self._sum, np.add, "d")
-        self._min = merged(self._min, np.minimum, "d")
-        self._max = merged(self._max, np.maximum, "d")
-        self._count = merged(self._count, np.add, "q")
-        self._wall = merged(self._wall, lambda a, b: b, "d")
-        self._width *= 2
-        self._generation = next(_GENERATIONS)
-
-    def drop_from(self, step: int) -> bool:
-        """Drops every bucket that reaches ``step`` or beyond; True if any was dropped.
-
-        A merged bucket that straddles ``step`` goes too: a point recorded after a restart's
-        step is never shown, at the cost of at most one bucket of older points.
-        """
-        return self._truncate(bisect.bisect_left(self._last, step))
-
-    def _truncate(self, keep: int) -> bool:
-        if keep >= len(self._last):
-            return False
-        for column in (self._last, self._sum, self._min, self._max, self._count, self._wall):
-            del column[keep:]
-        self._frozen = None
-        self._generation = next(_GENERATIONS)
-        return True
-
-    def extend(self, other: "_Series") -> None:
-        """Appends ``other``'s buckets (all later than this series' last step)."""
-        # pylint: disable=protected-access
-        for bucket in zip(other._last, other._sum, other._min, other._max, other._count,
-                          other._wall):
-            self._add_bucket(*bucket)
-
-    def frozen(self) -> ScalarSeries:
-        """The series as read-only numpy arrays (computed once per change)."""
-        if self._frozen is None:
-            values = np.array(self._sum) / np.array(self._count)
-            mins = np.array(self._min)
-            maxs = np.array(self._max)
-            # A bucket of NaNs only has no envelope: show its (NaN) mean, a gap in the plot.
-            empty = mins > maxs
-            mins[empty] = values[empty]
-            maxs[empty] = values[empty]
-            arrays = [np.array(self._last, dtype=np.int64), values, mins, maxs,
-                      np.array(self._wall, dtype=np.float64)]
-            for column in arrays:
-                column.setflags(write=False)
-            self._frozen = ScalarSeries(*arrays, generation=self._generation)
-        return self._frozen
-
-
 def _check_int(name: str, value, minimum: int) -> int:
     check_number(name, value, integer=True, minimum=minimum)
     return int(value)
@@ -310,7 +147,7 @@ class RunHistory:
         self._started = clock()
         self._active_secs = 0.0
         self._active_since: Optional[float] = self._started
-        self._series: Dict[str, _Series] = {}
+        self._series: Dict[str, Series] = {}
         self._checkpoints: "collections.deque[events.CheckpointSaved]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
         self._checkpoint_count = 0           # written in this run, all sessions
@@ -465,10 +302,10 @@ class RunHistory:
         if dropped:
             self._scalars_version += 1
 
-    def _series_of(self, tag: str) -> "_Series":
+    def _series_of(self, tag: str) -> "Series":
         series = self._series.get(tag)
         if series is None:
-            series = self._series[tag] = _Series(self._max_points)
+            series = self._series[tag] = Series(self._max_points)
         return series
 
     def _note_step(self, step) -> None:
@@ -663,7 +500,7 @@ class RunHistory:
         logdir = os.fspath(logdir)
         if not os.path.isdir(logdir):
             return
-        loaded = _read_scalars(logdir, upto_step, self._max_points)
+        loaded = eventfiles.read_scalars(logdir, upto_step, self._max_points)
         if not loaded:
             return
         with self._lock:
@@ -675,111 +512,3 @@ class RunHistory:
                 self._series[tag] = series
             self._scalars_version += 1
             self._version += 1
-
-
-# -- reading event files (TensorBoard's reader) --------------------------------------------
-
-
-def _tensorboard_reader():
-    try:
-        # pylint: disable=import-outside-toplevel
-        from tensorboard.backend.event_processing import directory_watcher
-        from tensorboard.backend.event_processing import event_file_loader
-        from tensorboard.backend.event_processing import io_wrapper
-        from tensorboard.compat.proto import event_pb2
-        from tensorboard.util import tensor_util
-    except ImportError as error:
-        raise ImportError(
-            "Reading earlier summaries from the logdir needs TensorBoard's event reader: "
-            "pip install tensorboard") from error
-    return types.SimpleNamespace(
-        directory_watcher=directory_watcher, event_file_loader=event_file_loader,
-        io_wrapper=io_wrapper, event_pb2=event_pb2, tensor_util=tensor_util)
-
-
-def _events(tb, logdir: str) -> Iterator:
-    """Every event of every event file in ``logdir``, in TensorBoard's order."""
-    watcher = tb.directory_watcher.DirectoryWatcher(
-        logdir, tb.event_file_loader.LegacyEventFileLoader, tb.io_wrapper.IsSummaryEventsFile)
-    return watcher.Load()
-
-
-def _file_version(text: str) -> float:
-    # "brain.Event:2" -> 2.0; TensorBoard treats unparsable versions like old ones.
-    try:
-        return float(text.rsplit(":", 1)[-1])
-    except ValueError:
-        return -1.0
-
-
-class _Restarts:
-    """Where SessionLog.START purges cut, found in a first pass over the events.
-
-    TensorBoard drops, at a START at step S, every event seen before it with step >= S. So an
-    event at position i survives iff its step is below ``cut(i)``: the lowest step of the
-    STARTs after it. The stack holds (position, step) with rising positions and rising steps
-    (a START makes every earlier one with a step at or above its own redundant), and the second
-    pass visits positions in order, so it is walked once.
-    """
-
-    def __init__(self):
-        self._stack: List[Tuple[int, int]] = []
-        self._index = 0
-
-    def add(self, position: int, step: int) -> None:
-        stack = self._stack
-        while stack and stack[-1][1] >= step:
-            stack.pop()
-        stack.append((position, step))
-
-    def cut(self, position: int) -> float:
-        stack, i = self._stack, self._index
-        while i < len(stack) and stack[i][0] <= position:
-            i += 1
-        self._index = i
-        return stack[i][1] if i < len(stack) else math.inf
-
-
-# The tag of a step counter's records ("global_step/sec", TensorFlow's "<step op>/sec").
-RATE_SUFFIX = "/sec"
-
-
-def _read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict[str, _Series]:
-    tb = _tensorboard_reader()
-    start = tb.event_pb2.SessionLog.START
-    # First pass: where TensorBoard purges (EventAccumulator._MaybePurgeOrphanedData). Files
-    # older than version 2 have no START; TensorBoard drops, per tag, the points a lower step
-    # supersedes, which is what _Series.add does with every point anyway.
-    restarts = _Restarts()
-    file_version = None
-    for position, event in enumerate(_events(tb, logdir)):
-        if event.HasField("file_version"):
-            file_version = _file_version(event.file_version)
-        if (file_version is not None and file_version >= 2 and event.HasField("session_log")
-                and event.session_log.status == start):
-            restarts.add(position, event.step)
-    # Second pass: the points no later START purges.
-    # A step counter's first record after a START measured no interval, and one taken at the
-    # session's first step the start-up (tracing, restoring), not training: skipped, as the
-    # live history skips them (_on_step_rate).
-    limit = math.inf if upto_step is None else upto_step
-    series: Dict[str, _Series] = {}
-    rates_since_start: set = set()
-    started_at = -1
-    for position, event in enumerate(_events(tb, logdir)):
-        if event.HasField("session_log") and event.session_log.status == start:
-            rates_since_start.clear()
-            started_at = event.step
-        if (not event.HasField("summary") or event.step > limit
-                or event.step >= restarts.cut(position)):
-            continue
-        for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
-            if tag.endswith(RATE_SUFFIX) and (tag not in rates_since_start
-                                              or event.step <= started_at):
-                rates_since_start.add(tag)
-                continue
-            target = series.get(tag)
-            if target is None:
-                target = series[tag] = _Series(max_points)
-            target.add(int(event.step), value, float(event.wall_time))
-    return series

@@ -1,0 +1,150 @@
+"""Reading a logdir's event files with TensorBoard's own reader, as TensorBoard reads them: the
+scalars of earlier sessions (``read_scalars``, for the plots of a resumed run) and why the last
+session stopped (``last_stop``).
+
+TensorBoard's SessionLog.START purge is applied: a START at step S drops the events seen before
+it with step >= S. This module imports no TensorFlow; TensorBoard's reader is imported when
+called (which may import TensorFlow if it is installed).
+"""
+import logging
+import math
+import types
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from .. import events
+from .series import Series
+
+logger = logging.getLogger("jupyter_supervisor")
+
+
+def _tensorboard_reader():
+    try:
+        # pylint: disable=import-outside-toplevel
+        from tensorboard.backend.event_processing import directory_watcher
+        from tensorboard.backend.event_processing import event_file_loader
+        from tensorboard.backend.event_processing import io_wrapper
+        from tensorboard.compat.proto import event_pb2
+        from tensorboard.util import tensor_util
+    except ImportError as error:
+        raise ImportError(
+            "Reading earlier summaries from the logdir needs TensorBoard's event reader: "
+            "pip install tensorboard") from error
+    return types.SimpleNamespace(
+        directory_watcher=directory_watcher, event_file_loader=event_file_loader,
+        io_wrapper=io_wrapper, event_pb2=event_pb2, tensor_util=tensor_util)
+
+
+def last_stop(logdir: str) -> Optional[str]:
+    """Why the last session on ``logdir`` stopped: the msg of the SessionLog.STOP record of the
+    newest event file that holds a session's START (each session writes a file of its own; the
+    one just opened has none yet); None without one, or when the files cannot be read (only a
+    note depends on it: the run goes on)."""
+    try:
+        tb = _tensorboard_reader()
+        files = [path for path in tb.io_wrapper.ListDirectoryAbsolute(logdir)
+                 if tb.io_wrapper.IsSummaryEventsFile(path)]
+        for path in sorted(files, reverse=True):
+            started, why = False, None
+            for event in tb.event_file_loader.LegacyEventFileLoader(path).Load():
+                if event.HasField("session_log"):
+                    status = event.session_log.status
+                    started = started or status == event.session_log.START
+                    if status == event.session_log.STOP:
+                        why = event.session_log.msg or None
+            if started:
+                return why
+        return None
+    except Exception:  # pylint: disable=broad-except
+        logger.warning("Could not read why the last session on %s stopped.", logdir,
+                       exc_info=True)
+        return None
+
+
+def _events(tb, logdir: str) -> Iterator:
+    """Every event of every event file in ``logdir``, in TensorBoard's order."""
+    watcher = tb.directory_watcher.DirectoryWatcher(
+        logdir, tb.event_file_loader.LegacyEventFileLoader, tb.io_wrapper.IsSummaryEventsFile)
+    return watcher.Load()
+
+
+def _file_version(text: str) -> float:
+    # "brain.Event:2" -> 2.0; TensorBoard treats unparsable versions like old ones.
+    try:
+        return float(text.rsplit(":", 1)[-1])
+    except ValueError:
+        return -1.0
+
+
+class _Restarts:
+    """Where SessionLog.START purges cut, found in a first pass over the events.
+
+    TensorBoard drops, at a START at step S, every event seen before it with step >= S. So an
+    event at position i survives iff its step is below ``cut(i)``: the lowest step of the
+    STARTs after it. The stack holds (position, step) with rising positions and rising steps
+    (a START makes every earlier one with a step at or above its own redundant), and the second
+    pass visits positions in order, so it is walked once.
+    """
+
+    def __init__(self):
+        self._stack: List[Tuple[int, int]] = []
+        self._index = 0
+
+    def add(self, position: int, step: int) -> None:
+        stack = self._stack
+        while stack and stack[-1][1] >= step:
+            stack.pop()
+        stack.append((position, step))
+
+    def cut(self, position: int) -> float:
+        stack, i = self._stack, self._index
+        while i < len(stack) and stack[i][0] <= position:
+            i += 1
+        self._index = i
+        return stack[i][1] if i < len(stack) else math.inf
+
+
+# The tag of a step counter's records ("global_step/sec", TensorFlow's "<step op>/sec").
+RATE_SUFFIX = "/sec"
+
+
+def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict[str, Series]:
+    """{tag: Series} of the scalars in ``logdir``'s event files that no later session's START
+    purges, with step <= ``upto_step`` (all when None)."""
+    tb = _tensorboard_reader()
+    start = tb.event_pb2.SessionLog.START
+    # First pass: where TensorBoard purges (EventAccumulator._MaybePurgeOrphanedData). Files
+    # older than version 2 have no START; TensorBoard drops, per tag, the points a lower step
+    # supersedes, which is what Series.add does with every point anyway.
+    restarts = _Restarts()
+    file_version = None
+    for position, event in enumerate(_events(tb, logdir)):
+        if event.HasField("file_version"):
+            file_version = _file_version(event.file_version)
+        if (file_version is not None and file_version >= 2 and event.HasField("session_log")
+                and event.session_log.status == start):
+            restarts.add(position, event.step)
+    # Second pass: the points no later START purges.
+    # A step counter's first record after a START measured no interval, and one taken at the
+    # session's first step the start-up (tracing, restoring), not training: skipped, as the
+    # live history skips them (_on_step_rate).
+    limit = math.inf if upto_step is None else upto_step
+    series: Dict[str, Series] = {}
+    rates_since_start: set = set()
+    started_at = -1
+    for position, event in enumerate(_events(tb, logdir)):
+        if event.HasField("session_log") and event.session_log.status == start:
+            rates_since_start.clear()
+            started_at = event.step
+        if (not event.HasField("summary") or event.step > limit
+                or event.step >= restarts.cut(position)):
+            continue
+        for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
+            if tag.endswith(RATE_SUFFIX) and (tag not in rates_since_start
+                                              or event.step <= started_at):
+                rates_since_start.add(tag)
+                continue
+            target = series.get(tag)
+            if target is None:
+                target = series[tag] = Series(max_points)
+            target.add(int(event.step), value, float(event.wall_time))
+    return series
