@@ -695,7 +695,7 @@ def test_magic_stops_a_diverged_run_and_names_the_newest_good_checkpoint(ip, div
                                                                           tmp_path):
     import jupyter_supervisor  # pylint: disable=import-outside-toplevel
     from jupyter_supervisor.notebook.magics import RunFailedError  # pylint: disable=import-outside-toplevel
-    from jupyter_supervisor.view import panel  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.view import text  # pylint: disable=import-outside-toplevel
     logdir = str(tmp_path / "diverged")
     ip.user_ns["LOGDIR"] = logdir
     with pytest.raises(RunFailedError) as raised:
@@ -715,14 +715,14 @@ def test_magic_stops_a_diverged_run_and_names_the_newest_good_checkpoint(ip, div
         r"checkpoint: re-run the cell, or `%supervise resume`\.", line), line
     assert_every_checkpoint_finite(logdir)
     # The panel shows it as the run's error, with the good checkpoint named.
-    text = panel.text_summary(run)
+    text = text.text_summary(run)
     assert "error:" in text and newest in text.split("error:", 1)[1]
     assert f"Checkpoint: step {run.exception.newest_good.rsplit('-', 1)[1]} at " in text
 
 
 def test_magic_rollback_restores_then_stops_after_max_rollbacks(ip, diverging, tmp_path):
     from jupyter_supervisor.notebook.magics import RunFailedError  # pylint: disable=import-outside-toplevel
-    from jupyter_supervisor.view import panel  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.view import text  # pylint: disable=import-outside-toplevel
     logdir = str(tmp_path / "rolling")
     ip.user_ns["LOGDIR"] = logdir
     with pytest.raises(RunFailedError) as raised:
@@ -738,7 +738,7 @@ def test_magic_rollback_restores_then_stops_after_max_rollbacks(ip, diverging, t
         # or two more than its name says, as with TensorFlow's Supervisor)
         stored = tf.train.load_checkpoint(rollback.path).get_tensor("global_step")
         assert rollback.restored_step == int(stored)
-    assert "Rolled back 2 times (at most 2); last: not finite at step" in panel.text_summary(run)
+    assert "Rolled back 2 times (at most 2); last: not finite at step" in text.text_summary(run)
     assert_every_checkpoint_finite(logdir)
     messages = [e.session_log.msg for e in session_logs(logdir)
                 if e.session_log.status == v1.SessionLog.START and e.session_log.msg]
@@ -756,7 +756,7 @@ def test_magic_help_documents_the_three_modes(ip):
 # ------------------------------------------------------------------- history and panel (no TF)
 
 def test_history_shows_a_rollback_as_a_restart_from_the_checkpoint():
-    from jupyter_supervisor.view import history, panel  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.view import history, text  # pylint: disable=import-outside-toplevel
     h = history.RunHistory(clock=lambda: 0.0)
     h.on_event(events.SessionReady(0, None, True, 0.0))
     for step in range(0, 60, 10):
@@ -767,7 +767,7 @@ def test_history_shows_a_rollback_as_a_restart_from_the_checkpoint():
     assert snap.step == 30
     assert list(snap.scalars["loss"].steps) == [0, 10, 20]  # the diverged points are dropped
     assert [(r.step, r.restored_step, r.count) for r in snap.rollbacks] == [(50, 30, 1)]
-    assert panel.rollbacks_text(snap.rollbacks) == (
+    assert text.rollbacks_text(snap.rollbacks) == (
         "Rolled back once (at most 3); last: not finite at step 50 (summary 'loss' is NaN "
         "since step 40), restored model.ckpt-30 (step 30).")
     h.on_event(events.SessionReady(30, "/x/model.ckpt-30", True, 0.0))

@@ -33,7 +33,7 @@ server.join()
 # variables on the ps.
 REPLICA_HELPERS = r'''
 from jupyter_supervisor.graph import cluster as jsv_cluster
-from jupyter_supervisor.view import panel as jsv_panel
+from jupyter_supervisor.view import text as jsv_text
 tf.compat.v1.disable_eager_execution()
 CLUSTER = json.loads({cluster!r})
 
@@ -220,7 +220,7 @@ def test_worker_waits_for_the_chief_then_both_advance_one_global_step(replicas):
     master = snap[3]
     assert snap == ["starting", True, "worker", master, 0]
     assert master.startswith("grpc://") and master.endswith(f":{replicas.ports['worker']}")
-    status_line = worker.value(f"jsv_panel.text_status({run})")
+    status_line = worker.value(f"jsv_text.text_status({run})")
     assert status_line.startswith("mnist: waiting for chief (")
     assert status_line.endswith(f", worker on {master})")
     assert worker.value(f"list({run}.config.session_config.device_filters)") == [
@@ -235,7 +235,7 @@ def test_worker_waits_for_the_chief_then_both_advance_one_global_step(replicas):
         == ["chief", True]
     worker.wait_until(f"{run}.status == 'running'", "the worker's session once the chief is up")
     assert worker.value(f"{run}.history.snapshot().waiting_for_chief") is False
-    assert "waiting" not in worker.value(f"jsv_panel.text_status({run})")
+    assert "waiting" not in worker.value(f"jsv_text.text_status({run})")
 
     # One shared global step: each task sees it rise past the steps it did itself.
     for kernel in (chief, worker):

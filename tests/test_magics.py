@@ -19,7 +19,7 @@ from tensorflow.python.eager import context
 import jupyter_supervisor
 from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
-from jupyter_supervisor.view import panel
+from jupyter_supervisor.view import text
 
 import eager_models
 from helpers import LOOP, build_model, newest_step
@@ -198,7 +198,7 @@ def test_a_diverging_keras_fit_never_saves_a_non_finite_model(ip, keras_model, t
 def test_a_keras_fit_rolls_back_then_stops_after_max_rollbacks(ip, keras_model, tmp_path):
     """Targets of 1e30 (their squared error overflows float32): every epoch-end save rolls
     back to the good checkpoint, twice, then the run stops; the panel shows both."""
-    from jupyter_supervisor.view import panel  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.view import text  # pylint: disable=import-outside-toplevel
     logdir = str(tmp_path / "fitrollback")
     supervise(ip, f"--logdir {logdir} --max-steps 8 --wait", FIT)     # a good checkpoint
     good = tf.train.latest_checkpoint(logdir)
@@ -217,7 +217,7 @@ def test_a_keras_fit_rolls_back_then_stops_after_max_rollbacks(ip, keras_model, 
     snap = run.history.snapshot()
     assert [(r.count, r.path, r.restored_step) for r in snap.rollbacks] == [
         (1, good, 8), (2, good, 8)]
-    assert "Rolled back 2 times (at most 2)" in panel.text_summary(run)
+    assert "Rolled back 2 times (at most 2)" in text.text_summary(run)
     assert tf.train.latest_checkpoint(logdir) == good                  # nothing newer saved
 
 
@@ -272,7 +272,7 @@ def test_the_same_final_step_everywhere_at_the_end_of_a_run(ip, model, tmp_path,
     row = next(line for line in capsys.readouterr().out.splitlines()
                if line.startswith("everywhere "))
     assert row.split()[:3] == ["everywhere", "finished", "777"]
-    assert "at step 777 of 777" in panel.text_status(run)
+    assert "at step 777 of 777" in text.text_status(run)
 
 
 def test_max_steps_ends_a_body_that_ignores_should_stop_at_the_exact_step(ip, model, tmp_path):

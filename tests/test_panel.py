@@ -13,8 +13,8 @@ import pytest
 from jupyter_supervisor import events
 from jupyter_supervisor.view import panel as panel_module
 from jupyter_supervisor.view.history import RunHistory
-from jupyter_supervisor.view.panel import (Panel, best_values, show, text_status,
-                                           text_summary, timeline)
+from jupyter_supervisor.view.panel import Panel, show
+from jupyter_supervisor.view.text import best_values, text_status, text_summary, timeline
 from jupyter_supervisor.view.widget import SeriesFeed, decode_series
 
 from helpers import FakeClock, run_isolated

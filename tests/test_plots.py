@@ -7,7 +7,7 @@ import pytest
 from matplotlib.collections import PolyCollection
 from PIL import Image
 
-from jupyter_supervisor.view import plots
+from jupyter_supervisor.view import plots, text
 from jupyter_supervisor.view.history import RunHistory
 from jupyter_supervisor import events
 
@@ -75,7 +75,7 @@ def test_x_is_the_global_step():
     low, high = ax.get_xlim()
     assert low <= 1_000_000 and high >= 2_000_000
     assert ax.get_xlabel() == "step"
-    assert plots.format_step(1_500_000) == "1.5M" and plots.format_step(12_000) == "12k"
+    assert text.format_step(1_500_000) == "1.5M" and text.format_step(12_000) == "12k"
 
 
 def test_nothing_to_draw_says_so():

@@ -181,7 +181,7 @@ def test_a_stop_on_the_worker_stops_both_at_one_step_with_the_chiefs_checkpoint(
     assert "worker 1 of 2" in workers.worker.ok("%supervise").stream()
     assert run_value(workers.worker, "run.logdir") is None  # the worker writes nothing
     assert "worker 1 of 2" in workers.worker.value(
-        "__import__('jupyter_supervisor.view.panel').view.panel.text_status(get_run('tf2'))")
+        "__import__('jupyter_supervisor.view.text').view.text.text_status(get_run('tf2'))")
 
     workers.worker.ok("%supervise stop tf2")
     for kernel in workers.kernels:

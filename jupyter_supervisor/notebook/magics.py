@@ -17,7 +17,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from .. import tf_config
 from ..config import RunConfig
-from ..view import panel
+from ..view import panel, text
 
 COMMANDS = ("list", "stop", "resume", "save", "wait", "show", "compare")
 
@@ -459,7 +459,7 @@ def _show(training, full=False) -> None:
     """The run's live panel; where no widget can show, its status line (``full``: the whole
     text summary, with the error of a failed run)."""
     if full and not panel.widget_frontend_available():
-        print(panel.text_summary(training))
+        print(text.text_summary(training))
         return
     panel.show(training)
 
@@ -573,7 +573,7 @@ def _end_summary(training) -> None:
         # The display's saved fallback, while this cell executes; a failure's traceback is
         # raised into this cell next, so the panel does not show it a second time.
         panel.finish(training, error_in_cell=training.status == "failed")
-        print(panel.text_status(training))
+        print(text.text_status(training))
     else:  # a failure's traceback follows, raised: not printed here too
-        print(panel.text_summary(training, with_error=training.status != "failed"))
+        print(text.text_summary(training, with_error=training.status != "failed"))
 

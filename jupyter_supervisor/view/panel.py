@@ -1,4 +1,5 @@
-"""The notebook view of a training run, and the text shown where no widget can be.
+"""The notebook view of a training run: the widgets, their refresher, and the fallback a saved
+notebook keeps.
 
 A ``Panel`` shows one run (duck-typed: ``name``, ``logdir``, ``max_steps``, ``role``, ``master``,
 ``history``, ``can_stop``, ``can_resume``, ``can_save``, ``stop(wait=False)``, ``resume()``,
@@ -6,7 +7,7 @@ A ``Panel`` shows one run (duck-typed: ``name``, ``logdir``, ``max_steps``, ``ro
 ``RunHistory``. The training thread never touches a widget: it writes the history, and one
 refresher thread per displayed panel reads it.
 
-What the panel says is one state (``panel_state``) derived from the history each time it
+What the panel says is one state (``text.panel_state``) derived from the history each time it
 changed: the header, the progress and its ETA, fit's epoch and batch, the checkpoint line, the
 timeline of what happened and the best value of each metric. It travels to the browser as one
 trait; the series travel as deltas (``widget.SeriesFeed``), at most every ``plot_interval``
@@ -21,23 +22,20 @@ that a saved notebook keeps: the final status text and a PNG of the final curves
 the run trains.
 
 Where no widget frontend is there (terminal IPython, plain Python) ``show`` prints a status
-line, and ``text_summary`` gives the run as text, with its timeline and best values.
+line (``text.text_status``; ``text.text_summary`` gives the run as text, with its timeline and
+best values).
 ipywidgets and anywidget are imported only when a widget is really made.
 """
 import functools
 import logging
 import math
-import os
-import re
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
-import numpy as np
-
-from .. import events
 from . import plots
+from .text import best_values, panel_state, text_status, text_summary
 from .widget import INSTALL_HINT, SeriesFeed, ipywidgets, view_class
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -46,18 +44,8 @@ logger = logging.getLogger("jupyter_supervisor")
 # so that a body printing at every step costs at most this much per output refresh.
 OUTPUT_KEEP_LINES = 30
 OUTPUT_KEEP_CHARS = 6000
-ERROR_MAX_CHARS = 20_000
-KEPT_SHOWN = 8
-TIMELINE_SHOWN = 12
 # The most tags drawn in the saved notebook's image.
 IMAGE_TAGS = 8
-
-_TONES = {"starting": "#757575", "running": "#2e7d32", "stopping": "#ef6c00",
-          "stopped": "#1565c0", "finished": "#2e7d32", "failed": "#c62828"}
-# Metrics where more is better (as Keras decides a monitor's mode from its name); the others
-# are best at their minimum. Rates (".../sec") have no best.
-_HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "iou", "score", "reward")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 # -- where widgets can be shown ------------------------------------------------------------
@@ -81,306 +69,6 @@ def widget_frontend_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-# -- text ----------------------------------------------------------------------------------
-
-
-def format_duration(seconds: Optional[float]) -> str:
-    """'42 s', '3 min 05 s', '2 h 03 min', '1 d 04 h'."""
-    if seconds is None or seconds != seconds or math.isinf(seconds):
-        return "-"
-    seconds = int(max(0.0, seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours:02d} h"
-
-
-def format_ago(seconds: float) -> str:
-    """How long ago, coarse enough to change rarely: 'just now', '30 s ago', '5 min ago'."""
-    seconds = max(0.0, seconds)
-    if seconds < 10:
-        return "just now"
-    if seconds < 60:
-        return f"{int(seconds) // 10 * 10} s ago"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min ago"
-    hours, minutes = divmod(int(seconds // 60), 60)
-    return f"{hours} h {minutes:02d} min ago"
-
-
-def format_rate(steps_per_sec: Optional[float]) -> str:
-    """'1,234 steps/s', '12.3 steps/s', '0.052 steps/s'."""
-    if steps_per_sec is None or steps_per_sec != steps_per_sec:
-        return "- steps/s"
-    if steps_per_sec >= 100:
-        return f"{steps_per_sec:,.0f} steps/s"
-    if steps_per_sec >= 1:
-        return f"{steps_per_sec:.1f} steps/s"
-    return f"{steps_per_sec:.2g} steps/s"
-
-
-def _clock_time(wall_time: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(wall_time))
-
-
-def _step_text(step: Optional[int]) -> str:
-    return "-" if step is None else f"{step:,}"
-
-
-def _label(snap) -> str:
-    """The status as the header says it: before the session is ready, what it waits for."""
-    if snap.active and not snap.ready:
-        if snap.waiting_for_chief:
-            return "waiting for chief"
-        if snap.restoring:
-            return f"restoring {os.path.basename(snap.restoring)}"
-    return snap.status
-
-
-def _running(run, snap) -> bool:
-    # Stepping and not asked to stop: only then a rate and an ETA mean something.
-    return snap.active and snap.ready and bool(getattr(run, "can_stop", False))
-
-
-def _done_of_total(snap, max_steps: Optional[int]) -> Tuple[int, Optional[int]]:
-    """(steps done, steps in all) for the progress bar: of --max-steps, or else of a Keras fit's
-    own epochs and batches."""
-    if max_steps:
-        return min(snap.step or 0, max_steps), max_steps
-    fit = snap.progress
-    if fit is not None and None not in (fit.epoch, fit.epochs, fit.batch, fit.batches):
-        return fit.epoch * fit.batches + fit.batch, fit.epochs * fit.batches
-    return 0, None
-
-
-def _fit_text(fit) -> str:
-    """'epoch 3/50, batch 120/469' of a Keras fit (1-based, as Keras prints it), or ''."""
-    if fit is None or fit.epoch is None:
-        return ""
-    epoch = f"epoch {fit.epoch + 1}" + (f"/{fit.epochs}" if fit.epochs else "")
-    if fit.batch is None:
-        return epoch
-    return f"{epoch}, batch {fit.batch}" + (f"/{fit.batches}" if fit.batches else "")
-
-
-def text_status(run, snap=None, elapsed: Optional[float] = None) -> str:
-    """One line: name, status, step (of max), rate, elapsed time and, for a task of a
-    cluster, its role and master."""
-    snap = snap or run.history.snapshot()
-    text = f"{run.name}: {_label(snap)}"
-    if snap.step is not None:
-        text += f" at step {snap.step:,}"
-        if run.max_steps is not None:
-            text += f" of {run.max_steps:,}"
-    parts = [format_duration(snap.elapsed if elapsed is None else elapsed)]
-    if _running(run, snap) and snap.steps_per_sec is not None:
-        parts.insert(0, format_rate(snap.steps_per_sec))
-    fit = _fit_text(snap.progress)
-    if fit:
-        parts.insert(0, fit)
-    role = _role_text(run)
-    if role:
-        parts.append(role)
-    return f"{text} ({', '.join(parts)})"
-
-
-def _role_text(run) -> str:
-    """ "chief on grpc://...", "worker 1 of 2", or '' for a local run."""
-    text = getattr(run, "role_text", None)
-    if text is not None:
-        return text
-    role = getattr(run, "role", "local")
-    return "" if role == "local" else f"{role} on {run.master}"
-
-
-def _no_logdir_text(run) -> str:
-    if getattr(run, "role", "local") == "worker":
-        return ("This task saves nothing: the checkpoints and summaries are the chief's, "
-                "and it restores the chief's.")
-    return ("No logdir: nothing is saved. No checkpoint and no event file is written; a stop "
-            "or a crash loses this run's training. Give --logdir to make it resumable.")
-
-
-def rollbacks_text(rollbacks) -> str:
-    """One line on a session's rollbacks (``on_nan="rollback"``): how many, and the last."""
-    last = rollbacks[-1]
-    times = "once" if len(rollbacks) == 1 else f"{len(rollbacks)} times"
-    return (f"Rolled back {times} (at most {last.limit}); last: not finite at step "
-            f"{_step_text(last.step)} ({last.problem}), restored "
-            f"{os.path.basename(last.path)} (step {_step_text(last.restored_step)}).")
-
-
-_CHECKPOINT_STEP = re.compile(r"-(\d+)$")
-
-
-def _checkpoint_label(name: str) -> str:
-    match = _CHECKPOINT_STEP.search(name)
-    return f"{int(match.group(1)):,}" if match else name
-
-
-def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
-    """The checkpoint line (newest, how many, where the session started), what retention keeps,
-    and the rollbacks."""
-    if run.logdir is None:
-        return []
-    if snap.checkpoints:
-        newest = snap.checkpoints[0]
-        count = ("" if snap.checkpoint_count <= 1
-                 else f" ({snap.checkpoint_count} written by this run)")
-        line = (f"Checkpoint: step {_step_text(newest.step)} at {_clock_time(newest.wall_time)} "
-                f"({format_ago(wall_now - newest.wall_time)}), written in {newest.seconds:.2f} s, "
-                f"{os.path.basename(newest.path)}{count}")
-    else:
-        line = "No new checkpoint yet" if snap.ready else "No checkpoint yet"
-    if snap.restored_from:
-        line += f" | restored from {os.path.basename(snap.restored_from)}"
-    elif snap.ready:
-        init = getattr(getattr(run, "config", None), "init_fn", None) is not None
-        line += " | initialized by --init-fn" if init else " | initialized"
-    lines = [line]
-    kept = [os.path.basename(path) for path in reversed(snap.kept)]
-    if not kept and snap.checkpoints:
-        kept = [os.path.basename(info.path) for info in reversed(snap.checkpoints)]
-    if kept:
-        labels = [_checkpoint_label(name) for name in kept[-KEPT_SHOWN:]]
-        more = f"{len(kept) - KEPT_SHOWN} older, " if len(kept) > KEPT_SHOWN else ""
-        lines.append(f"kept ({len(kept)}): {more}{', '.join(reversed(labels))}")
-    if snap.rollbacks:
-        lines.append(rollbacks_text(snap.rollbacks))
-    return lines
-
-
-def _error_line(error: str) -> str:
-    lines = [line for line in _ANSI.sub("", error).splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
-
-
-def timeline(run, snap, *, with_error: bool = True) -> List[Tuple[float, str]]:
-    """What happened, oldest first, as (wall time, text): sessions started or resumed, stops
-    asked, rollbacks, the input running out, how each session ended (``with_error``: a
-    failure with its error's last line)."""
-    out = []
-    for record in snap.timeline:
-        when = record.wall_time
-        if isinstance(record, events.SessionReady):
-            if record.restored_from:
-                text = (f"resumed from {os.path.basename(record.restored_from)} "
-                        f"(step {_step_text(record.step)})")
-            else:
-                text = f"started at step {_step_text(record.step)} (initialized)"
-        elif isinstance(record, events.RolledBack):
-            text = (f"rolled back: not finite at step {_step_text(record.step)} "
-                    f"({record.problem}), restored {os.path.basename(record.path)}")
-        elif isinstance(record, events.Stopped):
-            if record.reason != events.OUT_OF_RANGE:
-                continue
-            text = f"input ran out at step {_step_text(record.step)}"
-        elif record.status == "stopping":
-            text = f"stop requested at step {_step_text(record.step)}"
-        elif record.status == "finished":
-            reached = (run.max_steps is not None and record.step is not None
-                       and record.step >= run.max_steps)
-            text = f"finished at step {_step_text(record.step)}" + (
-                " (--max-steps reached)" if reached else "")
-        elif record.status == "failed":
-            text = f"failed at step {_step_text(record.step)}"
-            line = _error_line(snap.error) if with_error else ""
-            if line:
-                text += f": {line}"
-        elif record.status == "stopped":
-            text = f"stopped at step {_step_text(record.step)}"
-        else:  # starting, running: the SessionReady says more
-            continue
-        out.append((when, text))
-    return out[-TIMELINE_SHOWN:]
-
-
-def best_values(snap) -> List[str]:
-    """The best value of each metric with its step: 'loss: 0.0123 (min) at step 1,200'."""
-    out = []
-    for tag, series in snap.scalars.items():
-        if tag.endswith("/sec") or not len(series.steps):
-            continue
-        higher = any(word in tag.lower() for word in _HIGHER_IS_BETTER)
-        envelope = series.maxs if higher else series.mins
-        finite = np.flatnonzero(np.isfinite(envelope))
-        if not len(finite):
-            continue
-        pick = finite[(np.argmax if higher else np.argmin)(envelope[finite])]
-        out.append(f"{tag}: {plots.format_value(float(envelope[pick]))} "
-                   f"({'max' if higher else 'min'}) at step {int(series.steps[pick]):,}")
-    return out
-
-
-def text_summary(run, *, with_error: bool = True) -> str:
-    """The run as text (``%supervise show`` where no widget renders, the end of a run): status
-    line, checkpoint lines, timeline, best and last values, and (``with_error``) the error with
-    its traceback."""
-    snap = run.history.snapshot()
-    lines = [text_status(run, snap)]
-    if run.logdir is None:
-        lines.append("  " + _no_logdir_text(run))
-    else:
-        lines.extend("  " + line for line in checkpoint_lines(run, snap, time.time()))
-    for when, text in timeline(run, snap, with_error=with_error):
-        lines.append(f"  {_clock_time(when)}  {text}")
-    best = best_values(snap)
-    if best:
-        lines.append("  best: " + "; ".join(best))
-    if snap.scalars:
-        values = ", ".join(
-            f"{tag} {plots.format_value(float(series.values[-1]))} "
-            f"(step {int(series.steps[-1]):,})" for tag, series in snap.scalars.items())
-        lines.append(f"  last values: {values}")
-    if snap.error and with_error:
-        lines.append("  error:")
-        lines.extend("    " + line for line in snap.error.rstrip("\n").splitlines())
-    return "\n".join(lines)
-
-
-def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = "") -> dict:
-    """What the panel's header, progress, checkpoint line, timeline and buttons say, as plain
-    JSON data (the widget's ``state`` trait)."""
-    running = _running(run, snap)
-    state = {
-        "name": str(run.name), "status": snap.status, "label": _label(snap),
-        "tone": _TONES.get(snap.status, "#757575"), "active": snap.active,
-        "step": snap.step, "step_text": "" if snap.step is None else f"{snap.step:,}",
-        "rate": "", "position": _fit_text(snap.progress), "elapsed": format_duration(elapsed),
-        "role": "", "progress": None, "eta": "",
-        "warning": _no_logdir_text(run) if run.logdir is None else "",
-        "checkpoint": checkpoint_lines(run, snap, wall_now),
-        "timeline": [[_clock_time(when), text] for when, text in timeline(run, snap)],
-        "best": best_values(snap),
-        "error": "",
-        "message": message,
-        "buttons": {"stop": bool(run.can_stop), "resume": bool(run.can_resume),
-                    "save": bool(run.can_save)},
-    }
-    if running:
-        state["rate"] = ("measuring…" if snap.steps_per_sec is None
-                         else format_rate(snap.steps_per_sec))
-    state["role"] = _role_text(run)
-    done, total = _done_of_total(snap, run.max_steps)
-    if total:
-        permille = int(min(1.0, max(0.0, done / total)) * 1000)  # at most 1000 widths a run
-        state["progress"] = {"fraction": permille / 1000,
-                             "text": f"{permille / 10:.1f}% of {total:,}"}
-        if running and snap.steps_per_sec:
-            state["eta"] = f"ETA {format_duration(max(0, total - done) / snap.steps_per_sec)}"
-    if snap.error:
-        error = _ANSI.sub("", snap.error)
-        state["error"] = ("...\n" + error[-ERROR_MAX_CHARS:] if len(error) > ERROR_MAX_CHARS
-                          else error)
-    return state
 
 
 # -- the live views --------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from .text import format_step, format_value
+
 # Figures are private to their renderer, but matplotlib shares font objects (FreeType handles
 # in a cache) between all figures; two panels rendering at once on two threads would use them
 # concurrently. Renders are short and rare (at most about one a second per panel): serialize.
@@ -24,25 +26,6 @@ _RENDER_LOCK = threading.Lock()
 
 # Colours of the tab10 cycle, so the panel looks like the user's other matplotlib plots.
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
-
-
-def format_step(step: float, _position=None) -> str:
-    """A compact step label: 950, 12k, 1.5M."""
-    step = float(step)
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(step) >= limit:
-            text = f"{step / limit:.1f}".rstrip("0").rstrip(".")
-            return text + suffix
-    return f"{step:.0f}"
-
-
-def format_value(value: float) -> str:
-    """A scalar value in at most about 5 significant digits."""
-    if value != value:
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:.5g}"
 
 
 def reduce_points(steps: np.ndarray, values: np.ndarray, mins: np.ndarray, maxs: np.ndarray,
