@@ -217,9 +217,10 @@ window.ready = true;
 
 def measure_draw(new, old_svg, repeats=5):
     """Milliseconds Chromium takes to draw the full series (median of ``repeats``, each on a
-    fresh page): panel.js from the message, and the former panel's SVG put into a page."""
+    fresh page): the panel's front end from the message, and the former panel's SVG put into a page."""
     from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
-    esm = open(os.path.join(ROOT, "jupyter_supervisor", "view", "panel.js"), "rb").read()
+    from jupyter_supervisor.view import widget  # pylint: disable=import-outside-toplevel
+    esm = widget._esm().encode()  # pylint: disable=protected-access
     page_new = PAGE_NEW % base64.b64encode(esm).decode()
     new_ms, old_ms, points = [], [], 0
     with sync_playwright() as playwright:

@@ -1,8 +1,8 @@
 """The browser side's counterpart: the anywidget model the panel and the comparison chart drive,
 and the encoding of series as deltas.
 
-anywidget ships the front end (``panel.js``, one ES module, no build step) inside the widget's
-state, so JupyterLab 4, Notebook 7, VS Code and Colab load it without an installed extension.
+anywidget ships the front end (one ES module, no build step: ``chart.js`` then ``panel.js``,
+joined) inside the widget's state, so JupyterLab 4, Notebook 7, VS Code and Colab load it without an installed extension.
 Small state travels as the ``state`` trait; the points travel as custom messages, each with one
 binary buffer (float64), and only the points a view has not seen (``SeriesFeed``).
 
@@ -18,7 +18,14 @@ import numpy as np
 INSTALL_HINT = ("The jupyter_supervisor panel needs ipywidgets and anywidget: "
                 "pip install 'ipywidgets>=8' anywidget (and JupyterLab 4 or Notebook 7 to see it).")
 
-_ESM = pathlib.Path(__file__).with_name("panel.js")
+# The front end's files, in the order they are joined into one ES module (chart.js defines
+# what panel.js uses; panel.js has the module's default export).
+_ESM_FILES = ("chart.js", "panel.js")
+
+
+def _esm() -> str:
+    here = pathlib.Path(__file__).parent
+    return "\n".join(here.joinpath(name).read_text(encoding="utf-8") for name in _ESM_FILES)
 
 
 def ipywidgets():
@@ -43,7 +50,7 @@ def view_class():
     class SupervisorView(anywidget.AnyWidget):
         """One run's panel (``compare=False``) or several runs in one chart (``runs``)."""
 
-        _esm = _ESM.read_text(encoding="utf-8")
+        _esm = _esm()
         state = traitlets.Dict().tag(sync=True)
         compare = traitlets.Bool(False).tag(sync=True)
         runs = traitlets.List(traitlets.Unicode()).tag(sync=True)
