@@ -19,6 +19,7 @@ from typing import Callable, List, Optional, Tuple, TypeVar
 
 import tensorflow as tf
 
+from . import names
 from ._validate import invalid
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -26,7 +27,6 @@ logger = logging.getLogger("jupyter_supervisor")
 # TensorFlow's name of the state file that lists a logdir's checkpoints.
 STATE_FILE = "checkpoint"
 
-_STEP_SUFFIX = re.compile(r"-(\d+)$")
 # The files of one checkpoint <basename>-<step>: data shards, index, and a Saver's meta graph.
 _FILE_SUFFIX = r"\.(index|meta|data-\d+-of-\d+)"
 
@@ -66,9 +66,8 @@ def write_failure(logdir: str, error, what: str, newest: Optional[str]) -> str:
     deleted = bool(newest) and not exists(newest)
     if deleted:
         # The logdir, or its checkpoints, were deleted meanwhile: only one still there is named.
-        newest = next(iter(checkpoint_paths(logdir, _STEP_SUFFIX.sub("",
-                                                                     os.path.basename(newest)))),
-                      None)
+        basename = names.CHECKPOINT_STEP.sub("", os.path.basename(newest))
+        newest = next(iter(checkpoint_paths(logdir, basename)), None)
     if newest:
         safe = f"The newest intact checkpoint is {newest}; nothing saved before was changed."
     elif deleted:
@@ -88,12 +87,6 @@ def exists(path: str) -> bool:
         return tf.io.gfile.exists(path + ".index") or tf.io.gfile.exists(path)
     except tf.errors.OpError:  # a remote file system that cannot be reached
         return False
-
-
-def step_of(path: str) -> Optional[int]:
-    """The step in a ``<prefix>-<step>`` checkpoint path, or None for a step-less one."""
-    match = _STEP_SUFFIX.search(path)
-    return int(match.group(1)) if match else None
 
 
 def checkpoint_paths(logdir: str, checkpoint_basename: str = "model.ckpt") -> List[str]:

@@ -32,6 +32,8 @@ from typing import Callable, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
+from . import names
+
 logger = logging.getLogger("jupyter_supervisor")
 
 # Why a run stopped, as Stopped.reason gives it.
@@ -81,7 +83,7 @@ class StepRate:
     step: int
     steps_per_sec: float
     wall_time: float
-    tag: str = "global_step/sec"
+    tag: str = names.STEP_RATE_TAG
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,8 @@ import keras
 from eager_models import BATCHES, data, make_model
 from jupyter_supervisor import events
 from jupyter_supervisor.config import RunConfig
-from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
+from jupyter_supervisor.checkpoints import checkpoint_paths
+from jupyter_supervisor.names import checkpoint_step
 from jupyter_supervisor.eager import EagerSupervisor
 from jupyter_supervisor.eager.snapshot import Snapshot
 from jupyter_supervisor.eager.writer import CheckpointWriter
@@ -93,7 +94,7 @@ def test_fit_checkpoints_periodically_and_at_the_end(tmp_path, backends):
     total = 2 * BATCHES
     assert sv.read_step() == total == int(model.optimizer.iterations)
     paths = checkpoint_paths(str(tmp_path))
-    assert [step_of(p) for p in paths] == [total, total - 1, total - 2]  # retention keep=3
+    assert [checkpoint_step(p) for p in paths] == [total, total - 1, total - 2]  # retention keep=3
     saved = [r.step for r in rec.of(events.CheckpointSaved)]
     assert saved == list(range(1, total + 1))
     assert sv.attached == "callback"
@@ -128,14 +129,14 @@ def test_fit_resumes_after_sigkill_mid_epoch(tmp_path, backends, wait_for):
             if child.poll() is not None:
                 raise AssertionError(child.stderr.read().decode()[-3000:])
             return [p for p in checkpoint_paths(logdir)
-                    if step_of(p) > BATCHES and step_of(p) % BATCHES not in (0, 1)]
+                    if checkpoint_step(p) > BATCHES and checkpoint_step(p) % BATCHES not in (0, 1)]
         wait_for(mid_epoch_checkpoint, timeout=120, interval=0.05)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(30)
         child.stderr.close()
     newest = checkpoint_paths(logdir)[0]
-    step = step_of(newest)
+    step = checkpoint_step(newest)
     epoch = int(ckpt_value(newest, "jupyter_supervisor/epoch/.ATTRIBUTES/VARIABLE_VALUE"))
     batch = int(ckpt_value(newest, "jupyter_supervisor/batch/.ATTRIBUTES/VARIABLE_VALUE"))
     iterations = int(ckpt_value(newest, "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"))
@@ -175,7 +176,7 @@ def test_fit_resumes_after_sigkill_mid_epoch(tmp_path, backends, wait_for):
     assert counts[:stop_after] == list(range(iterations + 1, iterations + stop_after + 1))
     assert counts[stop_after:] in ([], [iterations + stop_after])
     assert sv.read_step() == iterations + stop_after == int(model.optimizer.iterations)
-    assert step_of(checkpoint_paths(logdir)[0]) == sv.read_step()
+    assert checkpoint_step(checkpoint_paths(logdir)[0]) == sv.read_step()
     assert len(history.history["loss"]) == 1 + (batch + stop_after - 1) // BATCHES
     assert not isinstance(model.train_function, _TrainFunction)
     assert model._initial_epoch is None  # pylint: disable=protected-access
@@ -208,7 +209,7 @@ def test_stop_from_another_thread_ends_fit_at_the_next_batch(tmp_path, backends)
     # Stop requested after batch 5: the next call trains nothing and fit ends.
     assert [it for _, _, it in probe.seen] == [1, 2, 3, 4, 5, 5]
     assert sv.read_step() == 5 == int(model.optimizer.iterations)
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [5]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [5]
     assert sv.flush_events(30)
     assert [r.step for r in rec.of(events.CheckpointSaved)] == [5]
     assert rec.records[-1].reason == events.REQUESTED
@@ -228,7 +229,7 @@ def test_second_fit_after_a_stop_raises_stop_body_and_ends_cleanly(tmp_path, bac
         model.fit(x, y, batch_size=8, epochs=5, verbose=0, callbacks=[sv.callback])
         after.append("ran")  # pragma: no cover  (StopBody ends the body)
     assert after == [] and sv.read_step() == 2
-    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 2
+    assert checkpoint_step(checkpoint_paths(str(tmp_path))[0]) == 2
 
 
 def test_fit_max_steps_stops_exactly(tmp_path, backends):
@@ -238,7 +239,7 @@ def test_fit_max_steps_stops_exactly(tmp_path, backends):
     with sv.session():
         model.fit(x, y, batch_size=8, epochs=50, verbose=0, callbacks=[sv.callback])
     assert sv.read_step() == 11 == int(model.optimizer.iterations)
-    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 11
+    assert checkpoint_step(checkpoint_paths(str(tmp_path))[0]) == 11
     # Resumed at max_steps: nothing to train, fit does not start.
     sv2 = backends(tmp_path, max_steps=11)
     model2 = make_model()
@@ -290,7 +291,7 @@ def test_fit_on_a_dataset_of_unknown_length_resumes_exactly(tmp_path, backends):
         model.fit(dataset(), epochs=4, shuffle=False, verbose=0,
                   callbacks=[sv.callback, stop])
     newest = checkpoint_paths(str(tmp_path))[0]
-    assert step_of(newest) == sv.read_step() == 2 * BATCHES
+    assert checkpoint_step(newest) == sv.read_step() == 2 * BATCHES
     assert [int(ckpt_value(newest, f"jupyter_supervisor/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
             for name in ("epoch", "batch")] == [1, BATCHES]
     sv2 = backends(tmp_path)
@@ -341,7 +342,7 @@ def test_save_now_from_another_thread_during_fit(tmp_path, backends, wait_for):
                   callbacks=[sv.callback, Probe(action=save_then_stop)])
     result["thread"].join(30)
     assert result["path"] is not None and os.path.exists(result["path"] + ".index")
-    assert 3 <= step_of(result["path"]) <= sv.read_step()
+    assert 3 <= checkpoint_step(result["path"]) <= sv.read_step()
     # Outside a loop (the body has not started one) save_now saves at once.
     sv2 = backends(tmp_path / "b")
     with sv2.session():
@@ -350,7 +351,7 @@ def test_save_now_from_another_thread_during_fit(tmp_path, backends, wait_for):
         t = threading.Thread(target=lambda: out.setdefault("p", sv2.save_now(timeout=30)))
         t.start()
         t.join(30)
-    assert step_of(out["p"]) == 0
+    assert checkpoint_step(out["p"]) == 0
 
 
 def test_fit_without_the_callback_is_told(tmp_path, backends, caplog):
@@ -469,7 +470,7 @@ def test_custom_loop_track_step_stop_and_resume(tmp_path, backends):
             if sv.step(loss=loss) == 7:
                 request_stop_from_thread(sv)
     assert sv.read_step() == 7 == int(opt.iterations)
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [7]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [7]
     assert sv.flush_events(30)
     assert rec.of(events.Progress)[0].scalars["loss"] > 0  # the first boundary reports
 
@@ -484,7 +485,7 @@ def test_custom_loop_track_step_stop_and_resume(tmp_path, backends):
         while not sv2.should_stop():
             sv2.step(loss=train_step2())
     assert sv2.read_step() == 10 == int(opt2.iterations)  # max_steps, exactly
-    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 10
+    assert checkpoint_step(checkpoint_paths(str(tmp_path))[0]) == 10
 
 
 def test_a_due_save_waits_for_the_write_before_it_at_most_one_interval(tmp_path, backends,
@@ -520,18 +521,18 @@ def test_a_due_save_waits_for_the_write_before_it_at_most_one_interval(tmp_path,
         clock.now = 10
         sv.step(loss=train_step())  # due: the write of step 1 starts, and is held
         writer = sv._checkpointer.writer  # pylint: disable=protected-access
-        assert [step_of(p) for p in started] == [1] and writer.writing
+        assert [checkpoint_step(p) for p in started] == [1] and writer.writing
         for now in range(20, 30):  # due again, for less than one more interval: no save, no wait
             clock.now = now
             sv.step(loss=train_step())
-        assert [step_of(p) for p in started] == [1] and writer.writing
+        assert [checkpoint_step(p) for p in started] == [1] and writer.writing
         release.set()
         wait_for(lambda: not writer.writing, 60, what="the end of the write")
         assert sv.step(loss=train_step()) == 12  # the write ended: this boundary saves
         wait_for(lambda: len(started) == 2, 60, what="the second write")
     assert sv.flush_events(30)
     assert [r.step for r in rec.of(events.CheckpointSaved)] == [1, 12]  # 12: final too
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [12, 1]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [12, 1]
     assert sv.read_step() == 12 == int(opt.iterations)
 
 
@@ -547,7 +548,7 @@ def test_loop_that_never_looks_ends_at_a_step_boundary(tmp_path, backends):
                 request_stop_from_thread(sv)  # after the boundary of step 4: ends at 5
         done.append(True)  # pragma: no cover
     assert not done and sv.read_step() == 5 == int(opt.iterations)
-    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 5
+    assert checkpoint_step(checkpoint_paths(str(tmp_path))[0]) == 5
 
 
 def test_input_running_out_is_a_clean_stop_with_a_final_checkpoint(tmp_path, backends):
@@ -562,7 +563,7 @@ def test_input_running_out_is_a_clean_stop_with_a_final_checkpoint(tmp_path, bac
             sv.step()
     assert sv.flush_events(30)
     assert rec.records[-1].reason == events.OUT_OF_RANGE and rec.records[-1].exception is None
-    assert step_of(checkpoint_paths(str(tmp_path))[0]) == 3
+    assert checkpoint_step(checkpoint_paths(str(tmp_path))[0]) == 3
     assert {thread for thread in threading.enumerate() if sv.owns_thread(thread)} == set()
 
 
@@ -638,7 +639,7 @@ def test_damaged_state_file_restores_the_newest_checkpoint_file(tmp_path, backen
     sv2 = backends(tmp_path)
     with caplog.at_level(logging.WARNING, logger="jupyter_supervisor"):
         with sv2.session():
-            assert step_of(sv2.track(w=w2)) == 2
+            assert checkpoint_step(sv2.track(w=w2)) == 2
             sv2.step()
     assert "cannot be read" in caplog.text and float(w2.numpy()) == 2.0
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")  # rewritten
@@ -671,7 +672,7 @@ def test_a_save_killed_before_it_was_listed_is_swept_by_the_next_run(tmp_path, b
     orphan = os.path.join(logdir, f"model.ckpt-{orphan_step}")
     assert line.split() == ["PAUSED", orphan], (line, stderr)
     listed = checkpoint_paths(logdir)
-    assert [step_of(p) for p in listed] == [10, 5] and os.path.exists(orphan + ".index")
+    assert [checkpoint_step(p) for p in listed] == [10, 5] and os.path.exists(orphan + ".index")
     assert len(_checkpoints_on_disk(logdir)) == keep + 1
 
     w = tf.Variable(0.0)
@@ -681,7 +682,7 @@ def test_a_save_killed_before_it_was_listed_is_swept_by_the_next_run(tmp_path, b
         w.assign_add(1.0)
         sv.step()
     listed = checkpoint_paths(logdir)
-    assert [step_of(p) for p in listed] == [11, 10]
+    assert [checkpoint_step(p) for p in listed] == [11, 10]
     assert _checkpoints_on_disk(logdir) == sorted(os.path.basename(p) for p in listed)
     assert not any(name.startswith(f"model.ckpt-{orphan_step}") for name in os.listdir(logdir))
 
@@ -733,7 +734,7 @@ def test_failed_write_stops_the_run_and_keeps_the_older_checkpoints(tmp_path, ba
                     break
                 sv.step()
     assert "model.ckpt-1" in str(raised.value)  # the newest intact one is named
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [1]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [1]
 
 
 def test_a_failed_write_of_a_step_saved_again_keeps_its_checkpoint(tmp_path, backends,

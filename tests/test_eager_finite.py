@@ -18,7 +18,8 @@ from tensorboard.backend.event_processing import event_file_loader
 
 from eager_models import data, make_model
 from jupyter_supervisor import events, finite
-from jupyter_supervisor.checkpoints import checkpoint_paths, step_of
+from jupyter_supervisor.checkpoints import checkpoint_paths
+from jupyter_supervisor.names import checkpoint_step
 from jupyter_supervisor.eager.snapshot import Snapshot
 from jupyter_supervisor.eager.writer import CheckpointWriter, Refusal
 
@@ -83,7 +84,7 @@ def assert_every_checkpoint_finite(logdir):
 
 
 def file_steps(logdir):
-    return sorted(step_of(p[:-len(".index")])
+    return sorted(checkpoint_step(p[:-len(".index")])
                   for p in glob.glob(os.path.join(str(logdir), "model.ckpt-*.index")))
 
 
@@ -159,7 +160,7 @@ def test_while_the_write_runs_its_verdict_is_not_known(tmp_path, monkeypatch):
     assert writer.wait(DEADLINE)
     assert writer.verdict_known
     assert writer.verdict().variables == ["dense/kernel"] and runs == [["dense/kernel"]]
-    assert [step_of(p) for p in writer.kept] == [1]
+    assert [checkpoint_step(p) for p in writer.kept] == [1]
 
 
 def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, backends):
@@ -176,7 +177,7 @@ def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, back
     assert steps == list(range(1, 31)) + list(range(21, 51))
     assert sv.read_step() == 50 == int(opt.iterations)  # the optimizer was restored too
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [50, 40, 30]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [50, 40, 30]
     assert file_steps(tmp_path) == [30, 40, 50]
     assert_every_checkpoint_finite(tmp_path)
     assert sv.flush_events(DEADLINE)
@@ -210,7 +211,7 @@ def test_rollback_stops_after_max_rollbacks(tmp_path, backends):
         "Training diverged at step 30 again after 2 rollbacks to the newest good checkpoint: "
         "summary 'loss' is NaN")
     assert "the newest good checkpoint is " + newest in str(error)
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [20, 10]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [20, 10]
     assert file_steps(tmp_path) == [10, 20]
     assert_every_checkpoint_finite(tmp_path)
     assert sv.flush_events(DEADLINE)
@@ -244,7 +245,7 @@ def test_a_save_asked_from_another_thread_rolls_back_at_the_next_step(tmp_path, 
     assert steps == list(range(1, 11)) + [10] + list(range(11, 16))
     assert sv.read_step() == 15 == int(opt.iterations)
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [15, 10]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [15, 10]
     assert_every_checkpoint_finite(tmp_path)
 
 
@@ -308,7 +309,7 @@ def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
     assert str(error).startswith(
         f"Training diverged at step 25: {weights_problem(model)}. This checkpoint was not "
         "written")
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [24, 23, 22]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [24, 23, 22]
     assert file_steps(tmp_path) == [22, 23, 24]
     assert_every_checkpoint_finite(tmp_path)
     assert not leftovers(tmp_path)
@@ -342,7 +343,7 @@ def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends, settle):
     assert steps == list(range(1, 26)) + [24] + list(range(25, 31))
     assert sv.read_step() == 30 == int(opt.iterations)
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [30, 29, 28]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [30, 29, 28]
     assert_every_checkpoint_finite(tmp_path)
     assert not leftovers(tmp_path)
     assert sv.flush_events(DEADLINE)
@@ -361,7 +362,7 @@ def test_a_refusal_found_as_the_loop_ends_still_rolls_back(tmp_path, backends):
     assert steps == list(range(1, 26))
     assert sv.read_step() == 24 == int(opt.iterations)
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [24, 23, 22]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [24, 23, 22]
     assert not leftovers(tmp_path)
     assert sv.flush_events(DEADLINE)
     (rolled,) = recorder.of(events.RolledBack)
@@ -383,7 +384,7 @@ def test_a_healthy_run_writes_the_same_checkpoints_in_every_mode(tmp_path, backe
                 sv.save_now()
     assert sv.flush_events(DEADLINE)
     assert [r.step for r in recorder.of(events.CheckpointSaved)] == [10, 20, 30, 40, 47]
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [47, 40, 30]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [47, 40, 30]
     assert file_steps(tmp_path) == [30, 40, 47]
     assert recorder.of(events.RolledBack) == []
 
@@ -401,7 +402,7 @@ def test_the_final_checkpoint_never_rolls_back(tmp_path, backends):
                     sv.save_now()
     assert "The final checkpoint was not written" in str(raised.value)
     assert raised.value.step == 12
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [10]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [10]
 
 
 # --------------------------------------------------------------------------------- Keras fit
@@ -433,7 +434,7 @@ def test_fit_rolls_back_past_a_bad_batch_and_finishes(tmp_path, backends):
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
     # The running mean restarted at the rollback: the epoch's loss is finite.
     assert np.isfinite(history.history["loss"]).all()
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [23, 22, 21]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [23, 22, 21]
     assert_every_checkpoint_finite(tmp_path)
     assert recorder.of(events.Stopped)[-1].exception is None
 
@@ -447,7 +448,7 @@ def test_fit_stop_mode_keeps_the_good_checkpoints(tmp_path, backends):
                       callbacks=[sv.callback])
     newest = os.path.join(str(tmp_path), "model.ckpt-10")
     assert raised.value.step == 11 and raised.value.newest_good == newest
-    assert [step_of(p) for p in checkpoint_paths(str(tmp_path))] == [10, 9, 8]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [10, 9, 8]
     assert_every_checkpoint_finite(tmp_path)
 
 

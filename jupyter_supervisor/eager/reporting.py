@@ -11,13 +11,12 @@ import tensorflow as tf
 from tensorflow.core.util import event_pb2
 from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
-from .. import events, services
+from .. import events, names, services
 
 _Summary = tf.compat.v1.Summary
 _SessionLog = tf.compat.v1.SessionLog
 
 # Tag of the step rate in the event files, as the graph Supervisor writes it.
-STEP_RATE_TAG = "global_step/sec"
 
 
 class _EventFile:
@@ -85,7 +84,7 @@ class Reporter:
 
     def step_counter(self, coord, secs: float, read: Callable[[], int]):
         """The service writing the step rate every ``secs`` (not started)."""
-        return services.StepCounterService(coord, secs, tag=STEP_RATE_TAG, read=read,
+        return services.StepCounterService(coord, secs, tag=names.STEP_RATE_TAG, read=read,
                                            writer=self.event_file or _NoEventFile(),
                                            hub=self.hub)
 

@@ -33,7 +33,7 @@ except ImportError as error:  # TensorFlow comes through an extra: say which
 from tensorflow.python.framework import meta_graph
 from tensorflow.python.util import deprecation
 
-from .. import events, finite
+from .. import events, finite, names
 from .._validate import check_basename, check_checkpoint_path, check_number, invalid
 # The errors are re-exported: they were defined here first.
 from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
@@ -522,7 +522,7 @@ class Supervisor:
             if self._global_step is not None:
                 threads.append(services.StepCounterService(
                     self._coord, self._summary_timer.secs,
-                    tag=f"{self._global_step.op.name}/sec",
+                    tag=self._global_step.op.name + names.RATE_SUFFIX,
                     read=lambda: services.read_step(sess, self._global_step),
                     writer=writer, hub=self._hub))
         if self._saver and self._save_timer.enabled:

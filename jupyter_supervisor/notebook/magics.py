@@ -15,7 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .. import tf_config
+from .. import names, tf_config
 from ..config import RunConfig
 from ..view import panel, text
 
@@ -239,7 +239,7 @@ class SuperviseMagics(Magics):
             if type(e) in (ValueError, TypeError):  # pylint: disable=unidiomatic-typecheck
                 raise _short(type(e)(_option_message(str(e)))) from None
             raise _short(e)
-        if training.status == "failed" and isinstance(training.exception, SyntaxError):
+        if training.status == names.FAILED and isinstance(training.exception, SyntaxError):
             raise RunFailedError(training)  # the body does not compile: nothing ran
         if config.logdir is None and config.is_chief:
             print(f"No --logdir: run {config.name!r} saves nothing (no checkpoints, no "
@@ -484,10 +484,10 @@ def _table() -> str:
         if training.role_text:
             remarks.append(f"{training.name} runs as {training.role_text}" + (
                 "; its checkpoints are the chief's" if training.role == "worker" else ""))
-        if training.status == "failed":
+        if training.status == names.FAILED:
             remarks.append(f"{training.name} failed: {training.error_line} "
                             f"(`%supervise show {training.name}` shows the traceback)")
-        elif training.status == "stopped" and training.stop_reason:
+        elif training.status == names.STOPPED and training.stop_reason:
             remarks.append(f"{training.name} stopped: {training.stop_reason}")
         elif training.stopping_secs > training.config.stop_grace_secs:
             remarks.append(f"{training.name} is still stopping: its cell body has not "
@@ -515,7 +515,7 @@ def _wait(training, stop_on_interrupt: bool) -> None:
             _end_summary(training)  # it ended as the interrupt came
         return
     _end_summary(training)
-    if training.status == "failed":
+    if training.status == names.FAILED:
         raise RunFailedError(training)
 
 
@@ -555,7 +555,7 @@ def _stopped_line(training, interrupted) -> str:
     snap = training.history.snapshot()
     why = "Interrupted: run" if interrupted else "Run"
     step = "" if training.global_step is None else f" at step {training.global_step}"
-    if training.status == "failed":
+    if training.status == names.FAILED:
         return f"{why} {training.name!r} failed while stopping{step}: {training.error_line}"
     if not training.logdir and training.role == "worker":
         return f"{why} {training.name!r} {training.status}{step} (the chief saves)."
@@ -572,8 +572,8 @@ def _end_summary(training) -> None:
     if panel.widget_frontend_available():
         # The display's saved fallback, while this cell executes; a failure's traceback is
         # raised into this cell next, so the panel does not show it a second time.
-        panel.finish(training, error_in_cell=training.status == "failed")
+        panel.finish(training, error_in_cell=training.status == names.FAILED)
         print(text.text_status(training))
     else:  # a failure's traceback follows, raised: not printed here too
-        print(text.text_summary(training, with_error=training.status != "failed"))
+        print(text.text_summary(training, with_error=training.status != names.FAILED))
 

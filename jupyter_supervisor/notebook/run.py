@@ -41,25 +41,19 @@ from .. import events
 from .._validate import invalid
 from ..backend import Backend, RunConflictError, clean_up
 from ..config import RunConfig
-from ..checkpoints import checkpoint_paths, step_of
+from ..checkpoints import checkpoint_paths
 from ..eager.supervisor import EagerSupervisor
 from ..graph.backend import GraphBackend
 from ..checkpoints import CheckpointMismatchError, describe_error
 from ..lockfile import LogdirLockedError, note_stop
+from ..names import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING, STARTING,
+                     STOPPED, STOPPING, checkpoint_step)
 from ..view import eventfiles
 from ..view.history import RunHistory
 from . import output, shutdown
 from .body import Body, default_compile, default_format
 
 logger = logging.getLogger("jupyter_supervisor")
-
-# A run's statuses: the vocabulary of its state machine, which the history records and the
-# panel and %supervise show as they are.
-STARTING, RUNNING, STOPPING = "starting", "running", "stopping"
-STOPPED, FINISHED, FAILED = "stopped", "finished", "failed"
-STATUSES = (STARTING, RUNNING, STOPPING, STOPPED, FINISHED, FAILED)
-ACTIVE_STATUSES = frozenset((STARTING, RUNNING, STOPPING))
-FINAL_STATUSES = frozenset((STOPPED, FINISHED, FAILED))
 
 # Every legal change of state; None is a run that never started.
 _TRANSITIONS = {
@@ -75,8 +69,7 @@ _TRANSITIONS = {
 # How often the history learns the live step (for the panel; --max-steps does not depend on it).
 WATCH_SECS = 0.5
 
-__all__ = ["TrainingRun", "STATUSES", "ACTIVE_STATUSES", "FINAL_STATUSES",
-           "RunConflictError", "RunStateError",
+__all__ = ["TrainingRun", "RunConflictError", "RunStateError",
            "IllegalTransitionError", "LogdirLockedError",
            "CheckpointMismatchError", "get_run", "runs",
            "stop_all"]
@@ -379,7 +372,7 @@ class TrainingRun:
         newest = self._newest_checkpoint()
         if newest is None:
             return
-        step = step_of(newest)
+        step = checkpoint_step(newest)
         why = eventfiles.last_stop(self.logdir)
         if why:
             self.history.append_output(f"The last session on this logdir stopped: {why}.\n")

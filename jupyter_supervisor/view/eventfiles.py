@@ -11,7 +11,7 @@ import math
 import types
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from .. import events
+from .. import events, names
 from .series import Series
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -103,10 +103,6 @@ class _Restarts:
         return stack[i][1] if i < len(stack) else math.inf
 
 
-# The tag of a step counter's records ("global_step/sec", TensorFlow's "<step op>/sec").
-RATE_SUFFIX = "/sec"
-
-
 def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict[str, Series]:
     """{tag: Series} of the scalars in ``logdir``'s event files that no later session's START
     purges, with step <= ``upto_step`` (all when None)."""
@@ -139,7 +135,7 @@ def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict
                 or event.step >= restarts.cut(position)):
             continue
         for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
-            if tag.endswith(RATE_SUFFIX) and (tag not in rates_since_start
+            if names.is_rate(tag) and (tag not in rates_since_start
                                               or event.step <= started_at):
                 rates_since_start.add(tag)
                 continue

@@ -22,7 +22,7 @@ import traceback
 import types
 from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
-from .. import events
+from .. import events, names
 from .._validate import check_number, invalid
 from . import eventfiles
 from .series import ScalarSeries, Series
@@ -137,7 +137,7 @@ class RunHistory:
         self._lock = threading.Lock()
         self._version = 0
         self._scalars_version = 0
-        self._status = "starting"
+        self._status = names.STARTING
         self._active = True
         self._stepping = True
         self._step: Optional[int] = None

@@ -34,6 +34,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
+from .. import names
 from . import plots
 from .text import best_values, panel_state, text_status, text_summary
 from .widget import INSTALL_HINT, SeriesFeed, ipywidgets, view_class
@@ -397,7 +398,7 @@ class Panel(_LiveView):
             return
         self._published = key
         image = None
-        tags = [tag for tag in snap.scalars if not tag.endswith("/sec")][:IMAGE_TAGS]
+        tags = [tag for tag in snap.scalars if not names.is_rate(tag)][:IMAGE_TAGS]
         if tags:
             image = plots.PlotRenderer().render(snap.scalars, tags)
         bundle = self._bundle(image, text_summary(self._run, with_error=False))

@@ -11,14 +11,14 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .. import events
+from .. import events, names
 
 ERROR_MAX_CHARS = 20_000
 KEPT_SHOWN = 8
 TIMELINE_SHOWN = 12
 
-_TONES = {"starting": "#757575", "running": "#2e7d32", "stopping": "#ef6c00",
-          "stopped": "#1565c0", "finished": "#2e7d32", "failed": "#c62828"}
+_TONES = {names.STARTING: "#757575", names.RUNNING: "#2e7d32", names.STOPPING: "#ef6c00",
+          names.STOPPED: "#1565c0", names.FINISHED: "#2e7d32", names.FAILED: "#c62828"}
 # Metrics where more is better (as Keras decides a monitor's mode from its name); the others
 # are best at their minimum. Rates (".../sec") have no best.
 _HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "iou", "score", "reward")
@@ -176,12 +176,9 @@ def rollbacks_text(rollbacks) -> str:
             f"{os.path.basename(last.path)} (step {_step_text(last.restored_step)}).")
 
 
-_CHECKPOINT_STEP = re.compile(r"-(\d+)$")
-
-
 def _checkpoint_label(name: str) -> str:
-    match = _CHECKPOINT_STEP.search(name)
-    return f"{int(match.group(1)):,}" if match else name
+    step = names.checkpoint_step(name)
+    return name if step is None else f"{step:,}"
 
 
 def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
@@ -241,19 +238,19 @@ def timeline(run, snap, *, with_error: bool = True) -> List[Tuple[float, str]]:
             if record.reason != events.OUT_OF_RANGE:
                 continue
             text = f"input ran out at step {_step_text(record.step)}"
-        elif record.status == "stopping":
+        elif record.status == names.STOPPING:
             text = f"stop requested at step {_step_text(record.step)}"
-        elif record.status == "finished":
+        elif record.status == names.FINISHED:
             reached = (run.max_steps is not None and record.step is not None
                        and record.step >= run.max_steps)
             text = f"finished at step {_step_text(record.step)}" + (
                 " (--max-steps reached)" if reached else "")
-        elif record.status == "failed":
+        elif record.status == names.FAILED:
             text = f"failed at step {_step_text(record.step)}"
             line = _error_line(snap.error) if with_error else ""
             if line:
                 text += f": {line}"
-        elif record.status == "stopped":
+        elif record.status == names.STOPPED:
             text = f"stopped at step {_step_text(record.step)}"
         else:  # starting, running: the SessionReady says more
             continue
@@ -265,7 +262,7 @@ def best_values(snap) -> List[str]:
     """The best value of each metric with its step: 'loss: 0.0123 (min) at step 1,200'."""
     out = []
     for tag, series in snap.scalars.items():
-        if tag.endswith("/sec") or not len(series.steps):
+        if names.is_rate(tag) or not len(series.steps):
             continue
         higher = any(word in tag.lower() for word in _HIGHER_IS_BETTER)
         envelope = series.maxs if higher else series.mins

@@ -1,0 +1,34 @@
+"""The vocabulary shared by the run, its history, the panel and ``%supervise``: the run's
+statuses, the step-rate tag and the checkpoint-step pattern. Decided here once; what the
+browser needs of it travels in the panel's state. No TensorFlow, no widget.
+"""
+import re
+from typing import Optional
+
+# A run's statuses: the vocabulary of its state machine (``notebook/run.py``), which the
+# history records and the panel and %supervise show as they are.
+STARTING, RUNNING, STOPPING = "starting", "running", "stopping"
+STOPPED, FINISHED, FAILED = "stopped", "finished", "failed"
+STATUSES = (STARTING, RUNNING, STOPPING, STOPPED, FINISHED, FAILED)
+ACTIVE_STATUSES = frozenset((STARTING, RUNNING, STOPPING))
+FINAL_STATUSES = frozenset((STOPPED, FINISHED, FAILED))
+
+# The tag of a step counter's records: TensorFlow's ``<global step op>/sec``; the eager
+# backend's step counter writes ``STEP_RATE_TAG``. A rate has no "best" value.
+RATE_SUFFIX = "/sec"
+STEP_RATE_TAG = "global_step" + RATE_SUFFIX
+
+# ``<prefix>-<step>``: how a checkpoint's path names its step (TensorFlow's Saver and
+# CheckpointManager name them so).
+CHECKPOINT_STEP = re.compile(r"-(\d+)$")
+
+
+def is_rate(tag: str) -> bool:
+    """True for a step counter's tag (``.../sec``)."""
+    return tag.endswith(RATE_SUFFIX)
+
+
+def checkpoint_step(path: str) -> Optional[int]:
+    """The step in a ``<prefix>-<step>`` checkpoint path, or None for a step-less one."""
+    match = CHECKPOINT_STEP.search(path)
+    return int(match.group(1)) if match else None
