@@ -90,6 +90,11 @@ class Backend(Protocol):
     def read_step(self) -> Optional[int]:
         """The global step now, or None (no session yet, or no step)."""
 
+    @property
+    def stopped_by_peer(self) -> Optional[str]:
+        """Why another worker stopped this one ("a stop on worker 1"), or None: the session
+        ended for its own reasons. A run stopped by a peer ends 'stopped', not 'finished'."""
+
     def flush_events(self, timeout: Optional[float] = None) -> bool:
         """Waits until the listeners have seen every record emitted so far."""
 

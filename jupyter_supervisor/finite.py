@@ -44,7 +44,7 @@ import time
 import weakref
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-from . import events
+from . import compat, events
 from ._validate import check_number, invalid
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -372,7 +372,7 @@ class VariableCheck:
                 raise RuntimeError("VariableCheck.guard: the write has no merge to gate")
             passed = check().op
             for merge in merges:
-                merge._add_control_input(passed)  # pylint: disable=protected-access
+                compat.add_control_input(merge, passed)
             return written
 
         return guarded

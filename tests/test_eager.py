@@ -20,7 +20,7 @@ from jupyter_supervisor.eager import EagerSupervisor
 from jupyter_supervisor.eager.snapshot import Snapshot
 from jupyter_supervisor.eager.writer import CheckpointWriter
 from jupyter_supervisor.eager.keras_callback import _TrainFunction
-from jupyter_supervisor.graph.supervisor import CheckpointMismatchError, CheckpointWriteError
+from jupyter_supervisor.checkpoints import CheckpointMismatchError, CheckpointWriteError
 from jupyter_supervisor.lockfile import LogdirLockedError
 
 from helpers import FakeClock, wait_for
@@ -97,7 +97,6 @@ def test_fit_checkpoints_periodically_and_at_the_end(tmp_path, backends):
     assert [checkpoint_step(p) for p in paths] == [total, total - 1, total - 2]  # retention keep=3
     saved = [r.step for r in rec.of(events.CheckpointSaved)]
     assert saved == list(range(1, total + 1))
-    assert sv.attached == "callback"
     assert isinstance(rec.records[-1], events.Stopped)
     assert rec.records[-1].reason == events.REQUESTED and rec.records[-1].step == total
     ready = rec.of(events.SessionReady)
@@ -361,7 +360,7 @@ def test_fit_without_the_callback_is_told(tmp_path, backends, caplog):
     with caplog.at_level(logging.WARNING, logger="jupyter_supervisor"):
         with sv.session():
             model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    assert sv.attached is None
+    assert checkpoint_paths(str(tmp_path)) == []
     # Told once, as a note (the run prints its notes into its output), not also logged.
     assert [note for note in sv.notes() if "sv.callback" in note and
             "nothing was checkpointed" in note]

@@ -61,8 +61,8 @@ from typing import Optional
 
 import keras
 import tensorflow as tf
-from tensorflow.python.eager import context
 
+from .. import compat
 from .._validate import invalid
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -119,29 +119,13 @@ def _reshuffled(model) -> bool:
     seed that op's seeds are fixed and its kernel is made anew for each epoch's iterator, so
     every epoch of every run of the fit has the same order (a resume skips exactly the batches
     the interrupted epoch trained); without one, each epoch draws a new order."""
-    if _fit_argument(model, "shuffle") is False:
+    if compat.fit_argument(model, "shuffle") is False:
         return False
-    x = _fit_argument(model, "x")
+    x = compat.fit_argument(model, "x")
     if isinstance(x, tf.data.Dataset) or inspect.isgenerator(x) or \
             isinstance(x, keras.utils.PyDataset):
         return False  # not shuffled by the array adapter
-    return context.global_seed() is None
-
-
-def _fit_argument(model, name: str):
-    """The value of fit's argument ``name`` in the fit call of ``model`` running now (Keras
-    does not give its arguments to callbacks), or None."""
-    frame = inspect.currentframe()
-    try:
-        while frame is not None:
-            code = frame.f_code
-            if code.co_name == "fit" and frame.f_locals.get("self") is model and \
-                    name in code.co_varnames[:code.co_argcount]:
-                return frame.f_locals.get(name)
-            frame = frame.f_back
-    finally:
-        del frame
-    return None
+    return compat.global_seed() is None
 
 
 class SupervisorCallback(keras.callbacks.Callback):
@@ -175,7 +159,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         self._batches = self.params.get("steps")
         epoch, batch = self._resume_point()
         if epoch:
-            model._initial_epoch = epoch  # pylint: disable=protected-access  (as BackupAndRestore)
+            compat.set_initial_epoch(model, epoch)  # as BackupAndRestore
             self._set_initial_epoch = True
         if batch:
             logger.info("Resuming fit at epoch %d, batch %d (skipping the %d finished "
@@ -194,7 +178,7 @@ class SupervisorCallback(keras.callbacks.Callback):
     def _resume_point(self):
         """(epoch, batches done in it) where this fit starts, from the restored checkpoint."""
         index, position = self._start
-        user_epoch = _fit_argument(self.model, "initial_epoch") or 0
+        user_epoch = compat.fit_argument(self.model, "initial_epoch") or 0
         if position is None or index > position[0]:
             return int(user_epoch), 0
         if index < position[0]:  # this fit had ended before that checkpoint
@@ -226,14 +210,14 @@ class SupervisorCallback(keras.callbacks.Callback):
             self._function.uninstall()
             self._function = None
         if self._set_initial_epoch:
-            self.model._initial_epoch = None  # pylint: disable=protected-access
+            compat.set_initial_epoch(self.model, None)
             self._set_initial_epoch = False
 
     # ---------------------------------------------------------------------------- epochs
 
     def on_epoch_begin(self, epoch, logs=None):
         if self._set_initial_epoch:  # fit has read it; later fits must not see it
-            self.model._initial_epoch = None  # pylint: disable=protected-access
+            compat.set_initial_epoch(self.model, None)
             self._set_initial_epoch = False
         if epoch != self._epoch:
             self._done_in_epoch = 0

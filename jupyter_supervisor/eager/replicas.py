@@ -21,8 +21,8 @@ import re
 from typing import Dict, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.eager import context  # the coordination service's error report
 
+from .. import compat
 from .._validate import invalid
 from .variables import base_variable, is_variable
 
@@ -111,8 +111,7 @@ class Replicas:
         WorkerLostError naming this worker, instead of waiting in its next all-reduce)."""
         message = f"{_FAILED}worker {self.index} failed: {type(error).__name__}: {error}"
         try:
-            # TensorFlow's multi-client error report (no public API carries it).
-            context.context().report_error_to_cluster(tf.errors.INTERNAL, message[:2000])
+            compat.report_error_to_cluster(message[:2000])
         except Exception as e:  # pylint: disable=broad-except
             logger.warning("Could not tell the other workers that this one failed (%s): they "
                            "wait in their next all-reduce until stopped.", e)

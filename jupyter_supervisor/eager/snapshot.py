@@ -20,8 +20,8 @@ from typing import Callable, Dict, Optional, Tuple
 import tensorflow as tf
 from tensorflow.python.util import object_identity
 
-from .. import finite
-from .variables import base_variable, has_own_tensors, has_slot_variables, is_variable
+from .. import compat, finite
+from .variables import base_variable, has_slot_variables, is_variable
 
 
 class _Traced:
@@ -130,7 +130,7 @@ class Snapshot:
         _ = self.writer.save_counter  # created now, so that it is saved (and restores cleanly)
         self._owners = list(items.values() if owners is None else owners)
         self._copies = object_identity.ObjectIdentityDictionary()
-        self.writer._saver._object_map = self._copies  # pylint: disable=protected-access
+        compat.redirect_checkpoint_writes(self.writer, self._copies)
         self._objects: list = []   # the object graph the newest copy() saw (_object_graph)
         self._traced: Optional[_Traced] = None   # of that graph
         self.why_not = ""   # why the objects cannot be copied (copy(), has_traced_write())
@@ -162,7 +162,7 @@ class Snapshot:
 
     def _copyable(self, objects: list) -> bool:
         """False (``why_not`` says why) when ``copy()`` cannot copy ``objects``."""
-        if any(not is_variable(o) and has_own_tensors(o) for o in objects
+        if any(not is_variable(o) and compat.saves_own_tensors(o) for o in objects
                if o is not self.writer):
             self.why_not = ("a tracked object saves state that is not a variable (a dataset "
                             "iterator, a table), which cannot be copied aside.")

@@ -275,12 +275,6 @@ class EagerSupervisor:
         return self
 
     @property
-    def attached(self) -> Optional[str]:
-        """How the body told what to checkpoint: "track" (sv.track), "callback" (model.fit
-        with sv.callback), or None (not yet, or never: nothing is checkpointed)."""
-        return self._attached
-
-    @property
     def stopped_by_peer(self) -> Optional[str]:
         """Why another worker of a multi-worker run stopped this one ("a stop on worker 1"),
         or None: it was not (or this run has no other workers)."""

@@ -4,8 +4,9 @@ what holds state, how users name them, and the names of the run's own entries in
 from typing import List
 
 import tensorflow as tf
-from tensorflow.python.trackable import base as trackable_base
 from tensorflow.python.util import object_identity
+
+from .. import compat
 
 # The checkpoint name of the run's own state (global step, where fit is), beside the user's,
 # and of its random-layer states in it: a checkpoint written before those were saved lacks
@@ -25,19 +26,12 @@ def base_variable(obj) -> tf.Variable:
     return obj if isinstance(obj, tf.Variable) else obj.value
 
 
-def has_own_tensors(obj) -> bool:
-    """True for a trackable that is not a variable but saves tensors of its own (a dataset
-    iterator, a lookup table): it cannot be snapshotted by copying variables."""
-    own = getattr(type(obj), "_serialize_to_tensors", None)
-    return own is not None and own is not trackable_base.Trackable._serialize_to_tensors  # pylint: disable=protected-access
-
-
 def holds_state(obj) -> bool:
     """True when a checkpoint of ``obj`` would hold something: a variable, or tensors of its
     own (a dataset iterator) in it or below it. A tf.function holds neither."""
-    if is_variable(obj) or has_own_tensors(obj):
+    if is_variable(obj) or compat.saves_own_tensors(obj):
         return True
-    return any(is_variable(o) or has_own_tensors(o)
+    return any(is_variable(o) or compat.saves_own_tensors(o)
                for o in tf.train.TrackableView(obj).descendants())
 
 

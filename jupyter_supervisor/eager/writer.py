@@ -16,9 +16,8 @@ import time
 from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.checkpoint import checkpoint_management
 
-from .. import checkpoints, finite
+from .. import checkpoints, compat, finite
 from ..checkpoints import CheckpointWriteError
 from .snapshot import Snapshot
 
@@ -286,10 +285,7 @@ class CheckpointWriter:
 
     def _write_state(self) -> None:
         try:
-            checkpoint_management.update_checkpoint_state_internal(
-                save_dir=self._logdir, model_checkpoint_path=self._kept[-1],
-                all_model_checkpoint_paths=self._kept, save_relative_paths=True,
-                all_model_checkpoint_timestamps=None)
+            compat.update_checkpoint_state(self._logdir, self._kept[-1], self._kept)
         except (tf.errors.OpError, OSError) as e:
             raise CheckpointWriteError(self._failure(self._kept[-1], e, state=True)) from e
 

@@ -13,14 +13,14 @@ from typing import Callable, List, Optional
 import tensorflow as tf
 from tensorflow.python.client import session as tf_session
 
-from .. import finite
+from .. import compat, finite
 from ..backend import StopBody
-from ..checkpoints import checkpoint_paths
+from ..checkpoints import CheckpointMismatchError, checkpoint_paths
 from ..config import RunConfig
 from ..services import step_value
 from .saver_guard import sharded_where_plain_writes
-from .supervisor import (CheckpointMismatchError, Supervisor, WaitCancelledError,
-                         checkpoint_misfit)
+from .supervisor import (Supervisor, WaitCancelledError, checkpoint_misfit, counts_steps,
+                         global_step_by_name, mismatch_message)
 
 _v1 = tf.compat.v1
 
@@ -65,9 +65,9 @@ class GraphBackend:
         return self._sv
 
     @property
-    def graph(self):
-        """The graph this backend trains."""
-        return self._graph
+    def stopped_by_peer(self) -> Optional[str]:
+        """None: a graph worker stops with its chief's session (``backend.Backend``)."""
+        return None
 
     def _build_supervisor(self) -> Supervisor:
         """Builds fresh init/ready/saver/summary ops for the graph as it is now, and the
@@ -75,7 +75,7 @@ class GraphBackend:
         variables added since, so none is taken from there."""
         cfg, graph = self._config, self._graph
         if graph.finalized:
-            graph._unsafe_unfinalize()  # pylint: disable=protected-access  (no live run has it)
+            compat.unfinalize(graph)  # no live run has it
         with graph.as_default():
             saveables = _v1.global_variables() + _v1.get_collection(
                 _v1.GraphKeys.SAVEABLE_OBJECTS)
@@ -189,7 +189,7 @@ class GraphBackend:
     def close(self) -> None:
         """See ``backend.Backend``: the graph takes new ops again."""
         if self._graph.finalized:
-            self._graph._unsafe_unfinalize()  # pylint: disable=protected-access
+            compat.unfinalize(self._graph)
 
 
 class _BoundSession(tf_session.SessionInterface):
@@ -276,29 +276,20 @@ def _check_checkpoint_matches(logdir: str, basename: str, graph) -> None:
     problem = None if newest is None else checkpoint_misfit(newest, graph)
     if problem is None:
         return
-    raise CheckpointMismatchError(
-        f"The newest checkpoint in {logdir!r} ({newest}) does not fit the graph: {problem}. "
-        "The model changed since it was saved. Train it in a new --logdir; to warm-start from "
-        "this checkpoint, also pass --init-fn NAME with a function that restores the old "
-        "variables, e.g. "
-        f"`def warm(sess): tf.compat.v1.train.Saver(old_vars).restore(sess, {newest!r})`.")
+    raise CheckpointMismatchError(mismatch_message(
+        f"The newest checkpoint in {logdir!r} ({newest})", newest, problem, "--logdir",
+        "also pass --init-fn NAME with a function that restores the old variables"))
 
 
 def _check_global_step(graph):
     """The graph's global step (by collection or by name), or None; raises ValueError for one
     that cannot count steps (TensorFlow's Supervisor would ignore it and count none)."""
-    steps = graph.get_collection(_v1.GraphKeys.GLOBAL_STEP) or [
-        v for v in graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
-        if v.op.name == "global_step"]
-    if not steps:
-        try:
-            steps = [graph.get_tensor_by_name("global_step:0")]
-        except KeyError:
-            return None
-    step = steps[0]
+    steps = graph.get_collection(_v1.GraphKeys.GLOBAL_STEP)
+    step = steps[0] if steps else global_step_by_name(graph)
+    if step is None:
+        return None
     shape = step.shape
-    if step.dtype.base_dtype not in (tf.int32, tf.int64) or (
-            shape.rank is not None and shape.as_list() not in ([], [1])):
+    if not counts_steps(step, shape=True):
         raise ValueError(
             f"The global step {step.name!r} is a {step.dtype.base_dtype.name} of shape "
             f"{shape.as_list() if shape.rank is not None else 'unknown'}: it must be an int64 "

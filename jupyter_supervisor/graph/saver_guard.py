@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
+from .. import compat
 from ..finite import FLOAT_TYPES, GUARD_TEXT, finite_flags
 
 # The name scope of the Assert that guards a Saver's save op.
@@ -95,7 +96,7 @@ def guard_saver(saver, graph, names: Sequence[str]) -> set:
         if hasattr(guard, "mark_used"):
             guard.mark_used()  # used, as a control input (tf_should_use cannot see that)
         for gate in gated:
-            gate._add_control_input(guard)  # pylint: disable=protected-access
+            compat.add_control_input(gate, guard)
         covered.update(chosen)
     return covered
 

@@ -33,13 +33,12 @@ except ImportError as error:  # TensorFlow comes through an extra: say which
 from tensorflow.python.framework import meta_graph
 from tensorflow.python.util import deprecation
 
-from .. import events, finite, names
+from .. import compat, events, finite, names
 from .._validate import check_basename, check_checkpoint_path, check_number, invalid
-# The errors are re-exported: they were defined here first.
-from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError,  # noqa: F401
-                           describe_error, prepare_logdir, restore_candidates, restore_newest,
-                           sweep, write_failure)
-from ..lockfile import LogdirLock, LogdirLockedError  # noqa: F401  (re-exported)
+from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError, describe_error,
+                           prepare_logdir, restore_candidates, restore_newest, sweep,
+                           write_failure)
+from ..lockfile import LogdirLock
 from .. import services
 from ..backend import clean_up
 from ..timer import Timer
@@ -122,6 +121,31 @@ class _Coordinator(tf.compat.v1.train.Coordinator):
         super().clear_stop()
 
 
+def _check_arguments(logdir, saver, is_chief, checkpoint_basename, init_fn, on_nan,
+                     max_rollbacks, **seconds) -> None:
+    """Raises for the Supervisor's arguments that cannot work, before anything is added to the
+    graph."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "Supervisors are incompatible with eager execution: the Supervisor drives a "
+            "TensorFlow graph. Call tf.compat.v1.disable_eager_execution() at the top of "
+            "your program or notebook (or build the model inside "
+            "`with tf.Graph().as_default():`).")
+    for name in ("save_summaries_secs", "save_model_secs"):
+        _check_secs(name, seconds[name], allow_none=True)
+    for name in ("recovery_wait_secs", "stop_grace_secs"):
+        _check_secs(name, seconds[name])
+    if init_fn is not None and not callable(init_fn):
+        raise TypeError(invalid("init_fn", init_fn, "a callable taking the session, or None"))
+    if saver not in (None, Supervisor.USE_DEFAULT) and not isinstance(saver, _v1.train.Saver):
+        raise TypeError(invalid("saver", saver, "a tf.compat.v1.train.Saver, or None"))
+    if is_chief and logdir:
+        if saver is not None:
+            check_checkpoint_path("logdir", os.fspath(logdir))
+        check_basename("checkpoint_basename", checkpoint_basename)
+    finite.check_policy(on_nan, max_rollbacks)
+
+
 class Supervisor:
     """A training helper that checkpoints, writes summaries and recovers from crashes.
 
@@ -166,44 +190,16 @@ class Supervisor:
                  save_on_stop=True,
                  on_nan=finite.STOP,
                  max_rollbacks=finite.DEFAULT_MAX_ROLLBACKS):
-        if tf.executing_eagerly():
-            raise RuntimeError(
-                "Supervisors are incompatible with eager execution: the Supervisor drives a "
-                "TensorFlow graph. Call tf.compat.v1.disable_eager_execution() at the top of "
-                "your program or notebook (or build the model inside "
-                "`with tf.Graph().as_default():`).")
-        _check_secs("save_summaries_secs", save_summaries_secs, allow_none=True)
-        _check_secs("save_model_secs", save_model_secs, allow_none=True)
-        _check_secs("recovery_wait_secs", recovery_wait_secs)
-        _check_secs("stop_grace_secs", stop_grace_secs)
-        if init_fn is not None and not callable(init_fn):
-            raise TypeError(invalid("init_fn", init_fn,
-                                     "a callable taking the session, or None"))
-        if saver not in (None, Supervisor.USE_DEFAULT) and not isinstance(saver, _v1.train.Saver):
-            raise TypeError(invalid("saver", saver, "a tf.compat.v1.train.Saver, or None"))
-        if is_chief and logdir:  # before anything is added to the graph
-            if saver is not None:
-                check_checkpoint_path("logdir", os.fspath(logdir))
-            check_basename("checkpoint_basename", checkpoint_basename)
-        finite.check_policy(on_nan, max_rollbacks)
+        _check_arguments(logdir, saver, is_chief, checkpoint_basename, init_fn, on_nan,
+                         max_rollbacks, save_summaries_secs=save_summaries_secs,
+                         save_model_secs=save_model_secs,
+                         recovery_wait_secs=recovery_wait_secs, stop_grace_secs=stop_grace_secs)
         if graph is None:
             graph = _v1.get_default_graph()
         self._graph = graph
         with graph.as_default():
-            self._ready_op = self._default(ready_op, _GraphKeys.READY_OP,
-                                           _v1.report_uninitialized_variables)
-            self._ready_for_local_init_op = (
-                self._first_in_collection(_GraphKeys.READY_FOR_LOCAL_INIT_OP)
-                if ready_for_local_init_op is Supervisor.USE_DEFAULT else ready_for_local_init_op)
-            self._init_op = self._default(init_op, _GraphKeys.INIT_OP,
-                                          _v1.global_variables_initializer)
-            self._init_feed_dict = init_feed_dict
-            self._local_init_op = self._default(local_init_op, _GraphKeys.LOCAL_INIT_OP,
-                                                self._make_local_init_op)
-            self._saver = self._default(saver, _GraphKeys.SAVERS, self._make_saver)
-            self._summary_op = self._default(summary_op, _GraphKeys.SUMMARY_OP,
-                                             _v1.summary.merge_all)
-            self._global_step = self._init_global_step(global_step)
+            self._build_ops(ready_op, ready_for_local_init_op, init_op, init_feed_dict,
+                            local_init_op, saver, summary_op, global_step)
             # Before the meta graph is taken: the check's op is part of the graph written.
             self._finite_check = self._make_finite_check(on_nan, is_chief, logdir)
             self._meta_graph_def = meta_graph.create_meta_graph_def(
@@ -213,8 +209,7 @@ class Supervisor:
         self._is_chief = is_chief
         self._coord = _Coordinator()
         # should_stop() runs at every step: the Event's own C method, not a Python call more.
-        self._stop_is_set = getattr(getattr(self._coord, "_stop_event", None), "is_set",
-                                    self._coord.should_stop)
+        self._stop_is_set = compat.stop_event_is_set(self._coord)
         self._stop_seen = False
         self._stop_why = None  # what asked for the stop (request_stop's why), until stop() ends
         self._recovery_wait_secs = recovery_wait_secs
@@ -251,43 +246,65 @@ class Supervisor:
         self._threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 
         if is_chief:
-            self._logdir = os.fspath(logdir) if logdir else logdir
-            self._save_summaries_secs = save_summaries_secs
-            self._save_model_secs = save_model_secs
-            self._save_timer = Timer(secs=save_model_secs)
-            self._summary_timer = Timer(secs=save_summaries_secs)
-            if self._logdir:
-                prepare_logdir(self._logdir)
-                self._save_path = os.path.join(self._logdir, checkpoint_basename)
-                if "://" not in self._logdir:
-                    self._lock = LogdirLock(self._logdir)
-                    self._lock.acquire()
-            try:
-                if summary_writer is Supervisor.USE_DEFAULT:
-                    if self._logdir:
-                        self._summary_writer = _new_file_writer(self._logdir)
-                        self._owns_writer = True
-                else:
-                    self._summary_writer = summary_writer
-            except BaseException:
-                self._release_lock()
-                raise
-
-        if session_manager is None:
-            session_manager = _v1.train.SessionManager(
+            self._open_logdir(logdir, checkpoint_basename, save_summaries_secs,
+                              save_model_secs, summary_writer)
+        try:
+            self._session_manager = session_manager or _v1.train.SessionManager(
                 local_init_op=self._local_init_op,
                 ready_op=self._ready_op,
                 ready_for_local_init_op=self._ready_for_local_init_op,
                 graph=self._graph,
                 recovery_wait_secs=self._recovery_wait_secs,
                 local_init_run_options=self._local_init_run_options)
-        self._session_manager = session_manager
-        try:
             self._verify_setup()
         except BaseException:
             self._release_lock()
             raise
         graph.finalize()
+
+    def _build_ops(self, ready_op, ready_for_local_init_op, init_op, init_feed_dict,
+                   local_init_op, saver, summary_op, global_step) -> None:
+        """The ops the Supervisor runs, each given, taken from its graph collection
+        (USE_DEFAULT), or made; in the Supervisor's graph, before it is finalized."""
+        self._ready_op = self._default(ready_op, _GraphKeys.READY_OP,
+                                       _v1.report_uninitialized_variables)
+        self._ready_for_local_init_op = (
+            self._first_in_collection(_GraphKeys.READY_FOR_LOCAL_INIT_OP)
+            if ready_for_local_init_op is Supervisor.USE_DEFAULT else ready_for_local_init_op)
+        self._init_op = self._default(init_op, _GraphKeys.INIT_OP,
+                                      _v1.global_variables_initializer)
+        self._init_feed_dict = init_feed_dict
+        self._local_init_op = self._default(local_init_op, _GraphKeys.LOCAL_INIT_OP,
+                                            self._make_local_init_op)
+        self._saver = self._default(saver, _GraphKeys.SAVERS, self._make_saver)
+        self._summary_op = self._default(summary_op, _GraphKeys.SUMMARY_OP,
+                                         _v1.summary.merge_all)
+        self._global_step = self._init_global_step(global_step)
+
+    def _open_logdir(self, logdir, checkpoint_basename, save_summaries_secs, save_model_secs,
+                     summary_writer) -> None:
+        """The chief's part: its timers, its logdir (created, locked) and summary writer."""
+        self._logdir = os.fspath(logdir) if logdir else logdir
+        self._save_summaries_secs = save_summaries_secs
+        self._save_model_secs = save_model_secs
+        self._save_timer = Timer(secs=save_model_secs)
+        self._summary_timer = Timer(secs=save_summaries_secs)
+        if self._logdir:
+            prepare_logdir(self._logdir)
+            self._save_path = os.path.join(self._logdir, checkpoint_basename)
+            if "://" not in self._logdir:
+                self._lock = LogdirLock(self._logdir)
+                self._lock.acquire()
+        try:
+            if summary_writer is Supervisor.USE_DEFAULT:
+                if self._logdir:
+                    self._summary_writer = _new_file_writer(self._logdir)
+                    self._owns_writer = True
+            else:
+                self._summary_writer = summary_writer
+        except BaseException:
+            self._release_lock()
+            raise
 
     # ----------------------------------------------------------------------------- defaults
 
@@ -344,39 +361,23 @@ class Supervisor:
         if global_step is Supervisor.USE_DEFAULT:
             global_step = self._first_in_collection(_GraphKeys.GLOBAL_STEP)
             if global_step is None:
-                global_step = self._step_tensor_by_name()
+                global_step = global_step_by_name(self._graph)
+                # As TensorFlow's Supervisor: a 'global_step' that cannot count is passed over.
+                if global_step is not None and not counts_steps(global_step):
+                    logger.warning("Found 'global_step' is not an int type: %s",
+                                   global_step.dtype)
+                    global_step = None
                 if global_step is not None:
                     self._graph.add_to_collection(_GraphKeys.GLOBAL_STEP, global_step)
                 return global_step
         if global_step is None:
             return None
-        dtype = getattr(global_step, "dtype", None)
-        shape = getattr(global_step, "shape", None)
-        if (dtype is None or dtype.base_dtype not in (tf.int32, tf.int64) or shape is None
-                or (shape.rank is not None and shape.as_list() not in ([], [1]))):
+        if not counts_steps(global_step, shape=True):
             raise ValueError(invalid(
                 "global_step", global_step,
                 "an int32 or int64 tensor or variable of shape [] or [1] "
                 "(tf.compat.v1.train.get_or_create_global_step() makes one), or None"))
         return global_step
-
-    def _step_tensor_by_name(self):
-        """The variable or tensor named 'global_step', if it is an integer; else None."""
-        for var in self._graph.get_collection(_GraphKeys.GLOBAL_VARIABLES):
-            # A TF2 resource variable's "global_step:0" is its handle (dtype resource): use the
-            # variable itself, whose dtype is the value's.
-            if var.op.name == "global_step":
-                step = var
-                break
-        else:
-            try:
-                step = self._graph.get_tensor_by_name("global_step:0")
-            except KeyError:
-                return None
-        if step.dtype.base_dtype not in (tf.int32, tf.int64):
-            logger.warning("Found 'global_step' is not an int type: %s", step.dtype)
-            return None
-        return step
 
     def _verify_setup(self):
         if self._is_chief:
@@ -637,15 +638,17 @@ class Supervisor:
         """One try of ``SessionManager.wait_for_session``: (session, None) when the model is
         ready, else (None, what is not ready)."""
         manager = self._session_manager
-        if not (hasattr(manager, "_try_run_local_init_op") and hasattr(manager, "_model_ready")):
+        steps = compat.session_manager_steps(manager)
+        if steps is None:
             try:  # a session manager of another kind: its own single try, without details
                 return manager.wait_for_session(master, config=config, max_wait_secs=0), None
             except tf.errors.DeadlineExceededError:
                 return None, "Not ready."
         sess = _v1.Session(master, graph=self._graph, config=config)
-        local_ready, not_ready = manager._try_run_local_init_op(sess)  # pylint: disable=protected-access
+        try_local_init, model_ready = steps
+        local_ready, not_ready = try_local_init(sess)
         if local_ready:
-            ready, not_ready = manager._model_ready(sess)  # pylint: disable=protected-access
+            ready, not_ready = model_ready(sess)
             if ready:
                 return sess, None
         with contextlib.suppress(Exception):
@@ -695,10 +698,9 @@ class Supervisor:
         problem = checkpoint_misfit(path, self._graph, self._saver)
         if problem is None:
             return
-        raise CheckpointMismatchError(
-            f"The checkpoint {path} does not fit the graph: {problem}. The graph "
-            "changed since it was saved. Use a new logdir to start afresh, or warm-start: "
-            "restore the old variables with an init_fn from that checkpoint in a new logdir.")
+        raise CheckpointMismatchError(mismatch_message(
+            f"The checkpoint {path}", path, problem, "logdir",
+            "pass an init_fn that restores the old variables"))
 
     def start_queue_runners(self, sess, queue_runners=None):
         """Starts the graph's QueueRunners (or ``queue_runners``); returns their threads."""
@@ -1092,6 +1094,43 @@ def _depends_on(op, target, limit: int = 100_000) -> bool:
     return False
 
 
+def mismatch_message(what: str, path: str, problem: str, logdir: str, warm_start: str) -> str:
+    """Why the checkpoint ``path`` (``what``: how the message names it) cannot be restored into
+    the graph (``problem``, from ``checkpoint_misfit``), and what to do: a new ``logdir`` (how
+    the caller names that option), or ``warm_start`` (how the caller passes an init_fn)."""
+    return (f"{what} does not fit the graph: {problem}. The model changed since it was saved. "
+            f"Train it in a new {logdir}; to warm-start from this checkpoint, {warm_start}, "
+            "e.g. `def warm(sess): tf.compat.v1.train.Saver(old_vars).restore(sess, "
+            f"{path!r})`.")
+
+
+def global_step_by_name(graph):
+    """The variable or tensor named 'global_step' of ``graph``, or None (how TensorFlow's
+    Supervisor finds a global step outside the GLOBAL_STEP collection)."""
+    for var in graph.get_collection(_GraphKeys.GLOBAL_VARIABLES):
+        # A TF2 resource variable's "global_step:0" is its handle (dtype resource): use the
+        # variable itself, whose dtype is the value's.
+        if var.op.name == "global_step":
+            return var
+    try:
+        return graph.get_tensor_by_name("global_step:0")
+    except KeyError:
+        return None
+
+
+def counts_steps(step, shape: bool = False) -> bool:
+    """True when ``step`` can count steps: an int32 or int64 (and, with ``shape``, a scalar or
+    a one-element vector)."""
+    dtype = getattr(step, "dtype", None)
+    if dtype is None or dtype.base_dtype not in (tf.int32, tf.int64):
+        return False
+    if not shape:
+        return True
+    step_shape = getattr(step, "shape", None)
+    return step_shape is not None and (step_shape.rank is None
+                                       or step_shape.as_list() in ([], [1]))
+
+
 def checkpoint_misfit(path: str, graph, saver=None) -> Optional[str]:
     """Why the checkpoint at ``path`` cannot restore the variables of ``graph`` that ``saver``
     restores (default: every global variable and saveable object): the variables it has no
@@ -1122,12 +1161,11 @@ def checkpoint_misfit(path: str, graph, saver=None) -> Optional[str]:
 def _saver_variables(saver, graph) -> dict:
     """{checkpoint key: variable, variable handle or saveable} of what ``saver`` (default: a
     Saver of every global variable and saveable object) restores."""
-    from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=import-outside-toplevel
-    var_list = saver._var_list if saver is not None else None  # pylint: disable=protected-access
+    var_list = compat.saver_var_list(saver)
     with graph.as_default():
         if var_list is None:
             var_list = _v1.global_variables() + graph.get_collection(_GraphKeys.SAVEABLE_OBJECTS)
-        return saveable_object_util.op_list_to_dict(var_list)
+        return compat.saveables_by_key(var_list)
 
 
 def _variable_shape(item):

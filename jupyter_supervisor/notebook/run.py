@@ -399,7 +399,7 @@ class TrainingRun:
                 final = FAILED
             elif self._status == STOPPING:
                 final = STOPPED
-            elif getattr(backend, "stopped_by_peer", None):
+            elif backend is not None and backend.stopped_by_peer:
                 # Another worker of a multi-worker run stopped it: stopped, not finished.
                 self._stop_why = self._stop_why or backend.stopped_by_peer
                 self._transition(STOPPING)

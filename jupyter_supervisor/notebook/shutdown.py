@@ -36,6 +36,8 @@ import sys
 import threading
 from typing import Callable, Dict, List, Optional
 
+from .. import compat
+
 logger = logging.getLogger("jupyter_supervisor")
 
 # Seconds the live runs get to write their final checkpoints when the kernel is asked to end:
@@ -46,27 +48,6 @@ STOP_SECS = 25.0
 
 # The signals that end a kernel from outside; SIGINT keeps its meaning (interrupt the cell).
 SIGNALS = ("SIGTERM", "SIGHUP")
-
-
-class _PollerOs:
-    """``os`` as ipykernel's parent poller sees it: its ``_exit`` stops the live runs first.
-
-    The poller is a thread of ipykernel whose loop ends the process with ``os._exit(1)`` once
-    the parent (the server) is gone; it has no other hook, so its module's ``os`` is replaced
-    while a run is live (and put back after). Every other name is the real ``os``."""
-
-    def __init__(self, real, before_exit: Callable[[], None]):
-        self._real = real
-        self._before_exit = before_exit
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def _exit(self, status):  # pylint: disable=protected-access
-        try:
-            self._before_exit()
-        finally:
-            self._real._exit(status)
 
 
 class _KernelEnd:
@@ -174,19 +155,23 @@ class _KernelEnd:
 
     def _hook_poller(self) -> None:
         app = _kernel_app()
-        if self._poller_module is not None or app is None or \
-                type(getattr(app, "poller", None)).__name__ != "ParentPollerUnix":
+        if self._poller_module is not None or app is None:
             return
-        module = sys.modules[type(app.poller).__module__]
-        if isinstance(module.os, _PollerOs):
+        try:
+            module = compat.parent_poller_module(app)
+        except compat.CompatError as e:
+            logger.warning("A run cannot save when the Jupyter server dies in this kernel: %s",
+                           e)
             return
-        module.os = _PollerOs(module.os, lambda: self.stop_runs("the server died"))
+        if module is None or isinstance(module.os, compat.PollerOs):
+            return
+        module.os = compat.PollerOs(module.os, lambda: self.stop_runs("the server died"))
         self._poller_module = module
 
     def _unhook_poller(self) -> None:
         module, self._poller_module = self._poller_module, None
-        if module is not None and isinstance(module.os, _PollerOs):
-            module.os = module.os._real  # pylint: disable=protected-access
+        if module is not None and isinstance(module.os, compat.PollerOs):
+            module.os = module.os.real
 
     # -------------------------------------------------------------- shutdown_request
 

@@ -1,0 +1,157 @@
+"""A test per entry of ``compat.py``, against the installed libraries: each uses the private API
+as the package does, so an upgrade that removes or changes one fails here, naming the entry,
+before it fails somewhere in a run."""
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from jupyter_supervisor import compat
+
+v1 = tf.compat.v1
+
+
+@pytest.fixture
+def graph():
+    with tf.Graph().as_default() as g:
+        yield g
+
+
+def test_unfinalize(graph):
+    v1.Variable(1.0)
+    graph.finalize()
+    compat.unfinalize(graph)
+    assert not graph.finalized
+    v1.Variable(2.0)  # ops can be added again
+
+
+def test_session_manager_steps(graph):
+    v = v1.Variable(3.0)
+    manager = v1.train.SessionManager(ready_op=v1.report_uninitialized_variables())
+    try_local_init, model_ready = compat.session_manager_steps(manager)
+    with v1.Session(graph=graph) as sess:
+        assert try_local_init(sess)[0] is True
+        ready, not_ready = model_ready(sess)
+        assert not ready and "Variable" in not_ready  # says what is not ready
+        sess.run(v.initializer)
+        assert model_ready(sess)[0] is True
+    assert compat.session_manager_steps(object()) is None
+
+
+def test_saver_var_list_and_saveables_by_key(graph):
+    a, b = v1.Variable(1.0, name="a"), v1.Variable(2.0, name="b")
+    saver = v1.train.Saver([a])
+    listed = compat.saver_var_list(saver)
+    assert [v.name for v in listed] == ["a:0"]
+    assert compat.saver_var_list(None) is None
+    assert sorted(compat.saveables_by_key([a, b])) == ["a", "b"]
+
+
+def test_stop_event_is_set_is_the_coordinators_event():
+    coord = v1.train.Coordinator()
+    is_set = compat.stop_event_is_set(coord)
+    assert is_set is not coord.should_stop  # the Event's own method, not the fallback
+    assert not is_set()
+    coord.request_stop()
+    assert is_set()
+
+
+def test_add_control_input(graph):
+    first = v1.no_op(name="first")
+    second = v1.no_op(name="second")
+    compat.add_control_input(second, first)
+    assert first in second.control_inputs
+
+
+def test_redirect_checkpoint_writes(tmp_path):
+    variable = tf.Variable([1.0, 2.0])
+    copy = tf.Variable([5.0, 6.0])
+    from tensorflow.python.util import object_identity  # pylint: disable=C0415
+    mapping = object_identity.ObjectIdentityDictionary()
+    mapping[variable] = copy
+    checkpoint = tf.train.Checkpoint(v=variable)
+    compat.redirect_checkpoint_writes(checkpoint, mapping)
+    path = checkpoint.write(str(tmp_path / "ckpt"))
+    restored = tf.Variable([0.0, 0.0])
+    tf.train.Checkpoint(v=restored).read(path).assert_consumed()
+    np.testing.assert_array_equal(restored.numpy(), [5.0, 6.0])  # the copy's value, v's name
+
+
+def test_saves_own_tensors():
+    iterator = iter(tf.data.Dataset.range(3))
+    assert compat.saves_own_tensors(iterator)
+    assert not compat.saves_own_tensors(tf.Module())
+
+
+def test_update_checkpoint_state(tmp_path):
+    logdir = str(tmp_path)
+    compat.update_checkpoint_state(logdir, f"{logdir}/m-2", [f"{logdir}/m-1", f"{logdir}/m-2"])
+    state = tf.train.get_checkpoint_state(logdir)
+    assert state.model_checkpoint_path.endswith("m-2")
+    text = (tmp_path / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "m-2"' in text  # relative, as CheckpointManager writes
+
+
+def test_report_error_to_cluster_exists():
+    # Its effect needs a multi-worker cluster: tests/test_tf_replicas.py runs one.
+    from tensorflow.python.eager import context  # pylint: disable=C0415
+    assert callable(getattr(context.context(), "report_error_to_cluster", None))
+
+
+def test_global_seed():
+    before = compat.global_seed()
+    try:
+        tf.random.set_seed(1234)
+        assert compat.global_seed() == 1234
+    finally:
+        tf.random.set_seed(before)
+    assert compat.global_seed() == before
+
+
+def _tiny_model():
+    import keras  # pylint: disable=C0415
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    return model
+
+
+def test_set_initial_epoch_makes_fit_start_there():
+    model = _tiny_model()
+    x, y = np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")
+    compat.set_initial_epoch(model, 2)
+    history = model.fit(x, y, epochs=3, verbose=0)
+    assert history.epoch == [2]
+    compat.set_initial_epoch(model, None)
+    assert model.fit(x, y, epochs=2, verbose=0).epoch == [0, 1]
+
+
+def test_fit_argument_reads_the_running_fit():
+    import keras  # pylint: disable=C0415
+    model = _tiny_model()
+    seen = {}
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen["shuffle"] = compat.fit_argument(self.model, "shuffle")
+            seen["x"] = compat.fit_argument(self.model, "x")
+
+    x, y = np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")
+    model.fit(x, y, epochs=1, verbose=0, shuffle=False, callbacks=[Probe()])
+    assert seen["shuffle"] is False and seen["x"] is x
+    assert compat.fit_argument(model, "shuffle") is None  # outside fit
+
+
+def test_parent_poller_module_and_its_os():
+    from ipykernel import parentpoller  # pylint: disable=C0415
+    app = types.SimpleNamespace(poller=parentpoller.ParentPollerUnix())
+    module = compat.parent_poller_module(app)
+    assert module is parentpoller and module.os is parentpoller.os
+    exits = []
+    wrapped = compat.PollerOs(types.SimpleNamespace(_exit=exits.append, getpid=lambda: 7),
+                              before_exit=lambda: exits.append("before"))
+    wrapped._exit(1)  # pylint: disable=protected-access
+    assert exits == ["before", 1] and wrapped.getpid() == 7
+    assert compat.parent_poller_module(types.SimpleNamespace(poller=None)) is None
+    with pytest.raises(compat.CompatError, match="ParentPollerUnix"):
+        compat.parent_poller_module(types.SimpleNamespace(poller=object()))
