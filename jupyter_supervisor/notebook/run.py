@@ -285,9 +285,9 @@ class TrainingRun:
         eager = graph is None and tf.executing_eagerly()
         if not eager and graph is None:
             graph = tf.compat.v1.get_default_graph()
+        code = self._body.compiled()   # before the backend: a refused magic raises
         _REGISTRY.check_free(self, graph)
         backend = EagerSupervisor(self.config) if eager else GraphBackend(self.config, graph)
-        code = self._body.compiled()
         if self._status is None:
             self._body.pin(graph)  # as the names are when the cell executes, also on resume
 
