@@ -42,6 +42,7 @@ for _ in tqdm.auto.tqdm(range(3), desc="auto-bar"):
     pass
 worker = threading.Thread(target=print, args=("child-line",))
 worker.start(); worker.join()
+plt.plot([2, 3, 5])   # left open: shown in the run when the body ends, as a cell's
 done.set()
 hold.wait(120)
 """
@@ -105,6 +106,11 @@ def test_everything_a_body_shows_while_another_cell_runs_goes_to_its_panel(kerne
     assert any("image/png" in d and d["text/plain"].startswith("<Figure size") for d in data)
     assert any("<b>shown-html</b>" in d.get("text/html", "") for d in data)
     assert kernel.value("squares") == [i * i for i in range(10)]   # %time bound it
+    # The figure left open: not flushed into the other cell when it ended, but into the run
+    # when the body did.
+    figures = kernel.value("[o['data']['text/plain'] for o in get_run('shows').history.outputs"
+                           ".outputs(displays=10) if 'image/png' in o.get('data', {})]")
+    assert len(figures) == 2, figures
 
 
 # -- in an InteractiveShell ---------------------------------------------------------------------

@@ -21,7 +21,11 @@ thread pool's workers), however deep:
   ``sink.publish(msg_type, content)`` instead of sending them; a shell without one (terminal
   IPython) prints their text form, which the stream proxy routes;
 - help (``obj?``, ``%magic``) that IPython pages goes to the run as a display (an IPython
-  ``show_in_pager`` hook) instead of the executing cell's pager.
+  ``show_in_pager`` hook) instead of the executing cell's pager;
+- a pyplot figure that a routed thread creates is the run's (matplotlib's ``figure.hooks``):
+  the inline backend's flush after each cell (``flush_figures``, which shows and closes every
+  open figure) leaves it alone, and it is shown in the run and closed when the run's thread
+  leaves the block, as a cell's figures are when the cell ends.
 
 ``threads_routed_to(owns, sink)`` routes a family of threads that were started elsewhere (a
 Supervisor's services) by a predicate. Logging handlers that hold the original stream object
@@ -40,6 +44,7 @@ import logging
 import os
 import sys
 import threading
+import weakref
 from typing import Callable, List, Optional, Tuple
 
 _STREAMS = ("stdout", "stderr")
@@ -58,6 +63,9 @@ _families: Tuple[Tuple[Callable[[threading.Thread], bool], object], ...] = ()
 _repointed: List[Tuple[logging.StreamHandler, object]] = []
 # threading.Thread.start as it was before install() (guarded by _lock).
 _thread_start: Optional[Callable] = None
+# pyplot figures created by a routed thread -> its sink.
+_run_figures: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_FIGURE_HOOK = f"{__name__}:_adopt_figure"
 
 _logger = logging.getLogger("jupyter_supervisor")
 # This package's directory: our own lines through TensorFlow's logger stay in the run's output.
@@ -171,6 +179,60 @@ def _page(_shell_self, data, start=0, screen_lines=0):  # pylint: disable=unused
     sink.publish("display_data", {"data": bundle, "metadata": {}})
 
 
+def _adopt_figure(figure) -> None:
+    """matplotlib's ``figure.hooks``: a figure pyplot makes for a routed thread is its run's."""
+    sink = _route.get()
+    if sink is not None:
+        _run_figures[figure] = sink
+        # The inline backend is imported with pyplot's first figure, and its flush registered
+        # then: perhaps just now, by this thread.
+        _guard_inline_flush()
+
+
+def _guard_inline_flush() -> None:
+    """Puts ``_cells_flush`` around matplotlib-inline's post-execute flush, if registered
+    (also a ``pre_execute`` callback: a cell may register the flush again)."""
+    shell = _shell()
+    callbacks = getattr(getattr(shell, "events", None), "callbacks", {}).get("post_execute", [])
+    for index, callback in enumerate(callbacks):
+        if getattr(callback, "__module__", "") == "matplotlib_inline.backend_inline" and \
+                getattr(callback, "__name__", "") == "flush_figures":
+            callbacks[index] = _cells_flush(callback)
+
+
+def _cells_flush(flush: Callable[[], None]) -> Callable[[], None]:
+    def flush_figures():
+        """matplotlib-inline's flush of the cell's figures, without the runs' figures."""
+        from matplotlib._pylab_helpers import Gcf  # pylint: disable=import-outside-toplevel
+        hidden = {number: manager for number, manager in list(Gcf.figs.items())
+                  if manager.canvas.figure in _run_figures}
+        for number in hidden:
+            Gcf.figs.pop(number, None)
+        try:
+            return flush()
+        finally:
+            Gcf.figs.update(hidden)
+    flush_figures.__wrapped__ = flush
+    flush_figures.__module__ = __name__
+    return flush_figures
+
+
+def _show_figures_of(sink) -> None:
+    """Shows the pyplot figures of ``sink``'s run that are still open in the run, and closes
+    them (the calling thread is routed to it)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    mine = [figure for figure, owner in list(_run_figures.items()) if owner is sink]
+    if pyplot is None or not mine:
+        return
+    from IPython.display import display  # pylint: disable=import-outside-toplevel
+    from matplotlib._pylab_helpers import Gcf  # pylint: disable=import-outside-toplevel
+    open_figures = [manager.canvas.figure for manager in Gcf.get_all_fig_managers()]
+    for figure in mine:
+        if any(figure is other for other in open_figures):
+            display(figure)
+            pyplot.close(figure)
+
+
 def install() -> None:
     """Puts the stream proxies, the thread-start inheritance and the pager hook in place
     (idempotent)."""
@@ -196,6 +258,17 @@ def install() -> None:
         shell = _shell()
         if shell is not None and not _page_hooked(shell):
             shell.set_hook("show_in_pager", _page, priority=10)  # before the kernel's (99)
+        if shell is not None and _guard_inline_flush not in shell.events.callbacks.get(
+                "pre_execute", []):
+            shell.events.register("pre_execute", _guard_inline_flush)
+            _guard_inline_flush()
+        try:
+            import matplotlib  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            return
+        if _FIGURE_HOOK not in matplotlib.rcParams["figure.hooks"]:
+            matplotlib.rcParams["figure.hooks"] = [*matplotlib.rcParams["figure.hooks"],
+                                                   _FIGURE_HOOK]
 
 
 def _page_hooked(shell) -> bool:
@@ -224,6 +297,17 @@ def uninstall() -> None:
         if pager is not None:
             pager.chain = [(priority, hook) for priority, hook in pager.chain
                            if getattr(hook, "__func__", None) is not _page]
+        if shell is not None:
+            if _guard_inline_flush in shell.events.callbacks.get("pre_execute", []):
+                shell.events.unregister("pre_execute", _guard_inline_flush)
+            post = shell.events.callbacks.get("post_execute", [])
+            post[:] = [getattr(callback, "__wrapped__", callback)
+                       if getattr(callback, "__module__", "") == __name__ else callback
+                       for callback in post]
+        matplotlib = sys.modules.get("matplotlib")
+        if matplotlib is not None and _FIGURE_HOOK in matplotlib.rcParams["figure.hooks"]:
+            matplotlib.rcParams["figure.hooks"] = [
+                hook for hook in matplotlib.rcParams["figure.hooks"] if hook != _FIGURE_HOOK]
 
 
 def _stream_handlers() -> List[logging.StreamHandler]:
@@ -273,7 +357,14 @@ def routed_to(sink, parent: Optional[dict] = None):
         parents = shell.set_thread_parent(parent)
     try:
         with _display_routed():
-            yield
+            try:
+                yield
+            finally:
+                try:
+                    _show_figures_of(sink)   # as a cell's, when it ends
+                except Exception as error:  # pylint: disable=broad-except
+                    sink.write("stderr", f"The run's open figures could not be shown: "
+                                         f"{type(error).__name__}: {error}\n")
     finally:
         if parents is not None:
             shell.reset_thread_parent(parents)
