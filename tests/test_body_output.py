@@ -167,3 +167,10 @@ def test_ipython_syntax_in_a_body_works_as_in_a_cell(ip, runs):
     assert "Wall time" in output and "after await 40 ['one', 'two']" in output
     assert "Number of bits necessary to represent self in binary" in output   # the help
     assert run.status == "failed" and "line 9" in run.error_text    # the cell's own line
+
+
+def test_capture_above_the_cell_takes_what_the_cell_shows_not_what_the_body_prints(ip, runs):
+    ip.run_cell("%%capture shown\n%%supervise --name captured --wait\nprint('body-print')\n")
+    assert "captured: finished" in ip.user_ns["shown"].stdout
+    assert "body-print" not in ip.user_ns["shown"].stdout
+    assert jupyter_supervisor.get_run("captured").history.snapshot().output == "body-print\n"

@@ -41,6 +41,11 @@ def _without_our_frames(tb):
     return chain
 
 
+def unchanged(source: str) -> str:
+    """A body's source as it is: plain Python, without IPython's transformations."""
+    return source
+
+
 def default_compile(source: str, name: str):
     """Compiles a body without IPython (tracebacks then name ``<supervise NAME>``)."""
     return compile_python(source, f"<supervise {name}>")
@@ -187,7 +192,7 @@ class Body:
     """
 
     def __init__(self, source: str, namespace: dict, run_name: str, *,
-                 transform_source: Callable[[str], str] = lambda source: source,
+                 transform_source: Callable[[str], str] = unchanged,
                  compile_source: Callable[[str, str], object] = default_compile,
                  format_exception: Callable[[BaseException], str] = default_format):
         self.source = source

@@ -162,7 +162,10 @@ class SuperviseMagics(Magics):
         cells see, and it reads a flag that a later cell sets). Its `sv` and `sess`, and the
         ops, tensors and variables of its graph that its names held when the cell executed,
         stay its own: re-running the model-building cells meanwhile does not change them.
-        What it prints goes to the run's panel, not to the cell that executes at that time.
+        It is a cell: magics (%time, %%time on its first line), !cmd, obj? and top-level await
+        work; %%supervise, %%capture, %debug and %pdb are refused. What it and the threads it
+        starts print or display (figures, display(), widgets such as tqdm.auto) goes to the
+        run's panel, never to the cell that executes at that time (docs/magic.md).
         Later: %supervise (list), %supervise stop|resume|save|wait|show NAME.
 
         Stopping (the panel's Stop, %supervise stop, --max-steps) ends the body at a step

@@ -150,8 +150,8 @@ def _shell():
 def _display_routed():
     """Within the block, the calling thread's display messages go to its sink (ipykernel's
     per-thread hook on the display publisher; nothing to do where the shell has none)."""
-    publisher = getattr(_shell(), "display_pub", None)
-    if not hasattr(publisher, "register_hook"):
+    publisher = _kernel_display_publisher()
+    if publisher is None:
         yield
         return
     sink = _route.get()
@@ -167,6 +167,15 @@ def _display_routed():
         yield
     finally:
         publisher.unregister_hook(hook)
+
+
+def _kernel_display_publisher():
+    """The kernel's display publisher, also while a cell has swapped another in (%%capture);
+    None where it has no per-thread hooks (terminal IPython)."""
+    shell = _shell()
+    candidates = [getattr(shell, "display_pub", None), *getattr(shell, "configurables", [])]
+    return next((c for c in candidates if hasattr(c, "register_hook")
+                 and hasattr(c, "publish")), None)
 
 
 def _page(_shell_self, data, start=0, screen_lines=0):  # pylint: disable=unused-argument
@@ -189,9 +198,16 @@ def _adopt_figure(figure) -> None:
         _guard_inline_flush()
 
 
+def _before_cell() -> None:
+    """Before each cell: the proxies back in front of the streams (a cell that swapped them,
+    %%capture, restores what it found) and the inline flush guarded (a cell may register it
+    again)."""
+    install()
+    _guard_inline_flush()
+
+
 def _guard_inline_flush() -> None:
-    """Puts ``_cells_flush`` around matplotlib-inline's post-execute flush, if registered
-    (also a ``pre_execute`` callback: a cell may register the flush again)."""
+    """Puts ``_cells_flush`` around matplotlib-inline's post-execute flush, if registered."""
     shell = _shell()
     callbacks = getattr(getattr(shell, "events", None), "callbacks", {}).get("post_execute", [])
     for index, callback in enumerate(callbacks):
@@ -258,9 +274,9 @@ def install() -> None:
         shell = _shell()
         if shell is not None and not _page_hooked(shell):
             shell.set_hook("show_in_pager", _page, priority=10)  # before the kernel's (99)
-        if shell is not None and _guard_inline_flush not in shell.events.callbacks.get(
+        if shell is not None and _before_cell not in shell.events.callbacks.get(
                 "pre_execute", []):
-            shell.events.register("pre_execute", _guard_inline_flush)
+            shell.events.register("pre_execute", _before_cell)
             _guard_inline_flush()
         try:
             import matplotlib  # pylint: disable=import-outside-toplevel
@@ -298,8 +314,8 @@ def uninstall() -> None:
             pager.chain = [(priority, hook) for priority, hook in pager.chain
                            if getattr(hook, "__func__", None) is not _page]
         if shell is not None:
-            if _guard_inline_flush in shell.events.callbacks.get("pre_execute", []):
-                shell.events.unregister("pre_execute", _guard_inline_flush)
+            if _before_cell in shell.events.callbacks.get("pre_execute", []):
+                shell.events.unregister("pre_execute", _before_cell)
             post = shell.events.callbacks.get("post_execute", [])
             post[:] = [getattr(callback, "__wrapped__", callback)
                        if getattr(callback, "__module__", "") == __name__ else callback

@@ -51,7 +51,7 @@ from ..names import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING,
 from ..view import eventfiles
 from ..view.history import RunHistory
 from . import output, shutdown
-from .body import Body, default_compile, default_format
+from .body import Body, default_compile, default_format, unchanged
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -106,7 +106,7 @@ class TrainingRun:
     """
 
     def __init__(self, config: RunConfig, body: str, namespace: dict, *,
-                 transform_source: Callable[[str], str] = lambda source: source,
+                 transform_source: Callable[[str], str] = unchanged,
                  compile_source: Callable[[str, str], object] = default_compile,
                  format_exception: Callable[[BaseException], str] = default_format):
         if not isinstance(config, RunConfig):
