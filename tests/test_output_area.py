@@ -77,7 +77,8 @@ def test_what_the_panel_shows_is_the_newest_with_a_mark_where_older_was_left_out
                       "metadata": {}},
                      {"output_type": "stream", "name": "stderr", "text": "last\n"})
     shown = log.outputs(lines=5, chars=1000, displays=2)
-    assert shown[0]["text"] == "...\n" and shown[1]["text"] == "line 96\nline 97\nline 98\nline 99\n"
+    assert shown[0]["text"] == "...\n"
+    assert shown[1]["text"] == "line 96\nline 97\nline 98\nline 99\n"
 
 
 def test_bad_input_is_refused():

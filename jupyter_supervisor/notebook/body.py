@@ -264,8 +264,8 @@ class Body:
             # the main thread), one for the whole run.
             loop = asyncio.new_event_loop()
 
-            def once():
-                loop.run_until_complete(eval(code, self._namespace, local_ns))  # pylint: disable=eval-used  (the cell body)
+            def once():  # pylint: disable=eval-used  (the cell body)
+                loop.run_until_complete(eval(code, self._namespace, local_ns))
         else:
             def once():
                 exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)

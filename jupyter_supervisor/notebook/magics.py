@@ -419,7 +419,7 @@ def transform_body(shell, source: str) -> str:
     ``obj?``), each line where it was in the cell; a magic that cannot work in a background
     run is a UsageError."""
     python = shell.transform_cell(source)
-    # IPython drops a cell's leading blank lines: put back, they keep the lines the cell's.
+    # IPython drops a cell's leading blank lines; put back, they keep each line's number.
     lines = source.splitlines()
     blank = next((i for i, line in enumerate(lines) if line.strip()), 0)
     _refuse_magics(shell, python)

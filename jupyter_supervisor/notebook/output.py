@@ -250,8 +250,8 @@ def _show_figures_of(sink) -> None:
 
 
 def install() -> None:
-    """Puts the stream proxies, the thread-start inheritance and the pager hook in place
-    (idempotent)."""
+    """Puts the stream proxies, the thread-start inheritance, the pager hook, the guard of
+    the inline backend's flush and the figure hook in place (idempotent)."""
     global _thread_start  # pylint: disable=global-statement
     with _lock:
         proxies = {}
