@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jupyter_supervisor import events
-from jupyter_supervisor.view import panel as panel_module
+from jupyter_supervisor.view import output_area, panel as panel_module
 from jupyter_supervisor.view.history import RunHistory
 from jupyter_supervisor.view.panel import Panel, show
 from jupyter_supervisor.view.text import best_values, text_status, text_summary, timeline
@@ -391,15 +391,15 @@ def test_output_goes_to_a_jupyter_output_with_its_tail_bounded(make_panel, clock
     run.history.append_output("\x1b[1mepoch 1\x1b[0m\n 1/10 [==>...]\r10/10 [======]\n")
     clock.now += 1
     panel.tick()
-    assert out.outputs == ({"output_type": "stream", "name": "stdout",
-                            "text": "\x1b[1mepoch 1\x1b[0m\n 1/10 [==>...]\r10/10 [======]\n"},)
+    assert out.outputs == ({"output_type": "stream", "name": "stdout",  # a terminal's line
+                            "text": "\x1b[1mepoch 1\x1b[0m\n10/10 [======]\n"},)
     for i in range(2000):
         run.history.append_output(f"line {i}\n")
     clock.now += 1
     panel.tick()
     shown = "".join(o["text"] for o in out.outputs)
-    assert len(shown) <= panel_module.OUTPUT_KEEP_CHARS + 4
-    assert shown.count("\n") <= panel_module.OUTPUT_KEEP_LINES + 1
+    assert len(shown) <= output_area.SHOWN_CHARS + 4
+    assert shown.count("\n") <= output_area.SHOWN_LINES + 1
     assert shown.startswith("...\nline ") and shown.endswith("line 1999\n")
 
 

@@ -1,6 +1,9 @@
-"""A run's cell body: compiled once from the cell that started it, executed in the notebook's
-namespace with the run's own ``sv`` and ``sess``, its errors shown from the user's frames."""
+"""A run's cell body: transformed (IPython's syntax) and compiled once from the cell that started
+it, executed in the notebook's namespace with the run's own ``sv`` and ``sess``, its errors
+shown from the user's frames."""
 import ast
+import asyncio
+import inspect
 import os
 import symtable
 import sys
@@ -38,9 +41,30 @@ def _without_our_frames(tb):
     return chain
 
 
+def unchanged(source: str) -> str:
+    """A body's source as it is: plain Python, without IPython's transformations."""
+    return source
+
+
 def default_compile(source: str, name: str):
     """Compiles a body without IPython (tracebacks then name ``<supervise NAME>``)."""
-    return compile(source, f"<supervise {name}>", "exec", dont_inherit=True)
+    return compile_python(source, f"<supervise {name}>")
+
+
+def compile_python(source: str, filename: str):
+    """Compiles Python ``source`` as module code; top-level ``await`` makes it a coroutine's
+    code (``inspect.CO_COROUTINE``), as IPython's auto-await does for a cell."""
+    try:
+        return compile(source, filename, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        try:
+            code = compile(source, filename, "exec", dont_inherit=True,
+                           flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        except SyntaxError:
+            raise error from None
+        if not code.co_flags & inspect.CO_COROUTINE:
+            raise
+        return code
 
 
 def default_format(exc: BaseException) -> str:
@@ -102,10 +126,13 @@ def _function_of(source: str, code, own: Sequence[str]):
     step: 1-2 % of a fast training step (bench/bench_interleaved.py). As a function, the
     names it binds are declared ``global`` (they go to the notebook, as in any cell), the
     others are read from the notebook as globals, and the run's own are closure variables.
-    Not for a body that binds one of the run's own names, calls exec, eval, locals, vars or
-    dir at top level, uses ``from m import *``, or does not compile as a function (a
-    ``global`` after use): those run as module code.
+    Not for a body that binds one of the run's own names, calls exec, eval, locals, vars,
+    dir or get_ipython at top level (IPython's magics read and bind the caller's locals:
+    ``%time x = f()``), awaits at top level, uses ``from m import *``, or does not compile as a
+    function (a ``global`` after use): those run as module code.
     """
+    if code.co_flags & inspect.CO_COROUTINE:
+        return None
     try:
         tree = ast.parse(source, code.co_filename, "exec")
         table = symtable.symtable(source, code.co_filename, "exec")
@@ -142,7 +169,7 @@ def _function_of(source: str, code, own: Sequence[str]):
     return wrapper
 
 
-_NAMESPACE_CALLS = {"exec", "eval", "locals", "vars", "dir"}
+_NAMESPACE_CALLS = {"exec", "eval", "locals", "vars", "dir", "get_ipython"}
 
 
 def _first_line(code) -> int:
@@ -157,19 +184,24 @@ def _no_arguments(args=()) -> ast.arguments:
 class Body:
     """The source of a ``%%supervise`` cell, run by a TrainingRun.
 
-    ``compile_source(source, run_name) -> code``: IPython's compiler makes tracebacks show the
-    cell's own lines. ``format_exception(exc) -> str``: the error shown to the user, given the
-    exception with its traceback trimmed to start at the body (or at the user's own code).
+    ``transform_source(source) -> Python source``: IPython's input transformations (magics,
+    ``!cmd``, ``obj?``), keeping the lines where they are. ``compile_source(python, run_name)
+    -> code``: IPython's compiler makes tracebacks show the cell's own lines.
+    ``format_exception(exc) -> str``: the error shown to the user, given the exception with its
+    traceback trimmed to start at the body (or at the user's own code).
     """
 
     def __init__(self, source: str, namespace: dict, run_name: str, *,
+                 transform_source: Callable[[str], str] = unchanged,
                  compile_source: Callable[[str, str], object] = default_compile,
                  format_exception: Callable[[BaseException], str] = default_format):
         self.source = source
         self._namespace = namespace
         self._run_name = run_name
+        self._transform_source = transform_source
         self._compile_source = compile_source
         self._format_exception = format_exception
+        self._python = None  # the body as Python source, once transformed
         self._code = None  # the compiled body, or its SyntaxError
         self._pinned: Dict[str, object] = {}
         self._wrappers: Dict[tuple, object] = {}   # own names -> _function_of's code, or None
@@ -177,10 +209,12 @@ class Body:
 
     def compiled(self):
         """The code object, or the SyntaxError the source raised. Compiled once, from the cell
-        that started the run: tracebacks name that cell, also after a resume from a later one."""
+        that started the run: tracebacks name that cell, also after a resume from a later one.
+        What ``transform_source`` raises (a magic refused in a body) is raised."""
         if self._code is None:
+            self._python = self._transform_source(self.source)
             try:
-                self._code = self._compile_source(self.source, self._run_name)
+                self._code = self._compile_source(self._python, self._run_name)
             except SyntaxError as e:
                 self._code = e
         return self._code
@@ -224,11 +258,26 @@ class Body:
                 function()
             return
         local_ns = _BodyLocals(self._namespace, own)
-        if not repeat:
-            exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
-            return
-        while not should_stop():
-            exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
+        loop = None
+        if code.co_flags & inspect.CO_COROUTINE:
+            # Top-level await: in an event loop of the run's thread (the kernel's belongs to
+            # the main thread), one for the whole run.
+            loop = asyncio.new_event_loop()
+
+            def once():  # pylint: disable=eval-used  (the cell body)
+                loop.run_until_complete(eval(code, self._namespace, local_ns))
+        else:
+            def once():
+                exec(code, self._namespace, local_ns)  # pylint: disable=exec-used  (the cell body)
+        try:
+            if not repeat:
+                once()
+                return
+            while not should_stop():
+                once()
+        finally:
+            if loop is not None:
+                loop.close()
 
     def _function(self, own: Dict[str, object]):
         """The body as a function with ``own`` as its closure (see ``_function_of``), or
@@ -239,7 +288,7 @@ class Body:
         self._frames.add(code)
         key = tuple(own)
         if key not in self._wrappers:
-            self._wrappers[key] = _function_of(self.source, code, key)
+            self._wrappers[key] = _function_of(self._python, code, key)
         wrapper = self._wrappers[key]
         if wrapper is None:
             return None

@@ -5,7 +5,9 @@ UsageError) and delegate to ``run.py``; the panel shows the run. TensorFlow is i
 the first run, not when the extension is loaded.
 """
 import argparse
+import ast
 import dataclasses
+import functools
 import re
 import shlex
 import sys
@@ -18,6 +20,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from .. import names, tf_config
 from ..config import RunConfig
 from ..view import panel, text
+from .body import compile_python
 
 COMMANDS = ("list", "stop", "resume", "save", "wait", "show", "compare")
 
@@ -159,7 +162,10 @@ class SuperviseMagics(Magics):
         cells see, and it reads a flag that a later cell sets). Its `sv` and `sess`, and the
         ops, tensors and variables of its graph that its names held when the cell executed,
         stay its own: re-running the model-building cells meanwhile does not change them.
-        What it prints goes to the run's panel, not to the cell that executes at that time.
+        It is a cell: magics (%time, %%time on its first line), !cmd, obj? and top-level await
+        work; %%supervise, %%capture, %debug and %pdb are refused. What it and the threads it
+        starts print or display (figures, display(), widgets such as tqdm.auto) goes to the
+        run's panel, never to the cell that executes at that time (docs/magic.md).
         Later: %supervise (list), %supervise stop|resume|save|wait|show NAME.
 
         Stopping (the panel's Stop, %supervise stop, --max-steps) ends the body at a step
@@ -231,6 +237,8 @@ class SuperviseMagics(Magics):
         except RuntimeError as e:  # the port is taken, or another cluster is served
             raise _short(e)
         training = run.TrainingRun(config, cell, self.shell.user_ns,
+                                   transform_source=functools.partial(transform_body,
+                                                                      self.shell),
                                    compile_source=self._compile_body,
                                    format_exception=format_exception)
         try:
@@ -381,13 +389,65 @@ class SuperviseMagics(Magics):
                 f"{args.task_index}). The kernel serves the task for as long as it lives.")
         return spec, args.job, args.task_index
 
-    def _compile_body(self, source, run_name):
+    def _compile_body(self, python, run_name):
         # Cached under the cell's number, one line down (the %%supervise line), so that
         # tracebacks say "Cell In[N], line L" with L the line in the notebook cell.
         del run_name
-        text = "\n" + source
+        text = "\n" + python
         filename = self.shell.compile.cache(text, _cell_number(self.shell), raw_code=text)
-        return compile(text, filename, "exec", dont_inherit=True)
+        return compile_python(text, filename)
+
+
+# Magics that cannot work in a background run's body, and why (a UsageError when the cell runs).
+_REFUSED_MAGICS = {
+    "supervise": "a run cannot start another run from its body: start each run from a cell of "
+                 "its own.",
+    "capture": "it replaces the kernel's output streams for every thread while it runs, so it "
+               "would take the output of the cells that run meanwhile. The run keeps what its "
+               "body prints and displays (its panel, `%supervise show NAME`); to capture a "
+               "whole run, put %%capture above %%supervise and add --wait.",
+    "debug": "the debugger reads its commands from the cell that executes, which a background "
+             "run is not. Debug that code in a plain cell.",
+    "pdb": "the debugger reads its commands from the cell that executes, which a background "
+           "run is not. Debug that code in a plain cell.",
+}
+_MAGIC_CALLS = {"run_cell_magic": "%%", "run_line_magic": "%"}
+
+
+def transform_body(shell, source: str) -> str:
+    """The body as Python, transformed as IPython transforms a cell (magics, ``!cmd``,
+    ``obj?``), each line where it was in the cell; a magic that cannot work in a background
+    run is a UsageError."""
+    python = shell.transform_cell(source)
+    # IPython drops a cell's leading blank lines; put back, they keep each line's number.
+    lines = source.splitlines()
+    blank = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    _refuse_magics(shell, python)
+    return "\n" * blank + python
+
+
+def _refuse_magics(shell, python: str) -> None:
+    try:
+        tree = ast.parse(python)
+    except SyntaxError:
+        return  # compiling the body says what is wrong
+    for node in ast.walk(tree):
+        call = node.func if isinstance(node, ast.Call) else None
+        if not (isinstance(call, ast.Attribute) and call.attr in _MAGIC_CALLS
+                and isinstance(call.value, ast.Call) and isinstance(call.value.func, ast.Name)
+                and call.value.func.id == "get_ipython" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            continue
+        written = node.args[0].value   # '%capture' for a %%capture below the first line
+        name = written.lstrip("%")
+        if name in _REFUSED_MAGICS:
+            shown = ("%%" if written.startswith("%") else _MAGIC_CALLS[call.attr]) + name
+            raise UsageError(f"{shown} cannot be used in a %%supervise body: "
+                             f"{_REFUSED_MAGICS[name]}")
+        cell = node.args[2] if len(node.args) > 2 else None
+        if call.attr == "run_cell_magic" and isinstance(cell, ast.Constant) and \
+                isinstance(cell.value, str):
+            _refuse_magics(shell, shell.transform_cell(cell.value))  # %%time's own cell
 
 
 def _cell_number(shell) -> int:

@@ -51,7 +51,7 @@ from ..names import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING,
 from ..view import eventfiles
 from ..view.history import RunHistory
 from . import output, shutdown
-from .body import Body, default_compile, default_format
+from .body import Body, default_compile, default_format, unchanged
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -97,20 +97,23 @@ class TrainingRun:
       body: the cell's source (the training loop, or with ``config.repeat`` one step).
       namespace: the notebook namespace the body executes in; ``sv`` and ``sess`` are bound
         there.
-      compile_source: ``(source, run_name) -> code``; IPython's compiler makes tracebacks show
+      transform_source: ``source -> Python source``: IPython's input transformations (what
+        it raises is raised by ``start``).
+      compile_source: ``(python, run_name) -> code``; IPython's compiler makes tracebacks show
         the cell's own lines. A SyntaxError fails the run.
       format_exception: ``exc -> str`` for the error shown to the user; it gets the exception
         with its traceback trimmed to start at the body.
     """
 
     def __init__(self, config: RunConfig, body: str, namespace: dict, *,
+                 transform_source: Callable[[str], str] = unchanged,
                  compile_source: Callable[[str, str], object] = default_compile,
                  format_exception: Callable[[BaseException], str] = default_format):
         if not isinstance(config, RunConfig):
             raise TypeError(invalid("config", config, "a RunConfig"))
         self.config = config
-        self._body = Body(body, namespace, config.name, compile_source=compile_source,
-                          format_exception=format_exception)
+        self._body = Body(body, namespace, config.name, transform_source=transform_source,
+                          compile_source=compile_source, format_exception=format_exception)
         self.history = RunHistory(format_error=self._body.format)
 
         # _lock guards the fields below it; _changed is notified on every transition.
@@ -282,9 +285,9 @@ class TrainingRun:
         eager = graph is None and tf.executing_eagerly()
         if not eager and graph is None:
             graph = tf.compat.v1.get_default_graph()
+        code = self._body.compiled()   # before the backend: a refused magic raises
         _REGISTRY.check_free(self, graph)
         backend = EagerSupervisor(self.config) if eager else GraphBackend(self.config, graph)
-        code = self._body.compiled()
         if self._status is None:
             self._body.pin(graph)  # as the names are when the cell executes, also on resume
 
@@ -304,17 +307,20 @@ class TrainingRun:
         backend.add_listener(self.history.on_event)
         backend.add_listener(functools.partial(self._on_record, backend))  # after the history
         self._body.bind({"sv": backend.supervisor})
-        self._thread = threading.Thread(target=self._train, args=(backend,),
+        # What the run's threads still send to the frontend goes as the output of the request
+        # that started it (this cell, or the Resume button's message).
+        self._thread = threading.Thread(target=self._train,
+                                        args=(backend, output.current_parent()),
                                         name=f"jupyter_supervisor-run-{self.name}", daemon=True)
         self._thread.start()
 
     # ---------------------------------------------------------------------- the run thread
 
-    def _train(self, backend: Backend) -> None:
+    def _train(self, backend: Backend, parent: Optional[dict]) -> None:
         error = None
         try:
-            with output.routed_to(self.history.append_output), \
-                    output.threads_routed_to(backend.owns_thread, self.history.append_output):
+            with output.routed_to(self.history.outputs, parent), \
+                    output.threads_routed_to(backend.owns_thread, self.history.outputs):
                 try:
                     self._load_earlier_history()
                     noted = len(backend.notes())  # the cell printed these when it returned

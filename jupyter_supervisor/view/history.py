@@ -1,7 +1,8 @@
 """A thread-safe, bounded record of what one training run reported, for the panel to show.
 
 ``RunHistory`` is a Supervisor listener (``on_event``) plus a few setters the run calls
-(status, error, output, step). Readers take ``snapshot()``: an immutable view whose ``version``
+(status, error, output, step); what the run printed and displayed is its ``outputs`` (an
+``output_area.OutputLog``). Readers take ``snapshot()``: an immutable view whose ``version``
 bumps on every change, so a refresher can tell cheaply whether anything is new (``version`` is
 also a property of the history itself, readable without building a snapshot).
 
@@ -25,6 +26,7 @@ from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 from .. import events, names
 from .._validate import check_number, invalid
 from . import eventfiles
+from .output_area import OutputLog
 from .series import ScalarSeries, Series
 
 # The newest checkpoints kept in the history; the panel shows the newest and what the Saver keeps.
@@ -47,9 +49,8 @@ class StatusChanged(NamedTuple):
 class HistorySnapshot:
     """An immutable view of a RunHistory at one moment.
 
-    ``version`` bumps on every change of the history; ``scalars_version`` only when a scalar
-    point changed, ``output_total`` when output was appended (it counts every character ever
-    appended, so it changes even when the kept tail has the same length).
+    ``version`` bumps on every change of the history, its outputs included; ``scalars_version``
+    only when a scalar point changed. ``output`` is the outputs' text form (``OutputLog.text``).
     Elapsed time counts the time spent in an active status (starting, running, stopping):
     ``active_secs`` before the current active period plus, while active, the time since
     ``active_since`` (both in the history's clock). ``elapsed`` is that sum at ``taken_at``;
@@ -68,7 +69,6 @@ class HistorySnapshot:
     scalars_version: int
     checkpoints: Tuple[events.CheckpointSaved, ...]
     output: str
-    output_total: int
     error: str
     waiting_for_chief: bool
     restored_from: Optional[str]
@@ -111,9 +111,9 @@ class RunHistory:
     """What one run reported: status, step, rate, scalars, checkpoints, output, error.
 
     Every method may be called from any thread. Scalar series keep at most ``max_points``
-    buckets each (older points merged, with their min/max envelope); the output keeps its last
-    ``max_output_chars`` characters. ``clock`` (seconds, monotonic) times the elapsed time and
-    the step rate; tests inject a fake one.
+    buckets each (older points merged, with their min/max envelope); ``outputs`` keeps the last
+    ``max_output_chars`` characters of text, carriage-return frames collapsed. ``clock``
+    (seconds, monotonic) times the elapsed time and the step rate; tests inject a fake one.
     """
 
     def __init__(self, max_points: int = 2000, max_output_chars: int = 200_000,
@@ -125,7 +125,7 @@ class RunHistory:
             raise ValueError(invalid("max_points", max_points,
                                      "an even integer >= 4 (old points are merged in pairs)"))
         self._max_points = max_points
-        self._max_output_chars = _check_int("max_output_chars", max_output_chars, 0)
+        max_output_chars = _check_int("max_output_chars", max_output_chars, 0)
         if not callable(clock):
             raise TypeError(invalid("clock", clock,
                                     "a callable returning seconds, like time.monotonic"))
@@ -153,10 +153,7 @@ class RunHistory:
         self._checkpoint_count = 0           # written in this run, all sessions
         self._timeline: "collections.deque[object]" = collections.deque(maxlen=MAX_TIMELINE)
         self._restoring: Optional[str] = None  # the checkpoint the next session restores
-        self._output_chunks: "collections.deque[str]" = collections.deque()
-        self._output_len = 0         # characters in _output_chunks
-        self._output_total = 0       # characters ever appended
-        self._output_joined: Optional[str] = None
+        self.outputs = OutputLog(max_chars=max_output_chars)
         self._error = ""
         self._failure: Optional[BaseException] = None   # the exception _error shows
         self._waiting_for_chief = False
@@ -179,7 +176,7 @@ class RunHistory:
     @property
     def version(self) -> int:
         """Bumps on every change; cheap to read (no snapshot is built)."""
-        return self._version
+        return self._version + self.outputs.version
 
     # -- writers ---------------------------------------------------------------------------
 
@@ -400,32 +397,8 @@ class RunHistory:
                 self._version += 1
 
     def append_output(self, text: str) -> None:
-        """Appends what the cell body printed; only the last ``max_output_chars`` are kept."""
-        if not isinstance(text, str):
-            raise TypeError(invalid("text", text, "a str"))
-        if not text:
-            return
-        limit = self._max_output_chars
-        with self._lock:
-            self._output_total += len(text)
-            self._version += 1
-            if not limit:
-                return
-            self._output_joined = None
-            chunks = self._output_chunks
-            if len(text) >= limit:
-                chunks.clear()
-                self._output_len = 0
-                text = text[len(text) - limit:]
-            chunks.append(text)
-            self._output_len += len(text)
-            # Whole chunks first (cheap), then the head of the oldest one.
-            while self._output_len - len(chunks[0]) >= limit:
-                self._output_len -= len(chunks.popleft())
-            excess = self._output_len - limit
-            if excess > 0:
-                chunks[0] = chunks[0][excess:]
-                self._output_len -= excess
+        """Appends ``text`` to the run's stdout (``outputs``: what the run says itself)."""
+        self.outputs.write("stdout", text)
 
     # -- readers ---------------------------------------------------------------------------
 
@@ -446,11 +419,12 @@ class RunHistory:
 
     def snapshot(self) -> HistorySnapshot:
         """An immutable view of everything recorded so far."""
+        # The outputs' version first: the text is at least as new as the version says.
+        output_version = self.outputs.version
+        output = self.outputs.text()
         with self._lock:
-            if self._output_joined is None:
-                self._output_joined = "".join(self._output_chunks)
             return HistorySnapshot(
-                version=self._version,
+                version=self._version + output_version,
                 status=self._status,
                 active=self._active,
                 step=self._step,
@@ -464,8 +438,7 @@ class RunHistory:
                      if len(series)}),
                 scalars_version=self._scalars_version,
                 checkpoints=tuple(self._checkpoints),
-                output=self._output_joined,
-                output_total=self._output_total,
+                output=output,
                 error=self._error,
                 waiting_for_chief=self._waiting_for_chief,
                 restored_from=self._restored_from,

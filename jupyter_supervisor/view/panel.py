@@ -13,8 +13,9 @@ timeline of what happened and the best value of each metric. It travels to the b
 trait; the series travel as deltas (``widget.SeriesFeed``), at most every ``plot_interval``
 seconds, and the browser draws them (``panel.js``: hover readout, zoom, log scale, smoothing,
 step / relative / wall-time axis). A heartbeat every ``beat_interval`` seconds lets the browser
-say "kernel gone" when it stops. What the run prints goes to an ``ipywidgets.Output`` beside
-the view (Jupyter's own renderer: ANSI colours, carriage returns), its tail bounded.
+say "kernel gone" when it stops. What the run prints and displays goes to an
+``ipywidgets.Output`` beside the view (``output_area.OutputArea``: Jupyter's own renderer), its
+newest outputs only.
 
 When a run ends, each display of the panel is updated (``update_display``) with a fallback
 that a saved notebook keeps: the final status text and a PNG of the final curves (matplotlib
@@ -36,15 +37,12 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .. import names
 from . import plots
+from .output_area import OutputArea
 from .text import best_values, panel_state, text_status, text_summary
 from .widget import INSTALL_HINT, SeriesFeed, ipywidgets, view_class
 
 logger = logging.getLogger("jupyter_supervisor")
 
-# What the output area keeps of the run's output: its newest lines, at most so many characters,
-# so that a body printing at every step costs at most this much per output refresh.
-OUTPUT_KEEP_LINES = 30
-OUTPUT_KEEP_CHARS = 6000
 # The most tags drawn in the saved notebook's image.
 IMAGE_TAGS = 8
 
@@ -266,14 +264,9 @@ class Panel(_LiveView):
         self._run = run
         self._history = run.history
         self._wall_clock = wall_clock
-        self._output_interval = float(output_interval)
         self._feed = SeriesFeed(str(run.name))
         self._snap = None
         self._snap_clock = 0.0
-        self._output_seen = 0          # characters of the run's output shown (its total)
-        self._output_chars = 0         # characters in the Output widget now
-        self._output_lines = 0         # and lines
-        self._next_output = -math.inf
         self._handles: list = []       # the DisplayHandle of each display
         self._published = None         # what the displays' fallback shows (a key)
         self._error_in_cell: Optional[str] = None   # an error whose traceback a cell shows
@@ -281,9 +274,10 @@ class Panel(_LiveView):
         self._view = view_class()(compare=False, runs=[str(run.name)])
         self._view.add_class("jsv-panel-view")
         self._view.on_msg(self._on_view_message)
-        self._output = widgets.Output()
-        self._output.add_class("jsv-output")
-        self._root = _panel_box_class()([self._view, self._output])
+        self._output = OutputArea(widgets.Output(), self._history.outputs,
+                                  float(output_interval))
+        self._output.widget.add_class("jsv-output")
+        self._root = _panel_box_class()([self._view, self._output.widget])
         self._root.add_class("jsv-panel")
         self._root.describe = lambda: text_status(self._run)
         self.tick(force=True)
@@ -296,7 +290,7 @@ class Panel(_LiveView):
     @property
     def widgets(self) -> Dict[str, object]:
         """The panel's widgets: root (a VBox), view (the anywidget), output."""
-        return {"root": self._root, "view": self._view, "output": self._output}
+        return {"root": self._root, "view": self._view, "output": self._output.widget}
 
     def _ipython_display_(self):
         self.display()
@@ -358,32 +352,12 @@ class Panel(_LiveView):
         if state != self._view.state:
             self._view.state = state
             changed = True
-        changed |= self._update_output(snap, now)
+        changed |= self._output.update(now)
         changed |= bool(self._send_series([(self._feed, snap.scalars)], now))
         changed |= self._beat(now)
         if not snap.active:
             self._publish(snap)
         return changed
-
-    def _update_output(self, snap, now: float) -> bool:
-        new = snap.output_total - self._output_seen
-        if new <= 0 or now < self._next_output:
-            return False
-        self._next_output = now + self._output_interval
-        self._output_seen = snap.output_total
-        text = snap.output[-new:] if new <= len(snap.output) else snap.output
-        lines = self._output_lines + text.count("\n")
-        if self._output_chars + len(text) > OUTPUT_KEEP_CHARS or lines > 2 * OUTPUT_KEEP_LINES:
-            # Bounded: the newest lines only, as one stream output (Jupyter's renderer then
-            # collapses carriage returns and colours ANSI codes as in any output).
-            tail = "\n".join(snap.output[-OUTPUT_KEEP_CHARS:].split("\n")[-OUTPUT_KEEP_LINES - 1:])
-            self._output.outputs = ({"output_type": "stream", "name": "stdout",
-                                     "text": "...\n" + tail},)
-            self._output_chars, self._output_lines = len(tail), tail.count("\n")
-        else:
-            self._output.append_stdout(text)
-            self._output_chars, self._output_lines = self._output_chars + len(text), lines
-        return True
 
     def _bundle(self, image: Optional[bytes] = None, text: Optional[str] = None) -> dict:
         data = _widget_bundle(self._root, text if text is not None else text_status(self._run))
