@@ -113,11 +113,9 @@ function formatClock(wall) {
 }
 
 const X_AXES = {
-  step: {label: "step", of: (s, i) => s.steps[i], tick: formatStep,
-         text: (x) => `step ${Math.round(x).toLocaleString("en-US")}`},
-  relative: {label: "relative time", of: (s, i) => s.walls[i] - s.walls[0], tick: formatDuration,
-             text: (x) => `+${formatDuration(x)}`},
-  wall: {label: "wall time", of: (s, i) => s.walls[i], tick: formatClock, text: formatClock},
+  step: {label: "step", of: (s, i) => s.steps[i], tick: formatStep},
+  relative: {label: "relative time", of: (s, i) => s.walls[i] - s.walls[0], tick: formatDuration},
+  wall: {label: "wall time", of: (s, i) => s.walls[i], tick: formatClock},
 };
 
 function themeOf(view) {
@@ -330,7 +328,7 @@ class Chart {
     this.tag = tag;
     this.zoom = null;       // {x: [lo, hi], y: [lo, hi] | null} in data units, or null
     this.hover = null;      // the mouse's x in pixels
-    this.pin = null;        // the x (data units) the readout is pinned to, or null
+    this.pin = null;        // {axis, x}: where the readout is pinned (x axis, data units)
     this.scene = null;
     this.el = element("div", "jsv-chart");
     this.el.dataset.tag = tag;
@@ -390,13 +388,16 @@ class Chart {
     box.addEventListener("dblclick", () => { this.zoom = null; this.draw(); });
   }
 
-  // A press released: a drag zooms into its box (only x where it was flat), a click pins the
-  // readout where it was, or unpins it.
+  // A press released: a drag zooms into its box (only x where it was flat), a click unpins
+  // the readout, or pins it where it was in the plot.
   release(start, [x, y]) {
     const f = this.frame;
     if (Math.abs(x - start[0]) < 5) {
       if (Math.abs(y - start[1]) >= 5) return;
-      this.pin = this.pin === null ? f.xData(x) : null;
+      if (this.pinned()) this.pin = null;
+      else if (x >= PAD.left && x <= PAD.left + f.w) {
+        this.pin = {axis: this.view.options.xAxis, x: f.xData(x)};
+      }
       this.paint();
       return;
     }
@@ -404,6 +405,11 @@ class Chart {
       : [f.yValue(Math.max(y, start[1])), f.yValue(Math.min(y, start[1]))];
     this.zoom = {x: [f.xData(Math.min(x, start[0])), f.xData(Math.max(x, start[0]))], y: ys};
     this.draw();
+  }
+
+  // A pin holds on the x axis it was made on.
+  pinned() {
+    return this.pin !== null && this.pin.axis === this.view.options.xAxis;
   }
 
   remove() {
@@ -531,10 +537,10 @@ class Chart {
   // The value of each run at the pinned x, else under the mouse: marked on the canvas and
   // written as text below it.
   paintReadout(ctx, s, f, theme) {
-    const pinned = this.pin !== null;
+    const pinned = this.pinned();
     const hovering = this.hover !== null && this.hover >= PAD.left && this.hover <= PAD.left + f.w;
     if (!pinned && !hovering) { this.writeReadout("", false); return; }
-    const target = pinned ? this.pin : f.xData(this.hover);
+    const target = pinned ? this.pin.x : f.xData(this.hover);
     const smoothing = this.view.options.smoothing > 0;
     if (pinned && target >= s.x[0] && target <= s.x[1]) {
       ctx.strokeStyle = theme.frame;
