@@ -443,7 +443,7 @@ class Chart {
     this.el.dataset.runs = lines.map((l) => l.run).join(",");
     this.scene = lines.length ? this.scale(lines, digits) : null;
     this.notice.textContent = this.scene ? this.scene.notice : "";
-    if (this.scene) this.describe(this.scene);
+    if (this.scene) this.record(this.scene);
     this.paint();
   }
 
@@ -490,7 +490,7 @@ class Chart {
   }
 
   // What the chart shows, as attributes (read by tests and by whoever inspects the page).
-  describe(s) {
+  record(s) {
     const d = this.el.dataset;
     const short = (v) => String(Number(v.toPrecision(6)));
     d.yscale = s.log ? "log" : "linear";
