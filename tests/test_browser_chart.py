@@ -49,8 +49,8 @@ def curve_scalars(i):
 def other_scalars(i):
     return {"loss": 0.004 + 9 * math.exp(-i / 4) + 0.004 * random.Random(-1 - i).random()}
 """
-CURVE_CELL = """\
-%%supervise --logdir {root}/curve --max-steps {steps} --save-summaries-secs 1e-9 --on-nan ignore --wait
+CURVE_CELL = ("%%supervise --logdir {root}/curve --max-steps {steps} --on-nan ignore "
+              "--save-summaries-secs 1e-9 --wait\n") + """\
 i = 0
 while not sv.should_stop():
     sv.step(**curve_scalars(i))

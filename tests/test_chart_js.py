@@ -25,7 +25,8 @@ CHART_JS = Path(text.__file__).with_name("chart.js")
 DECODE = """
 const decode = (v) => (v === "nan" ? NaN : v === "inf" ? Infinity : v === "-inf" ? -Infinity
   : Array.isArray(v) ? v.map(decode)
-  : v && typeof v === "object" ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, decode(x)]))
+  : v && typeof v === "object"
+    ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, decode(x)]))
   : v);
 const encode = (v) => (typeof v === "number" && !Number.isFinite(v) ? formatValue(v)
   : Array.isArray(v) ? v.map(encode) : v);

@@ -280,8 +280,8 @@ function numberText(v) {
 function toCsv(rows) {
   const cell = (v) => (typeof v === "number" ? numberText(v)
     : /[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
-  return [EXPORT_FIELDS.join(","), ...rows.map((r) => EXPORT_FIELDS.map((f) => cell(r[f])).join(","))]
-    .join("\n") + "\n";
+  const lines = rows.map((r) => EXPORT_FIELDS.map((f) => cell(r[f])).join(","));
+  return [EXPORT_FIELDS.join(","), ...lines].join("\n") + "\n";
 }
 
 // JSON has no NaN or infinity: those values are the strings "nan", "inf", "-inf".
