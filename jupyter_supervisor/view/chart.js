@@ -1,21 +1,93 @@
 // The charts of jupyter_supervisor's panel and comparison chart: one canvas per tag, with the
-// curves of every run shown, hover readout, zoom by drag, log scale and smoothing. Joined
-// before panel.js into one ES module (widget.py); the View (panel.js) owns the charts and
-// the points they draw (view.store, view.options, view.runNames()).
+// curves of every run shown, hover readout (pinned by a click), zoom by drag, log scale,
+// smoothing, an outlier-ignoring y range, markers for non-finite values, and the points as CSV
+// and JSON. Joined before panel.js into one ES module (widget.py); the View (panel.js) owns the
+// charts and the points they draw (view.store, view.options, view.runNames(), view.model).
+//
+// What a chart reads of the View:
+// - view.options: log, smoothing, xAxis, ignoreOutliers (the y range leaves outliers out; on
+//   unless false), hiddenRuns (names of the runs not drawn: the comparison's legend);
+// - view.theme: the canvas's colours and font {text, grid, frame, background, font, series
+//   (run i takes series[i % series.length])}, read from the page's CSS; FALLBACK_THEME where
+//   the View has none;
+// - the state's `format.digits`: the significant digits of a value, as the kernel writes it
+//   (Python's format "g"); DEFAULT_VALUE_DIGITS before a state says.
 
-const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                 "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const DEFAULT_VALUE_DIGITS = 5;
+const FALLBACK_THEME = {
+  text: "#555", grid: "#e0e0e0", frame: "#9e9e9e", background: "#fff", font: "10px sans-serif",
+  series: ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf"]};
 const CHART_HEIGHT = 190;
 const PAD = {left: 58, right: 10, top: 8, bottom: 24};
+const X_TICKS = 5, Y_TICKS = 4;
+// TensorBoard's outlier range: the 5th to the 95th percentile of the values in view.
+const OUTLIER_QUANTILES = [0.05, 0.95];
+
+// The chart's own rules, added to the View's style sheet.
+const CHART_CSS = `
+.jsv-view .jsv-chart-head { display: flex; align-items: baseline; gap: 6px; }
+.jsv-view .jsv-chart-head .jsv-chart-title { flex: 1; }
+.jsv-view .jsv-chart-nonfinite { color: var(--jp-warn-color0, #c62828); }
+.jsv-view .jsv-chart-export button { font-size: 10px; padding: 0 4px; cursor: pointer;
+  color: var(--jp-ui-font-color1, inherit); background: var(--jp-layout-color2, #eee);
+  border: 1px solid var(--jp-border-color1, #bdbdbd); border-radius: 2px; }
+.jsv-view .jsv-chart-notice { font-size: 11px; color: var(--jp-warn-color0, #c62828); }
+.jsv-view .jsv-chart-notice:empty { display: none; }
+.jsv-view .jsv-readout { user-select: text; }
+.jsv-view .jsv-readout[data-pinned="true"] { border-left: 3px solid var(--jp-brand-color1, #1976d2);
+  padding-left: 4px; }
+.jsv-view .jsv-readout-hint { font-size: 10px; color: var(--jp-ui-font-color2, #757575); }
+.jsv-view button.jsv-legend-item { border: none; background: none; cursor: pointer;
+  font: inherit; color: inherit; padding: 0; }
+.jsv-view button.jsv-legend-item::before { content: "\\25A0 "; color: var(--c); }
+.jsv-view button.jsv-legend-item[aria-pressed="false"] { opacity: 0.45;
+  text-decoration: line-through; }
+`;
 
 // -- numbers and times as text -------------------------------------------------------------
 
-function formatValue(v) {
+// A value as Python's format(v, f".{digits}g") writes it (the kernel's best values and the
+// saved notebook's text): 123456 is "1.2346e+05" on both sides.
+function formatValue(v, digits = DEFAULT_VALUE_DIGITS) {
   if (Number.isNaN(v)) return "nan";
   if (!Number.isFinite(v)) return v > 0 ? "inf" : "-inf";
-  const a = Math.abs(v);
-  if (a !== 0 && (a >= 1e6 || a < 1e-4)) return v.toExponential(3);
-  return String(Number(v.toPrecision(5)));
+  const p = Math.max(1, digits);
+  const sign = v < 0 || Object.is(v, -0) ? "-" : "";
+  const [kept, exp] = roundedDigits(Math.abs(v), p);
+  const trim = (s) => s.replace(/\.?0*$/, "");
+  if (exp >= -4 && exp < p) {
+    const text = exp >= 0 ? `${kept.slice(0, exp + 1)}.${kept.slice(exp + 1)}`
+                          : `0.${"0".repeat(-exp - 1)}${kept}`;
+    return sign + trim(text);
+  }
+  const mantissa = p > 1 ? trim(`${kept[0]}.${kept.slice(1)}`) : kept;
+  return `${sign}${mantissa}e${exp < 0 ? "-" : "+"}${String(Math.abs(exp)).padStart(2, "0")}`;
+}
+
+// The first p significant digits of a >= 0 and the decimal exponent of the first, rounded
+// half to even as Python rounds (JavaScript's toPrecision rounds a tie up). toExponential(100)
+// is exact for a double whose expansion fits in 101 digits; no tie needs more.
+function roundedDigits(a, p) {
+  if (a === 0) return ["0".repeat(p), 0];
+  const [mantissa, expText] = a.toExponential(100).split("e");
+  const all = mantissa.replace(".", "");
+  let kept = all.slice(0, p), exp = Number(expText);
+  const rest = all.slice(p), half = "5".padEnd(rest.length, "0");
+  if (rest > half || (rest === half && Number(kept[p - 1]) % 2 === 1)) {
+    kept = String(BigInt(kept) + 1n);
+    if (kept.length > p) { kept = kept.slice(0, p); exp += 1; }
+  }
+  return [kept, exp];
+}
+
+// Tick labels: the value's digits, more where neighbouring ticks would read the same.
+function tickLabels(ticks, digits) {
+  for (let d = digits; d < 17; d++) {
+    const labels = ticks.map((t) => formatValue(t, d));
+    if (new Set(labels).size === labels.length) return labels;
+  }
+  return ticks.map((t) => formatValue(t, 17));
 }
 
 function formatStep(s) {
@@ -41,17 +113,25 @@ function formatClock(wall) {
 }
 
 const X_AXES = {
-  step: {label: "step", of: (s, i) => s.steps[i], tick: formatStep,
-         text: (x) => `step ${Math.round(x).toLocaleString("en-US")}`},
-  relative: {label: "relative time", of: (s, i) => s.walls[i] - s.walls[0], tick: formatDuration,
-             text: (x) => `+${formatDuration(x)}`},
-  wall: {label: "wall time", of: (s, i) => s.walls[i], tick: formatClock, text: formatClock},
+  step: {label: "step", of: (s, i) => s.steps[i], tick: formatStep},
+  relative: {label: "relative time", of: (s, i) => s.walls[i] - s.walls[0], tick: formatDuration},
+  wall: {label: "wall time", of: (s, i) => s.walls[i], tick: formatClock},
 };
 
-// -- drawing --------------------------------------------------------------------------------
+function themeOf(view) {
+  return view.theme || FALLBACK_THEME;
+}
+
+function digitsOf(view) {
+  const format = (view.model.get("state") || {}).format;
+  return (format && format.digits) || DEFAULT_VALUE_DIGITS;
+}
+
+// -- scales ----------------------------------------------------------------------------------
 
 // TensorBoard's smoothing: an exponential moving average, debiased so that early points are
-// not pulled toward zero; a constant series stays as it is.
+// not pulled toward zero; a constant series stays as it is, a non-finite value is kept and
+// skipped.
 function smooth(values, weight) {
   if (weight <= 0 || values.every((v) => v === values[0])) return values.slice();
   let last = 0, count = 0;
@@ -63,24 +143,73 @@ function smooth(values, weight) {
   });
 }
 
-function niceTicks(lo, hi, count, integer = false) {
+// m * 10^e as the double nearest to it (10^-e is exact up to e = -22, and one division
+// rounds once): 3 * 10^-1 is 0.3, not 0.30000000000000004.
+function decimal(m, e) {
+  return e >= 0 ? m * Math.pow(10, e) : m / Math.pow(10, -e);
+}
+
+// About `count` ticks in [lo, hi] at the multiples of 1, 2 or 5 times a power of ten: the step
+// nearest (by ratio) to the span / count, as d3 (TensorBoard's axes) picks it.
+function linearTicks(lo, hi, count, integer = false) {
   if (!(hi > lo)) return [lo];
   const raw = (hi - lo) / count;
-  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  let step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
-  if (integer) step = Math.max(1, Math.round(step));
+  let e = Math.floor(Math.log10(raw));
+  const ratio = raw / decimal(1, e);
+  let m = ratio >= Math.sqrt(50) ? 10 : ratio >= Math.sqrt(10) ? 5 : ratio >= Math.sqrt(2) ? 2 : 1;
+  if (m === 10) { m = 1; e += 1; }
+  if (integer && e < 0) { m = 1; e = 0; }
+  const step = decimal(m, e);
   const out = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
-    out.push(Math.abs(t) < step * 1e-9 ? 0 : t);
+  for (let k = Math.ceil(lo / step - 1e-9); k <= Math.floor(hi / step + 1e-9); k++) {
+    out.push(decimal(k * m, e) + 0);  // + 0: no "-0"
   }
   return out;
 }
 
-function logTicks(lo, hi) {  // lo, hi in log10 units
-  const out = [];
-  for (let e = Math.ceil(lo); e <= Math.floor(hi); e++) out.push(e);
-  if (out.length >= 2) return out;
-  return niceTicks(lo, hi, 4);
+// Ticks of a log axis over [lo, hi] (both > 0): 1, 2 and 5 times the powers of ten where they
+// are few enough, else the powers of ten (every n-th decade where even those are too many);
+// within less than a decade the linear ticks, whose steps are 1, 2 or 5 too.
+function logTicks(lo, hi, count) {
+  const first = Math.floor(Math.log10(lo)), last = Math.ceil(Math.log10(hi));
+  const within = (mantissas, every = 1) => {
+    const out = [];
+    for (let e = first; e <= last; e++) {
+      if (e % every !== 0) continue;
+      for (const m of mantissas) {
+        const t = decimal(m, e);
+        if (t >= lo * (1 - 1e-12) && t <= hi * (1 + 1e-12)) out.push(t);
+      }
+    }
+    return out;
+  };
+  const fine = within([1, 2, 5]);
+  if (fine.length < 2) return linearTicks(lo, hi, count);
+  if (fine.length <= count + 2) return fine;
+  for (let every = 1; ; every++) {
+    const decades = within([1], every);
+    if (decades.length <= count + 2) return decades;
+  }
+}
+
+// The R-7 quantile (d3's, TensorBoard's) of sorted values.
+function quantile(sorted, p) {
+  const h = (sorted.length - 1) * p, i = Math.floor(h);
+  return i + 1 < sorted.length ? sorted[i] + (h - i) * (sorted[i + 1] - sorted[i]) : sorted[i];
+}
+
+// [lowest, highest] of the finite values, or null. With `ignoreOutliers`, of the values that
+// lie within half the 5th-95th percentile range of that range: the first epochs of a loss
+// curve and a diverging spike stay off the scale, as in TensorBoard, while the ends of a short
+// clean series (the first of five epochs) and the tips of its noise stay on it (TensorBoard's
+// range, the percentile range itself, cuts those off).
+function extent(values, ignoreOutliers) {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (!sorted.length) return null;
+  if (!ignoreOutliers || sorted.length <= 2) return [sorted[0], sorted[sorted.length - 1]];
+  const [low, high] = OUTLIER_QUANTILES.map((p) => quantile(sorted, p));
+  const margin = (high - low) / 2;
+  return [sorted.find((v) => v >= low - margin), sorted.findLast((v) => v <= high + margin)];
 }
 
 function bounds(values) {
@@ -99,65 +228,188 @@ function padded([lo, hi], integer = false) {
   return [lo - pad, hi + pad];
 }
 
-// One chart: the curves of one tag for every run shown, with its own zoom and hover.
+// Whether a log axis can show the curves, and what it leaves out: a chart with no value above
+// 0 stays linear, one with some values at or below 0 says how many it does not draw.
+function logScale(lines, wanted) {
+  if (!wanted) return {log: false, notice: ""};
+  let positive = 0, other = 0;
+  for (const l of lines) {
+    for (const v of l.series.values) {
+      if (v > 0 && v < Infinity) positive += 1; else if (v <= 0 && v > -Infinity) other += 1;
+    }
+  }
+  if (!positive) return {log: false, notice: "log scale: no value above 0, drawn linear"};
+  const values = other === 1 ? "value" : "values";
+  return {log: true, notice: other ? `log scale: ${other} ${values} ≤ 0 not drawn` : ""};
+}
+
+// "5 NaN, 3 inf, 1 -inf": the non-finite raw values of the curves drawn.
+function nonFiniteText(lines) {
+  let nan = 0, inf = 0, negInf = 0;
+  for (const l of lines) {
+    for (const v of l.series.values) {
+      if (Number.isNaN(v)) nan += 1; else if (v === Infinity) inf += 1;
+      else if (v === -Infinity) negInf += 1;
+    }
+  }
+  return [[nan, "NaN"], [inf, "inf"], [negInf, "-inf"]].filter(([n]) => n)
+    .map(([n, what]) => `${n} ${what}`).join(", ");
+}
+
+// -- data out --------------------------------------------------------------------------------
+
+const EXPORT_FIELDS = ["step", "wall_time", "value", "smoothed", "run"];
+
+// Every point of the curves drawn (all of them, whatever the zoom), one row each.
+function exportRows(lines) {
+  const rows = [];
+  for (const l of lines) {
+    const s = l.series;
+    s.steps.forEach((step, i) => rows.push({step, wall_time: s.walls[i], value: s.values[i],
+                                            smoothed: l.smoothed[i], run: l.run}));
+  }
+  return rows;
+}
+
+// Numbers as the shortest text that reads back the same double; non-finite ones as Python
+// writes them ("nan", "inf", "-inf"), which float() and pandas read.
+function numberText(v) {
+  return Number.isFinite(v) ? String(v) : formatValue(v);
+}
+
+function toCsv(rows) {
+  const cell = (v) => (typeof v === "number" ? numberText(v)
+    : /[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
+  const lines = rows.map((r) => EXPORT_FIELDS.map((f) => cell(r[f])).join(","));
+  return [EXPORT_FIELDS.join(","), ...lines].join("\n") + "\n";
+}
+
+// JSON has no NaN or infinity: those values are the strings "nan", "inf", "-inf".
+function toJson(rows) {
+  return JSON.stringify(rows.map((r) => Object.fromEntries(EXPORT_FIELDS.map((f) => {
+    const v = r[f];
+    return [f, typeof v === "number" && !Number.isFinite(v) ? numberText(v) : v];
+  }))));
+}
+
+const EXPORTS = {
+  csv: {label: "CSV", type: "text/csv", text: toCsv},
+  json: {label: "JSON", type: "application/json", text: toJson},
+};
+
+function download(filename, type, text) {
+  const url = URL.createObjectURL(new Blob([text], {type}));
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = filename;
+  link.style.display = "none";
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 0);
+}
+
+// -- one chart -------------------------------------------------------------------------------
+
+function element(tag, className, text) {
+  const e = document.createElement(tag);
+  if (className) e.className = className;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// One chart: the curves of one tag for every run shown, with its own zoom, hover and pin.
+// draw() computes the scene (curves, domains, ticks) from the points and the View's options;
+// paint() puts the scene, the non-finite markers and the readout on the canvas (alone on
+// hover).
 class Chart {
   constructor(view, tag) {
     this.view = view;
     this.tag = tag;
     this.zoom = null;       // {x: [lo, hi], y: [lo, hi] | null} in data units, or null
     this.hover = null;      // the mouse's x in pixels
-    this.el = document.createElement("div");
-    this.el.className = "jsv-chart";
+    this.pin = null;        // {axis, x}: where the readout is pinned (x axis, data units)
+    this.scene = null;
+    this.el = element("div", "jsv-chart");
     this.el.dataset.tag = tag;
-    this.title = document.createElement("div");
-    this.title.className = "jsv-chart-title";
-    this.box = document.createElement("div");
-    this.box.className = "jsv-canvas-box";
-    this.canvas = document.createElement("canvas");
-    this.zoomBox = document.createElement("div");
-    this.zoomBox.className = "jsv-zoom-box";
+    const head = element("div", "jsv-chart-head");
+    this.title = element("div", "jsv-chart-title");
+    this.titleText = element("span", "jsv-chart-value");
+    this.nonFinite = element("span", "jsv-chart-nonfinite");
+    this.title.append(this.titleText, this.nonFinite);
+    const actions = element("span", "jsv-chart-export");
+    for (const [format, spec] of Object.entries(EXPORTS)) {
+      const button = element("button", `jsv-download-${format}`, spec.label);
+      button.title = `Download this chart's points as ${spec.label} ` +
+        "(step, wall time, raw value, smoothed value, run)";
+      button.addEventListener("click", () => this.download(format));
+      actions.append(button);
+    }
+    head.append(this.title, actions);
+    this.notice = element("div", "jsv-chart-notice");
+    this.box = element("div", "jsv-canvas-box");
+    this.canvas = element("canvas");
+    this.zoomBox = element("div", "jsv-zoom-box");
     this.box.append(this.canvas, this.zoomBox);
-    this.readout = document.createElement("div");
-    this.readout.className = "jsv-readout";
-    this.el.append(this.title, this.box, this.readout);
+    this.readout = element("div", "jsv-readout");
+    this.readout.dataset.pinned = "false";
+    this.hint = element("div", "jsv-readout-hint");
+    this.el.append(head, this.notice, this.box, this.readout, this.hint);
     this.listen();
   }
 
   listen() {
     const box = this.box;
-    let drag = null;
+    let press = null;
     const local = (e) => {
       const r = box.getBoundingClientRect();
       return [e.clientX - r.left, e.clientY - r.top];
     };
-    box.addEventListener("mousedown", (e) => { drag = local(e); e.preventDefault(); });
+    box.addEventListener("mousedown", (e) => { press = local(e); e.preventDefault(); });
     box.addEventListener("mousemove", (e) => {
       const [x, y] = local(e);
       this.hover = x;
-      if (drag) {
+      if (press && Math.abs(x - press[0]) >= 5) {
         const s = this.zoomBox.style;
         s.display = "block";
-        s.left = `${Math.min(drag[0], x)}px`; s.width = `${Math.abs(x - drag[0])}px`;
-        s.top = `${Math.min(drag[1], y)}px`; s.height = `${Math.abs(y - drag[1])}px`;
+        s.left = `${Math.min(press[0], x)}px`; s.width = `${Math.abs(x - press[0])}px`;
+        s.top = `${Math.min(press[1], y)}px`; s.height = `${Math.abs(y - press[1])}px`;
       }
-      this.draw();
+      this.paint();
     });
-    box.addEventListener("mouseleave", () => { this.hover = null; this.draw(); });
+    box.addEventListener("mouseleave", () => { this.hover = null; this.paint(); });
     window.addEventListener("mouseup", this.onUp = (e) => {
-      if (!drag) return;
-      const [x, y] = local(e);
-      const start = drag;
-      drag = null;
+      if (!press) return;
+      const start = press;
+      press = null;
       this.zoomBox.style.display = "none";
-      if (Math.abs(x - start[0]) < 5 || !this.frame) return;
-      const f = this.frame;
-      const xs = [f.xData(Math.min(x, start[0])), f.xData(Math.max(x, start[0]))];
-      const ys = Math.abs(y - start[1]) < 5 ? null
-        : [f.yData(Math.max(y, start[1])), f.yData(Math.min(y, start[1]))];
-      this.zoom = {x: xs, y: ys};
-      this.draw();
+      if (this.frame) this.release(start, local(e));
     });
     box.addEventListener("dblclick", () => { this.zoom = null; this.draw(); });
+  }
+
+  // A press released: a drag zooms into its box (only x where it was flat), a click unpins
+  // the readout, or pins it where it was in the plot.
+  release(start, [x, y]) {
+    const f = this.frame;
+    if (Math.abs(x - start[0]) < 5) {
+      if (Math.abs(y - start[1]) >= 5) return;
+      if (this.pinned()) this.pin = null;
+      else if (x >= PAD.left && x <= PAD.left + f.w) {
+        this.pin = {axis: this.view.options.xAxis, x: f.xData(x)};
+      }
+      this.paint();
+      return;
+    }
+    const ys = Math.abs(y - start[1]) < 5 ? null
+      : [f.yValue(Math.max(y, start[1])), f.yValue(Math.min(y, start[1]))];
+    this.zoom = {x: [f.xData(Math.min(x, start[0])), f.xData(Math.max(x, start[0]))], y: ys};
+    this.draw();
+  }
+
+  // A pin holds on the x axis it was made on.
+  pinned() {
+    return this.pin !== null && this.pin.axis === this.view.options.xAxis;
   }
 
   remove() {
@@ -165,148 +417,313 @@ class Chart {
     this.el.remove();
   }
 
-  draw() {
+  // The curves of the runs drawn: each run's points, x values, smoothed values and colour (a
+  // run keeps its colour when another is hidden).
+  curves() {
     const opts = this.view.options;
     const axis = X_AXES[opts.xAxis];
-    const log = opts.log;
+    const hidden = opts.hiddenRuns || [];
+    const palette = themeOf(this.view).series;
     const lines = [];
-    for (const [index, run] of this.view.runNames().entries()) {
+    this.view.runNames().forEach((run, index) => {
       const series = this.view.store.runs.get(run)?.get(this.tag);
-      if (!series || !series.steps.length) continue;
-      const xs = series.steps.map((_, i) => axis.of(series, i));
-      const smoothed = smooth(series.values, opts.smoothing);
-      lines.push({run, series, xs, smoothed, colour: COLOURS[index % COLOURS.length]});
-    }
-    const width = Math.max(100, this.box.clientWidth || 330);
-    const height = CHART_HEIGHT;
-    const ratio = window.devicePixelRatio || 1;
-    const [pixelsW, pixelsH] = [Math.round(width * ratio), Math.round(height * ratio)];
-    if (this.canvas.width !== pixelsW) this.canvas.width = pixelsW;
-    if (this.canvas.height !== pixelsH) this.canvas.height = pixelsH;
-    const ctx = this.canvas.getContext("2d");
-    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.clearRect(0, 0, width, height);
+      if (hidden.includes(run) || !series || !series.steps.length) return;
+      lines.push({run, series, xs: series.steps.map((_, i) => axis.of(series, i)),
+                  smoothed: smooth(series.values, opts.smoothing),
+                  colour: palette[index % palette.length]});
+    });
+    return lines;
+  }
+
+  draw() {
+    const lines = this.curves();
+    const digits = digitsOf(this.view);
+    this.writeTitle(lines, digits);
+    this.el.dataset.points = String(lines.reduce((n, l) => n + l.xs.length, 0));
+    this.el.dataset.runs = lines.map((l) => l.run).join(",");
+    this.scene = lines.length ? this.scale(lines, digits) : null;
+    this.notice.textContent = this.scene ? this.scene.notice : "";
+    if (this.scene) this.record(this.scene);
+    this.paint();
+  }
+
+  writeTitle(lines, digits) {
     const newest = lines.map((l) => {
       const i = l.series.values.length - 1;
       const step = l.series.steps[i].toLocaleString("en-US");
       const run = lines.length > 1 ? l.run + " " : "";
-      return `${run}${formatValue(l.series.values[i])} (step ${step})`;
+      return `${run}${formatValue(l.series.values[i], digits)} (step ${step})`;
     });
-    this.title.textContent = `${this.tag}${newest.length ? " = " + newest.join(", ") : ""}`;
-    this.el.dataset.points = String(lines.reduce((n, l) => n + l.xs.length, 0));
-    if (!lines.length) { this.frame = null; this.readout.textContent = ""; return; }
+    this.titleText.textContent = `${this.tag}${newest.length ? " = " + newest.join(", ") : ""}`;
+    const nonFinite = nonFiniteText(lines);
+    this.nonFinite.textContent = nonFinite ? ` · ${nonFinite}` : "";
+    this.el.dataset.nonfinite = nonFinite;
+  }
 
-    // Domains: the zoom, else every point.
-    const yOf = (v) => (log ? (v > 0 ? Math.log10(v) : NaN) : v);
+  // Domains (x in data units, y in the scale's: log10 of the value on a log axis) and ticks.
+  // Without a zoom, x spans every point and y the values in view, outliers left out when the
+  // View's option says so.
+  scale(lines, digits) {
+    const opts = this.view.options;
     const integer = opts.xAxis === "step";
-    let xDomain = this.zoom ? this.zoom.x : padded(bounds(lines.flatMap((l) => l.xs)), integer);
-    if (xDomain[1] <= xDomain[0]) xDomain = padded([xDomain[0], xDomain[0]], integer);
-    let yDomain;
-    if (this.zoom && this.zoom.y) {
-      yDomain = this.zoom.y;
+    let x = this.zoom ? this.zoom.x : padded(bounds(lines.flatMap((l) => l.xs)), integer);
+    if (!(x[1] > x[0])) x = padded([x[0], x[0]], integer);
+    const {log, notice} = logScale(lines, opts.log);
+    const toY = log ? (v) => (v > 0 ? Math.log10(v) : NaN) : (v) => v;
+    const zoomed = this.zoom && this.zoom.y && this.zoom.y.map(toY);
+    let y;
+    if (zoomed && zoomed.every(Number.isFinite) && zoomed[1] > zoomed[0]) {
+      y = zoomed;
     } else {
-      const visible = [];
+      const inView = [];
       for (const l of lines) {
-        l.xs.forEach((x, i) => {
-          if (x >= xDomain[0] && x <= xDomain[1]) {
-            visible.push(yOf(l.series.values[i]), yOf(l.smoothed[i]));
-          }
+        l.xs.forEach((xv, i) => {
+          if (xv >= x[0] && xv <= x[1]) inView.push(toY(l.series.values[i]), toY(l.smoothed[i]));
         });
       }
-      yDomain = padded(bounds(visible));
+      y = padded(extent(inView, opts.ignoreOutliers !== false) || [NaN, NaN]);
     }
-    const plotW = width - PAD.left - PAD.right, plotH = height - PAD.top - PAD.bottom;
-    const px = (x) => PAD.left + ((x - xDomain[0]) / (xDomain[1] - xDomain[0])) * plotW;
-    const py = (y) => PAD.top + plotH - ((y - yDomain[0]) / (yDomain[1] - yDomain[0])) * plotH;
-    this.frame = {
-      xData: (p) => xDomain[0] + ((p - PAD.left) / plotW) * (xDomain[1] - xDomain[0]),
-      yData: (p) => yDomain[0] + ((PAD.top + plotH - p) / plotH) * (yDomain[1] - yDomain[0]),
-    };
-    const xTicks = niceTicks(xDomain[0], xDomain[1], 5, integer);
-    const yTicks = log ? logTicks(yDomain[0], yDomain[1]) : niceTicks(yDomain[0], yDomain[1], 4);
-    const yLabel = (t) => (log ? formatValue(Math.pow(10, t)) : formatValue(t));
-    this.el.dataset.yscale = log ? "log" : "linear";
-    this.el.dataset.xaxis = opts.xAxis;
-    this.el.dataset.xDomain = xDomain.map((v) => Number(v.toPrecision(6))).join(",");
-    this.el.dataset.yTicks = yTicks.map(yLabel).join(",");
-    this.el.dataset.zoomed = this.zoom ? "true" : "false";
+    const yTicks = log ? logTicks(Math.pow(10, y[0]), Math.pow(10, y[1]), Y_TICKS)
+      : linearTicks(y[0], y[1], Y_TICKS);
+    return {lines, log, toY, x, y, notice, xTicks: linearTicks(x[0], x[1], X_TICKS, integer),
+            yTicks, yLabels: tickLabels(yTicks, digits), digits};
+  }
 
-    // Axes and grid.
-    ctx.font = "10px sans-serif";
-    ctx.strokeStyle = "#e0e0e0";
-    ctx.fillStyle = "#555";
-    ctx.lineWidth = 1;
-    ctx.textAlign = "center";
-    ctx.textBaseline = "top";
-    for (const t of xTicks) {
-      const x = px(t);
-      ctx.beginPath(); ctx.moveTo(x, PAD.top); ctx.lineTo(x, PAD.top + plotH); ctx.stroke();
-      ctx.fillText(axis.tick(t), x, PAD.top + plotH + 4);
-    }
-    ctx.textAlign = "right";
-    ctx.textBaseline = "middle";
-    for (const t of yTicks) {
-      const y = py(t);
-      ctx.beginPath(); ctx.moveTo(PAD.left, y); ctx.lineTo(PAD.left + plotW, y); ctx.stroke();
-      ctx.fillText(yLabel(t), PAD.left - 4, y);
-    }
-    ctx.strokeStyle = "#9e9e9e";
-    ctx.strokeRect(PAD.left, PAD.top, plotW, plotH);
+  // What the chart shows, as attributes (read by tests and by whoever inspects the page).
+  record(s) {
+    const d = this.el.dataset;
+    const short = (v) => String(Number(v.toPrecision(6)));
+    d.yscale = s.log ? "log" : "linear";
+    d.xaxis = this.view.options.xAxis;
+    d.xDomain = s.x.map(short).join(",");
+    d.yDomain = s.y.map((v) => short(s.log ? Math.pow(10, v) : v)).join(",");
+    d.yTicks = s.yLabels.join(",");
+    d.zoomed = this.zoom ? "true" : "false";
+  }
 
-    // Curves: the raw line faint behind the smoothed one; a lone point as a dot.
-    ctx.save();
-    ctx.beginPath(); ctx.rect(PAD.left, PAD.top, plotW, plotH); ctx.clip();
-    const smoothing = opts.smoothing > 0;
-    for (const l of lines) {
-      const path = (values, alpha, widthPx) => {
-        ctx.globalAlpha = alpha;
-        ctx.strokeStyle = l.colour;
-        ctx.fillStyle = l.colour;
-        ctx.lineWidth = widthPx;
-        if (values.length === 1) {
-          ctx.beginPath(); ctx.arc(px(l.xs[0]), py(yOf(values[0])), 3, 0, 2 * Math.PI); ctx.fill();
-          return;
-        }
-        ctx.beginPath();
-        let pen = false;
-        values.forEach((v, i) => {
-          const y = yOf(v);
-          if (!Number.isFinite(y)) { pen = false; return; }
-          if (pen) ctx.lineTo(px(l.xs[i]), py(y)); else ctx.moveTo(px(l.xs[i]), py(y));
-          pen = true;
-        });
-        ctx.stroke();
-      };
-      if (smoothing) path(l.series.values, 0.25, 1);
-      path(l.smoothed, 1, 1.5);
-    }
-    ctx.restore();
-    ctx.globalAlpha = 1;
+  // The canvas at the box's size, cleared.
+  context() {
+    this.width = Math.max(100, this.box.clientWidth || 330);
+    const ratio = window.devicePixelRatio || 1;
+    const [w, h] = [Math.round(this.width * ratio), Math.round(CHART_HEIGHT * ratio)];
+    if (this.canvas.width !== w) this.canvas.width = w;
+    if (this.canvas.height !== h) this.canvas.height = h;
+    const ctx = this.canvas.getContext("2d");
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, this.width, CHART_HEIGHT);
+    return ctx;
+  }
 
-    // The point under the mouse, of each run: marked, and written out in the readout.
-    if (this.hover === null || this.hover < PAD.left || this.hover > PAD.left + plotW) {
-      this.readout.textContent = "";
+  paint() {
+    const ctx = this.context();
+    const s = this.scene;
+    if (!s) {
+      this.frame = null;
+      this.writeReadout("", false);
       return;
     }
-    const target = this.frame.xData(this.hover);
+    const f = this.frame = frameOf(s, this.width, CHART_HEIGHT);
+    const theme = themeOf(this.view);
+    paintAxes(ctx, s, f, theme, X_AXES[this.view.options.xAxis]);
+    ctx.save();
+    ctx.beginPath(); ctx.rect(PAD.left, PAD.top, f.w, f.h); ctx.clip();
+    paintCurves(ctx, s, f, this.view.options.smoothing > 0);
+    ctx.restore();
+    ctx.globalAlpha = 1;
+    paintNonFinite(ctx, s, f, theme);
+    this.paintReadout(ctx, s, f, theme);
+  }
+
+  // The value of each run at the pinned x, else under the mouse: marked on the canvas and
+  // written as text below it.
+  paintReadout(ctx, s, f, theme) {
+    const pinned = this.pinned();
+    const hovering = this.hover !== null && this.hover >= PAD.left && this.hover <= PAD.left + f.w;
+    if (!pinned && !hovering) { this.writeReadout("", false); return; }
+    const target = pinned ? this.pin.x : f.xData(this.hover);
+    const smoothing = this.view.options.smoothing > 0;
+    if (pinned && target >= s.x[0] && target <= s.x[1]) {
+      ctx.strokeStyle = theme.frame;
+      ctx.lineWidth = 1;
+      ctx.setLineDash([3, 3]);
+      ctx.beginPath(); ctx.moveTo(f.px(target), PAD.top); ctx.lineTo(f.px(target), PAD.top + f.h);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    }
     const rows = [];
-    for (const l of lines) {
-      let best = 0;
-      for (let i = 1; i < l.xs.length; i++) {
-        if (Math.abs(l.xs[i] - target) < Math.abs(l.xs[best] - target)) best = i;
-      }
-      const raw = l.series.values[best], sm = l.smoothed[best];
-      const y = yOf(smoothing ? sm : raw);
+    for (const l of s.lines) {
+      const i = nearest(l.xs, target);
+      const raw = l.series.values[i], sm = l.smoothed[i];
+      const y = s.toY(smoothing ? sm : raw);
       if (Number.isFinite(y)) {
         ctx.fillStyle = l.colour;
-        ctx.beginPath(); ctx.arc(px(l.xs[best]), py(y), 3.5, 0, 2 * Math.PI); ctx.fill();
+        ctx.beginPath(); ctx.arc(f.px(l.xs[i]), f.py(y), 3.5, 0, 2 * Math.PI); ctx.fill();
       }
-      const value = smoothing ? `${formatValue(sm)} (raw ${formatValue(raw)})` : formatValue(raw);
-      const s = l.series;
-      rows.push(`${lines.length > 1 || this.view.compare ? l.run + ": " : ""}${value}  step ` +
-                `${s.steps[best].toLocaleString("en-US")}  ${formatClock(s.walls[best])}  ` +
-                `+${formatDuration(s.walls[best] - s.walls[0])}`);
+      const value = smoothing ? `${formatValue(sm, s.digits)} (raw ${formatValue(raw, s.digits)})`
+        : formatValue(raw, s.digits);
+      const ser = l.series;
+      rows.push(`${s.lines.length > 1 || this.view.compare ? l.run + ": " : ""}${value}  step ` +
+                `${ser.steps[i].toLocaleString("en-US")}  ${formatClock(ser.walls[i])}  ` +
+                `+${formatDuration(ser.walls[i] - ser.walls[0])}`);
     }
-    this.readout.textContent = rows.join("\n");
+    this.writeReadout(rows.join("\n"), pinned);
   }
+
+  // Written only when it changed: a redraw for new points must not drop the user's selection
+  // of a pinned readout.
+  writeReadout(text, pinned) {
+    if (this.readout.textContent !== text) this.readout.textContent = text;
+    this.readout.dataset.pinned = pinned ? "true" : "false";
+    const hint = pinned ? "pinned: select to copy; click the chart to release" : "";
+    if (this.hint.textContent !== hint) this.hint.textContent = hint;
+  }
+
+  // Every point of the curves drawn, as a file: <run or "compare">-<tag>.csv / .json.
+  download(format) {
+    const spec = EXPORTS[format];
+    const name = this.view.compare ? "compare" : this.view.runNames()[0];
+    const file = `${name}-${this.tag}`.replace(/[^\w.-]+/g, "_");
+    download(`${file}.${format}`, spec.type, spec.text(exportRows(this.curves())));
+  }
+}
+
+// -- painting --------------------------------------------------------------------------------
+
+// Data to pixels and back, for a scene drawn `width` x `height` pixels.
+function frameOf(s, width, height) {
+  const w = width - PAD.left - PAD.right, h = height - PAD.top - PAD.bottom;
+  const [x0, x1] = s.x, [y0, y1] = s.y;
+  const yData = (p) => y0 + ((PAD.top + h - p) / h) * (y1 - y0);
+  return {
+    w, h,
+    px: (x) => PAD.left + ((x - x0) / (x1 - x0)) * w,
+    py: (y) => PAD.top + h - ((y - y0) / (y1 - y0)) * h,
+    xData: (p) => x0 + ((p - PAD.left) / w) * (x1 - x0),
+    yValue: (p) => (s.log ? Math.pow(10, yData(p)) : yData(p)),
+  };
+}
+
+function paintAxes(ctx, s, f, theme, axis) {
+  ctx.font = theme.font;
+  ctx.strokeStyle = theme.grid;
+  ctx.fillStyle = theme.text;
+  ctx.lineWidth = 1;
+  ctx.textAlign = "center";
+  ctx.textBaseline = "top";
+  for (const t of s.xTicks) {
+    const x = f.px(t);
+    ctx.beginPath(); ctx.moveTo(x, PAD.top); ctx.lineTo(x, PAD.top + f.h); ctx.stroke();
+    ctx.fillText(axis.tick(t), x, PAD.top + f.h + 4);
+  }
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  s.yTicks.forEach((t, i) => {
+    const y = f.py(s.toY(t));
+    ctx.beginPath(); ctx.moveTo(PAD.left, y); ctx.lineTo(PAD.left + f.w, y); ctx.stroke();
+    ctx.fillText(s.yLabels[i], PAD.left - 4, y);
+  });
+  ctx.strokeStyle = theme.frame;
+  ctx.strokeRect(PAD.left, PAD.top, f.w, f.h);
+}
+
+// The raw line faint behind the smoothed one; a lone point as a dot. A line breaks at a value
+// the scale cannot place (non-finite, or at most 0 on a log axis).
+function paintCurves(ctx, s, f, smoothing) {
+  for (const l of s.lines) {
+    const path = (values, alpha, widthPx) => {
+      ctx.globalAlpha = alpha;
+      ctx.strokeStyle = l.colour;
+      ctx.fillStyle = l.colour;
+      ctx.lineWidth = widthPx;
+      if (values.length === 1) {
+        const y = s.toY(values[0]);
+        if (Number.isFinite(y)) {
+          ctx.beginPath(); ctx.arc(f.px(l.xs[0]), f.py(y), 3, 0, 2 * Math.PI); ctx.fill();
+        }
+        return;
+      }
+      ctx.beginPath();
+      let pen = false;
+      values.forEach((v, i) => {
+        const y = s.toY(v);
+        if (!Number.isFinite(y)) { pen = false; return; }
+        if (pen) ctx.lineTo(f.px(l.xs[i]), f.py(y)); else ctx.moveTo(f.px(l.xs[i]), f.py(y));
+        pen = true;
+      });
+      ctx.stroke();
+    };
+    if (smoothing) path(l.series.values, 0.25, 1);
+    path(l.smoothed, 1, 1.5);
+  }
+}
+
+// Non-finite values as markers in the run's colour: NaN a cross at the height of the value
+// before it (as TensorBoard places it), +inf a triangle at the top edge, -inf one at the
+// bottom edge.
+function paintNonFinite(ctx, s, f, theme) {
+  const top = PAD.top, bottom = PAD.top + f.h;
+  const clamp = (y) => Math.min(bottom - 5, Math.max(top + 5, y));
+  for (const l of s.lines) {
+    let before = null;  // the height of the last finite value (one a log axis leaves out: 0)
+    l.series.values.forEach((v, i) => {
+      if (Number.isFinite(v)) {
+        const y = s.toY(v);
+        before = Number.isFinite(y) ? f.py(y) : bottom;
+        return;
+      }
+      const x = l.xs[i];
+      if (x < s.x[0] || x > s.x[1]) return;
+      const px = f.px(x);
+      ctx.fillStyle = ctx.strokeStyle = l.colour;
+      if (Number.isNaN(v)) {
+        const y = clamp(before === null ? (top + bottom) / 2 : before);
+        for (const [colour, width] of [[theme.background, 4], [l.colour, 2]]) {
+          ctx.strokeStyle = colour;
+          ctx.lineWidth = width;
+          ctx.beginPath();
+          ctx.moveTo(px - 4, y - 4); ctx.lineTo(px + 4, y + 4);
+          ctx.moveTo(px - 4, y + 4); ctx.lineTo(px + 4, y - 4);
+          ctx.stroke();
+        }
+      } else {
+        const [tip, base] = v > 0 ? [top + 1, top + 9] : [bottom - 1, bottom - 9];
+        ctx.beginPath();
+        ctx.moveTo(px, tip); ctx.lineTo(px - 5, base); ctx.lineTo(px + 5, base); ctx.closePath();
+        ctx.fill();
+        ctx.strokeStyle = theme.background;
+        ctx.lineWidth = 1;
+        ctx.stroke();
+      }
+    });
+  }
+}
+
+// The index of the x nearest to `target`.
+function nearest(xs, target) {
+  let best = 0;
+  for (let i = 1; i < xs.length; i++) {
+    if (Math.abs(xs[i] - target) < Math.abs(xs[best] - target)) best = i;
+  }
+  return best;
+}
+
+// The comparison's legend: a button per run in its colour; a click hides the run in every
+// chart of the view, or shows it again (view.options.hiddenRuns).
+function legendItems(view) {
+  const palette = themeOf(view).series;
+  return view.runNames().map((run, i) => {
+    const item = element("button", "jsv-legend-item", run);
+    item.style.setProperty("--c", palette[i % palette.length]);
+    item.title = "Hide or show this run in the charts";
+    const shown = () => !view.options.hiddenRuns.includes(run);
+    item.setAttribute("aria-pressed", String(shown()));
+    item.addEventListener("click", () => {
+      const hidden = view.options.hiddenRuns.filter((r) => r !== run);
+      if (shown()) hidden.push(run);
+      view.options.hiddenRuns = hidden;
+      item.setAttribute("aria-pressed", String(shown()));
+      view.redraw();
+    });
+    return item;
+  });
 }

@@ -47,7 +47,6 @@ const CSS = `
 .jsv-view .jsv-readout { font-family: var(--jp-code-font-family, monospace); font-size: 11px;
   min-height: 1.3em; white-space: pre-wrap; }
 .jsv-view .jsv-legend { display: flex; flex-wrap: wrap; gap: 10px; margin: 4px 0; }
-.jsv-view .jsv-legend span::before { content: "\\25A0 "; color: var(--c); }
 .jsv-view .jsv-error pre, .jsv-view .jsv-error-box { margin: 0; white-space: pre-wrap; }
 .jsv-view .jsv-error-box { border-left: 4px solid #c62828; background: #ffebee; padding: 4px 8px; }
 .jsv-view button:disabled { opacity: 0.5; }
@@ -110,14 +109,15 @@ class View {
     this.model = model;
     this.store = storeOf(model);
     this.compare = model.get("compare");
-    this.options = {log: false, smoothing: model.get("smoothing"), xAxis: "step"};
+    this.options = {log: false, smoothing: model.get("smoothing"), xAxis: "step",
+                    ignoreOutliers: true, hiddenRuns: []};
     this.hidden = new Set();
     this.charts = new Map();
     this.lastBeat = Date.now();
     this.dead = false;
     root.classList.add("jsv-view");
     const style = el("style");
-    style.textContent = CSS;
+    style.textContent = CSS + CHART_CSS;
     this.headerEl = el("div", "jsv-header");
     this.deadEl = el("div", "jsv-dead", "kernel gone — re-run the cell");
     this.deadEl.style.display = "none";
@@ -199,7 +199,17 @@ class View {
       this.redraw();
     });
     axisLabel.append(select);
-    tools.append(log, smoothLabel, axisLabel,
+    const outliers = el("label", "jsv-outliers");
+    outliers.title = "The y range leaves out values far outside the 5th to 95th percentile";
+    const ignore = el("input");
+    ignore.type = "checkbox";
+    ignore.checked = this.options.ignoreOutliers;
+    ignore.addEventListener("change", () => {
+      this.options.ignoreOutliers = ignore.checked;
+      this.redraw();
+    });
+    outliers.append(ignore, " ignore outliers");
+    tools.append(log, outliers, smoothLabel, axisLabel,
                  el("span", "jsv-muted", "drag to zoom, double-click to reset"));
     return tools;
   }
@@ -236,11 +246,7 @@ class View {
       button.disabled = this.dead || !(s.buttons && s.buttons[name]);
     }
     if (this.compare) {
-      this.legendEl.replaceChildren(...this.runNames().map((run, i) => {
-        const item = el("span", "jsv-legend-item", run);
-        item.style.setProperty("--c", COLOURS[i % COLOURS.length]);
-        return item;
-      }));
+      this.legendEl.replaceChildren(...legendItems(this));
       return;
     }
     this.legendEl.style.display = "none";

@@ -1,0 +1,196 @@
+"""chart.js's pure parts, run by node without a browser: values written as Python writes them,
+1-2-5 ticks on linear and log axes, the outlier-ignoring y range, what a log axis cannot show,
+the non-finite count, and the CSV/JSON a chart downloads (read back by Python's csv and json).
+
+Each test runs chart.js itself (the file the widget ships) in node with an expression appended;
+the expression's value comes back as JSON (non-finite numbers travel as "nan", "inf", "-inf").
+The browser-side behaviour (markers, notices, downloads, pinning) is in test_browser_chart.py.
+"""
+import csv
+import io
+import json
+import math
+import random
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jupyter_supervisor.view import text
+
+CHART_JS = Path(text.__file__).with_name("chart.js")
+# Values in and out of node: JSON has no NaN or infinity.
+DECODE = """
+const decode = (v) => (v === "nan" ? NaN : v === "inf" ? Infinity : v === "-inf" ? -Infinity
+  : Array.isArray(v) ? v.map(decode)
+  : v && typeof v === "object"
+    ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, decode(x)]))
+  : v);
+const encode = (v) => (typeof v === "number" && !Number.isFinite(v) ? formatValue(v)
+  : Array.isArray(v) ? v.map(encode) : v);
+const input = decode(JSON.parse(require("fs").readFileSync(0, "utf8")));
+"""
+
+
+def _js(expression: str, data=None):
+    """The value of ``expression`` (JavaScript, with chart.js's functions and ``input``, the
+    decoded ``data``, in scope), computed by node."""
+    node = shutil.which("node")
+    assert node, "node is missing: these tests run chart.js in node (apt-get install nodejs)"
+    source = (CHART_JS.read_text(encoding="utf-8") + DECODE
+              + f"\nprocess.stdout.write(JSON.stringify(encode({expression})));\n")
+    done = subprocess.run([node, "-e", source], input=json.dumps(_encode(data)),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _encode(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return text.format_value(value)
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    return value
+
+
+def test_values_are_written_as_python_writes_them():
+    # Issue 39's example, exact ties (JavaScript rounds them up, Python to even), both
+    # notations' edges, float32 values (what TensorFlow logs) and random magnitudes.
+    rng = random.Random(41)
+    values = [123456.0, 1.03125, 12.5625, 0.125, 2.5, 99999.5, 999995.0, 0.0001, 0.00009999995,
+              1e16, 1e-5, -0.0, 0.0, 5e-324, 1.7976931348623157e308, 0.30000000000000004,
+              13.0, 0.005, -123.456, math.nan, math.inf, -math.inf]
+    values += [rng.uniform(-1, 1) * 10 ** rng.randint(-12, 12) for _ in range(400)]
+    values += [struct.unpack("f", struct.pack("f", rng.random()))[0] for _ in range(200)]
+    values += [rng.randint(0, 2 ** 20) / 2 ** rng.randint(0, 12) for _ in range(400)]
+    got = _js("input.map((v) => [1, 2, 3, 5, 6].map((d) => formatValue(v, d)))", values)
+    for value, texts in zip(values, got):
+        assert texts == [format(value, f".{d}g") for d in (1, 2, 3, 5, 6)], value
+    # The kernel's text (the best values) and a chart's title read the same.
+    assert _js("input.map((v) => formatValue(v))", values) == [text.format_value(v)
+                                                               for v in values]
+    assert _js("formatValue(123456)") == "1.2346e+05"
+
+
+def _is_125_step(ticks):
+    """Equally spaced ticks at the multiples of a step of 1, 2 or 5 times a power of ten."""
+    step = ticks[1] - ticks[0]
+    exponent = math.floor(math.log10(step) + 1e-9)
+    mantissa = step / 10 ** exponent
+    return (any(math.isclose(mantissa, m) for m in (1, 2, 5))
+            and all(math.isclose(b - a, step) for a, b in zip(ticks, ticks[1:]))
+            and all(math.isclose(t / step, round(t / step), abs_tol=1e-6) for t in ticks))
+
+
+def _is_125_log(ticks):
+    """Ticks at 1, 2 or 5 times powers of ten."""
+    def mantissa(t):
+        return t / 10 ** math.floor(math.log10(t) + 1e-9)
+    return all(any(math.isclose(mantissa(t), m) for m in (1, 2, 5)) for t in ticks)
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 13.6), (0.00478, 0.00962), (-0.1, 0.3), (0, 1e6),
+                                    (-3e-7, 5e-7), (1000.001, 1000.004), (0.99, 1.01)])
+def test_linear_ticks_are_1_2_5(lo, hi):
+    ticks, labels = _js("[linearTicks(input[0], input[1], 4), "
+                        "tickLabels(linearTicks(input[0], input[1], 4), 5)]", [lo, hi])
+    assert 2 <= len(ticks) <= 7 and lo <= ticks[0] and ticks[-1] <= hi, ticks
+    assert _is_125_step(ticks), ticks
+    assert len(set(labels)) == len(labels), labels  # 1000.001 and 1000.002 read apart
+    assert "-0" not in labels and not any("000000" in label for label in labels), labels
+
+
+@pytest.mark.parametrize("lo, hi, expected", [
+    (0.3, 30, [0.5, 1, 2, 5, 10, 20]),
+    (0.0063, 63, [0.01, 0.1, 1, 10]),          # the issue's log axis: not 0.0063096, 63.096
+    (1e-3, 10, [0.001, 0.01, 0.1, 1, 10]),
+    (1e-8, 1e4, [1e-6, 1e-3, 1, 1e3]),         # every third decade of twelve
+    (0.005, 0.008, [0.005, 0.006, 0.007, 0.008]),  # within a decade: linear 1-2-5 steps
+    (1, 10, [1, 2, 5, 10]),
+])
+def test_log_ticks_are_1_2_5(lo, hi, expected):
+    ticks, labels = _js("[logTicks(input[0], input[1], 4), "
+                        "tickLabels(logTicks(input[0], input[1], 4), 5)]", [lo, hi])
+    assert ticks == expected
+    assert _is_125_log(ticks) or _is_125_step(ticks), ticks
+    assert not any(label in ("3.1623", "63.096", "0.0063096") for label in labels), labels
+
+
+def _loss(steps=1500, seed=0):
+    """A loss from 13 falling within the first 3 % of the steps to 0.005-0.008 (noise)."""
+    rng = random.Random(seed)
+    return [0.005 + 13 * math.exp(-s / 5) + 0.003 * rng.random() for s in range(steps)]
+
+
+def test_the_y_range_leaves_outliers_out():
+    loss = _loss()
+    ignoring, everything = _js("[extent(input, true), extent(input, false)]", loss)
+    assert everything == [min(loss), max(loss)]
+    # The stretch 0.005-0.008 covers at least half the range, as TensorBoard shows it.
+    assert ignoring[0] == min(loss) and ignoring[1] < 0.011, ignoring
+    assert 0.003 / (ignoring[1] - ignoring[0]) >= 0.5
+    # A diverging value does not flatten the rest; a short clean series keeps its ends (the
+    # first of five epochs), which TensorBoard's percentile range would cut off.
+    spike = [0.5 + 0.01 * (i % 7) for i in range(200)]
+    spike[150] = 1e7
+    epochs = [1.0, 0.5, 0.3, 0.25, 0.22]
+    assert _js("extent(input, true)", spike) == [0.5, 0.56]
+    assert _js("extent(input, true)", epochs) == [0.22, 1.0]
+    # Non-finite values take no part; none finite: no range.
+    assert _js("extent(input, true)", [math.nan, 1.0, math.inf, 2.0]) == [1.0, 2.0]
+    assert _js("extent(input, true)", [math.nan, -math.inf]) is None
+
+
+def _lines(*runs):
+    """Curves as chart.js holds them: [{run, series: {steps, values, walls}, smoothed}]."""
+    return [{"run": run, "series": {"steps": list(range(1, len(values) + 1)), "values": values,
+                                    "walls": [1700000000.25 + i for i in range(len(values))]},
+             "smoothed": values} for run, values in runs]
+
+
+def test_a_log_axis_says_what_it_cannot_show():
+    result = _js("input.map((lines) => logScale(lines, true))", [
+        _lines(("a", [-1.0, -2.0, -0.5])),           # all negative: stays linear, says so
+        _lines(("a", [0.0, 1.0, -1.0, 2.0])),        # two values at or below 0
+        _lines(("a", [1.0, 2.0]), ("b", [0.5])),     # nothing hidden
+        _lines(("a", [math.nan, math.inf, 1.0])),    # non-finite values are markers, not hidden
+    ])
+    assert result == [{"log": False, "notice": "log scale: no value above 0, drawn linear"},
+                      {"log": True, "notice": "log scale: 2 values ≤ 0 not drawn"},
+                      {"log": True, "notice": ""},
+                      {"log": True, "notice": ""}]
+    assert _js("logScale(input, false)", _lines(("a", [-1.0]))) == {"log": False, "notice": ""}
+
+
+def test_the_title_counts_non_finite_values():
+    lines = _lines(("a", [1.0, math.nan, math.inf, math.nan, 2.0]),
+                   ("b", [math.nan, -math.inf, 3.0, math.inf, math.nan]))
+    assert _js("nonFiniteText(input)", lines) == "4 NaN, 2 inf, 1 -inf"
+    assert _js("nonFiniteText(input)", _lines(("a", [1.0, 2.0]))) == ""
+
+
+def test_downloads_hold_every_point_exactly():
+    values = [13.0, 0.1, math.nan, 1e-7, math.inf, -math.inf, 0.30000000000000004, 123456.0]
+    lines = _lines(("run, \"quoted\"", values), ("b", [2.5]))
+    lines[0]["smoothed"] = [v / 3 if math.isfinite(v) else v for v in values]
+    csv_text, json_text = _js("[toCsv(exportRows(input)), toJson(exportRows(input))]", lines)
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    records = json.loads(json_text)
+    expected = [(s, w, v, sm, line["run"]) for line in lines
+                for s, w, v, sm in zip(line["series"]["steps"], line["series"]["walls"],
+                                       line["series"]["values"], line["smoothed"])]
+    assert list(rows[0]) == ["step", "wall_time", "value", "smoothed", "run"]
+    assert list(records[0]) == ["step", "wall_time", "value", "smoothed", "run"]
+    for got in (rows, records):
+        assert len(got) == len(expected)
+        for row, (step, wall, value, smoothed, run) in zip(got, expected):
+            assert int(row["step"]) == step and float(row["wall_time"]) == wall
+            assert row["run"] == run
+            for field, want in (("value", value), ("smoothed", smoothed)):
+                read = float(row[field])
+                assert read == want or (math.isnan(read) and math.isnan(want)), (field, row)
+    assert records[2]["value"] == "nan" and records[4]["value"] == "inf"
