@@ -5,7 +5,8 @@ function here, saying what it reaches into, why, and the versions it was checked
 that an upgrade means reading this file (and ``tests/test_compat.py``, which has a test per
 entry that fails loudly, naming the entry, when what it reaches into is gone).
 
-Checked against: TensorFlow 2.16-2.21, Keras 3.15, ipykernel 6.29-7.4.
+Checked against: TensorFlow 2.16-2.21, Keras 3.15, ipykernel 6.29-7.4, IPython 8-9,
+matplotlib 3.7-3.11 and matplotlib-inline 0.1-0.2.
 
 The libraries are imported when an entry is used, so that this module serves the
 TensorFlow-free layers (``%load_ext``, ``view/``) too.
@@ -195,3 +196,38 @@ def parent_poller_module(app):
     if not hasattr(module, "os"):
         raise _missing("ipykernel.parentpoller's os", "ipykernel")
     return module
+
+
+def kernel_display_publisher(shell):
+    """The kernel's display publisher (ipykernel's ``ZMQDisplayPublisher``, whose per-thread
+    ``register_hook`` takes a run's displays), also while a cell has swapped another one in
+    (``%%capture``): it stays among IPython's ``shell.configurables``. None where there is no
+    such publisher (terminal IPython)."""
+    candidates = [getattr(shell, "display_pub", None), *getattr(shell, "configurables", [])]
+    return next((c for c in candidates if hasattr(c, "register_hook")
+                 and hasattr(c, "publish")), None)
+
+
+# ---------------------------------------------------------------------------- IPython, matplotlib
+
+def post_execute_callbacks(shell) -> list:
+    """The list of IPython's ``post_execute`` callbacks (``EventManager.callbacks``), which a
+    run edits in place to wrap matplotlib-inline's flush; [] without a shell."""
+    return getattr(getattr(shell, "events", None), "callbacks", {}).get("post_execute", [])
+
+
+def is_inline_flush(callback) -> bool:
+    """True for matplotlib-inline's ``flush_figures`` (which shows and closes every open pyplot
+    figure after each cell), told by its module and name."""
+    return getattr(callback, "__module__", "") == "matplotlib_inline.backend_inline" and \
+        getattr(callback, "__name__", "") == "flush_figures"
+
+
+def pyplot_figure_managers() -> dict:
+    """pyplot's open figures, {number: manager} (``matplotlib._pylab_helpers.Gcf.figs``), which
+    a flush of another cell must not show while a run's figures are among them."""
+    from matplotlib import _pylab_helpers  # pylint: disable=import-outside-toplevel
+    figs = getattr(getattr(_pylab_helpers, "Gcf", None), "figs", None)
+    if figs is None:
+        raise _missing("matplotlib._pylab_helpers.Gcf.figs", "matplotlib")
+    return figs

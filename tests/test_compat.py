@@ -155,3 +155,24 @@ def test_parent_poller_module_and_its_os():
     assert compat.parent_poller_module(types.SimpleNamespace(poller=None)) is None
     with pytest.raises(compat.CompatError, match="ParentPollerUnix"):
         compat.parent_poller_module(types.SimpleNamespace(poller=object()))
+
+
+def test_ipython_and_matplotlib_entries():
+    """The kernel's display publisher, IPython's post-execute callbacks, matplotlib-inline's
+    flush and pyplot's figure managers, in a real InteractiveShell with the inline backend."""
+    import matplotlib  # pylint: disable=C0415
+    from IPython.testing.globalipapp import get_ipython  # pylint: disable=C0415
+    from matplotlib_inline import backend_inline  # pylint: disable=C0415
+    shell = get_ipython()
+    assert compat.kernel_display_publisher(types.SimpleNamespace(display_pub=None)) is None
+    assert isinstance(compat.post_execute_callbacks(shell), list)
+    assert compat.is_inline_flush(backend_inline.flush_figures)
+    assert not compat.is_inline_flush(print)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=C0415
+    figure = plt.figure()
+    try:
+        assert any(m.canvas.figure is figure for m in compat.pyplot_figure_managers().values())
+    finally:
+        plt.close(figure)
+    assert not any(m.canvas.figure is figure for m in compat.pyplot_figure_managers().values())

@@ -47,6 +47,8 @@ import threading
 import weakref
 from typing import Callable, List, Optional, Tuple
 
+from .. import compat
+
 _STREAMS = ("stdout", "stderr")
 _DISPLAY_MESSAGES = frozenset(("display_data", "update_display_data", "clear_output"))
 
@@ -150,7 +152,7 @@ def _shell():
 def _display_routed():
     """Within the block, the calling thread's display messages go to its sink (ipykernel's
     per-thread hook on the display publisher; nothing to do where the shell has none)."""
-    publisher = _kernel_display_publisher()
+    publisher = compat.kernel_display_publisher(_shell())
     if publisher is None:
         yield
         return
@@ -167,15 +169,6 @@ def _display_routed():
         yield
     finally:
         publisher.unregister_hook(hook)
-
-
-def _kernel_display_publisher():
-    """The kernel's display publisher, also while a cell has swapped another in (%%capture);
-    None where it has no per-thread hooks (terminal IPython)."""
-    shell = _shell()
-    candidates = [getattr(shell, "display_pub", None), *getattr(shell, "configurables", [])]
-    return next((c for c in candidates if hasattr(c, "register_hook")
-                 and hasattr(c, "publish")), None)
 
 
 def _page(_shell_self, data, start=0, screen_lines=0):  # pylint: disable=unused-argument
@@ -208,26 +201,24 @@ def _before_cell() -> None:
 
 def _guard_inline_flush() -> None:
     """Puts ``_cells_flush`` around matplotlib-inline's post-execute flush, if registered."""
-    shell = _shell()
-    callbacks = getattr(getattr(shell, "events", None), "callbacks", {}).get("post_execute", [])
+    callbacks = compat.post_execute_callbacks(_shell())
     for index, callback in enumerate(callbacks):
-        if getattr(callback, "__module__", "") == "matplotlib_inline.backend_inline" and \
-                getattr(callback, "__name__", "") == "flush_figures":
+        if compat.is_inline_flush(callback):
             callbacks[index] = _cells_flush(callback)
 
 
 def _cells_flush(flush: Callable[[], None]) -> Callable[[], None]:
     def flush_figures():
         """matplotlib-inline's flush of the cell's figures, without the runs' figures."""
-        from matplotlib._pylab_helpers import Gcf  # pylint: disable=import-outside-toplevel
-        hidden = {number: manager for number, manager in list(Gcf.figs.items())
+        figs = compat.pyplot_figure_managers()
+        hidden = {number: manager for number, manager in list(figs.items())
                   if manager.canvas.figure in _run_figures}
         for number in hidden:
-            Gcf.figs.pop(number, None)
+            figs.pop(number, None)
         try:
             return flush()
         finally:
-            Gcf.figs.update(hidden)
+            figs.update(hidden)
     flush_figures.__wrapped__ = flush
     flush_figures.__module__ = __name__
     return flush_figures
@@ -241,8 +232,8 @@ def _show_figures_of(sink) -> None:
     if pyplot is None or not mine:
         return
     from IPython.display import display  # pylint: disable=import-outside-toplevel
-    from matplotlib._pylab_helpers import Gcf  # pylint: disable=import-outside-toplevel
-    open_figures = [manager.canvas.figure for manager in Gcf.get_all_fig_managers()]
+    open_figures = [manager.canvas.figure
+                    for manager in compat.pyplot_figure_managers().values()]
     for figure in mine:
         if any(figure is other for other in open_figures):
             display(figure)
