@@ -6,13 +6,14 @@ that an upgrade means reading this file (and ``tests/test_compat.py``, which has
 entry that fails loudly, naming the entry, when what it reaches into is gone).
 
 Checked against: TensorFlow 2.16-2.21, Keras 3.15, ipykernel 6.29-7.4, IPython 8-9,
-matplotlib 3.7-3.11 and matplotlib-inline 0.1-0.2.
+matplotlib 3.7-3.11 and matplotlib-inline 0.1-0.2 (the data position's entries: TensorFlow
+2.21, Keras 3.15.1).
 
 The libraries are imported when an entry is used, so that this module serves the
 TensorFlow-free layers (``%load_ext``, ``view/``) too.
 """
 import sys
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Tuple
 
 
 class CompatError(RuntimeError):
@@ -146,17 +147,189 @@ def fit_argument(model, name: str):
     """The value of argument ``name`` of the ``model.fit`` call running now in this thread
     (Keras gives callbacks its ``params``, not its arguments: ``x``, ``shuffle``,
     ``initial_epoch``), found in the calling frames; None outside fit."""
-    frame = sys._getframe(1)  # pylint: disable=protected-access
+    return _fit_local(model, name, argument=True)
+
+
+def _fit_local(model, name: str, argument: bool):
+    """The value of the local variable ``name`` (an ``argument`` of it, when asked) of the
+    ``model.fit`` call running now in this thread, or None."""
+    frame = sys._getframe(2)  # pylint: disable=protected-access
     try:
         while frame is not None:
             code = frame.f_code
-            if code.co_name == "fit" and frame.f_locals.get("self") is model and \
-                    name in code.co_varnames[:code.co_argcount]:
+            if code.co_name == "fit" and frame.f_locals.get("self") is model and (
+                    not argument or name in code.co_varnames[:code.co_argcount]):
                 return frame.f_locals.get(name)
             frame = frame.f_back
     finally:
         del frame
     return None
+
+
+# The data position of a fit (``eager/data_position.py``): where Keras' fit is in its input,
+# which it keeps in its ``EpochIterator`` (``keras/src/trainers/epoch_iterator.py``, the
+# TensorFlow trainer's ``TFEpochIterator``) and its data adapters. Reading them degrades to a
+# resume that says it cannot keep the position (``fit_epoch_iterator`` returns None).
+
+def fit_epoch_iterator(model):
+    """The ``EpochIterator`` of the ``model.fit`` call running now (its local
+    ``epoch_iterator``), or None when there is none with the attributes used below."""
+    found = _fit_local(model, "epoch_iterator", argument=False)
+    if found is None or not all(hasattr(found, a) for a in (
+            "data_adapter", "_get_iterator", "_current_iterator", "_steps_seen",
+            "steps_per_epoch")):
+        return None
+    return found
+
+
+def count_iterators(epochs, made: Callable[[], None]) -> None:
+    """Calls ``made()`` each time the epoch iterator ``epochs`` makes an iterator of its
+    dataset: ``_enumerate_iterator`` calls ``iter(self._get_iterator())`` for each (at an
+    epoch's start, and when one ran through its data). The wrapper is an attribute of that one
+    object, which lives as long as its fit."""
+    original = epochs._get_iterator  # pylint: disable=protected-access
+
+    def counted():
+        made()
+        return original()
+
+    epochs._get_iterator = counted  # pylint: disable=protected-access
+
+
+def make_iterators(epochs, count: int) -> None:
+    """Makes ``count`` iterators of what the epoch iterator ``epochs`` iterates, and drops them
+    unread, without counting them."""
+    dataset = type(epochs)._get_iterator(epochs)  # pylint: disable=protected-access
+    for _ in range(count):
+        iter(dataset)
+
+
+def count_drawn(epochs, count: int) -> None:
+    """Tells ``epochs`` that ``count`` more batches of its current iterator were drawn: it
+    counts those it yields in ``_steps_seen``, and makes a new iterator once they reach the
+    data's length."""
+    epochs._steps_seen += count  # pylint: disable=protected-access
+
+
+def current_iterator(epochs):
+    """The iterator ``epochs`` draws its next epoch from when it keeps one across epochs
+    (``steps_per_epoch`` given), or None: ``_current_iterator``."""
+    return epochs._current_iterator  # pylint: disable=protected-access
+
+
+def input_kind(adapter) -> str:
+    """What Keras' data adapter ``adapter`` adapts: "arrays", "tf.data", "generator",
+    "PyDataset", or "other"."""
+    from keras.src.trainers import data_adapters  # pylint: disable=import-outside-toplevel
+    for kind, name in (("arrays", "ArrayDataAdapter"), ("tf.data", "TFDatasetAdapter"),
+                       ("generator", "GeneratorDataAdapter"),
+                       ("PyDataset", "PyDatasetAdapter")):
+        cls = getattr(data_adapters, name, None)
+        if cls is not None and isinstance(adapter, cls):
+            return kind
+    return "other"
+
+
+def array_samples(adapter) -> Optional[int]:
+    """The samples of an ``ArrayDataAdapter`` (``_num_samples``), or None."""
+    return getattr(adapter, "_num_samples", None)
+
+
+def shuffles_arrays(adapter) -> bool:
+    """True when an ``ArrayDataAdapter`` shuffles (fit's ``shuffle``: True or "batch"), with
+    ``tf.random.shuffle`` in its dataset function: ``_shuffle``."""
+    return bool(getattr(adapter, "_shuffle", False))
+
+
+def adapter_dataset(adapter):
+    """The ``tf.data.Dataset`` a ``TFDatasetAdapter`` iterates (before distribution):
+    ``_dataset``."""
+    return getattr(adapter, "_dataset", None)
+
+
+def py_dataset_shuffles(adapter) -> bool:
+    """True when a ``PyDatasetAdapter`` shuffles the order of the batches (fit's ``shuffle``):
+    with ``random.shuffle`` of the batch indices at the start of each pass over them
+    (``_finite_generator``; ``OrderedEnqueuer._run`` with workers)."""
+    return bool(getattr(adapter, "shuffle", False))
+
+
+def shuffle_batch_indices(num_batches: int) -> None:
+    """The draws from Python's ``random`` that a shuffling ``PyDatasetAdapter`` makes when it
+    starts a pass over ``num_batches`` batches."""
+    import random  # pylint: disable=import-outside-toplevel
+    random.shuffle(list(range(num_batches)))
+
+
+def drain_generator(adapter) -> None:
+    """Runs the Python generator of a ``GeneratorDataAdapter`` to its end (its ``generator()``
+    chains the batches Keras peeked at to the rest of it), as fit's earlier iterators did."""
+    for _ in adapter.generator():
+        pass
+
+
+def keras_seed_set() -> bool:
+    """True when ``keras.utils.set_random_seed`` was called (it seeds Python's ``random``,
+    NumPy's and TensorFlow's global generators): its ``global_random_seed`` attribute."""
+    from keras.src.backend.common import global_state  # pylint: disable=C0415
+    return global_state.get_global_attribute("global_random_seed") is not None
+
+
+# ---------------------------------------------------------------------------- tf.data
+
+# Transformations whose iterator makes its inputs' iterators once, when it is made: everything a
+# new iterator of a pipeline of them draws, it draws then (``tests/test_data_position.py``
+# checks each against TensorFlow). Not among them: ``repeat`` (makes its input's iterator again
+# at each repetition), ``cache`` (reads its input once, then its cache), ``concatenate`` (makes
+# the second input's iterator when the first ends).
+_ONE_PASS = {"_ShuffleDataset", "_MapDataset", "_ParallelMapDataset", "_BatchDataset",
+             "_ParallelBatchDataset", "_PaddedBatchDataset", "_PrefetchDataset", "_FilterDataset",
+             "_TakeDataset", "_SkipDataset", "_ShardDataset", "_UnbatchDataset",
+             "_OptionsDataset", "_ZipDataset", "_InterleaveDataset", "_ParallelInterleaveDataset",
+             "_FlatMapDataset", "_RebatchDataset", "_IgnoreErrorsDataset", "_TakeWhileDataset",
+             "_ScanDataset", "_WindowDataset", "_GroupByWindowDataset", "_UniqueDataset",
+             "_DenseToRaggedDataset", "_DirectedInterleaveDataset", "_AssertCardinalityDataset",
+             "_RestructuredDataset", "_VariantDataset"}
+
+
+def random_nodes(dataset) -> List[Tuple[str, bool, bool, bool]]:
+    """[(kind, seeded, reshuffles, below)] for the random transformations of ``dataset``'s
+    pipeline, found through each dataset's ``_inputs()``: ``Dataset.shuffle`` ("shuffle") and
+    ``Dataset.random`` ("random"; ``sample_from_datasets`` and ``list_files`` make them too).
+    ``seeded``: it has a seed (its own, or one derived from the global seed; ``_seed`` and
+    ``_seed2`` both 0 is TensorFlow's "none"). ``reshuffles``: it draws new seeds each time
+    an iterator of it is made (``reshuffle_each_iteration``, ``rerandomize_each_iteration``,
+    read from ``_reshuffle_each_iteration``, ``_rerandomize``). ``below``: it lies below a
+    transformation not in ``_ONE_PASS``, so that an iterator of the pipeline also draws its
+    seeds while it runs, or not at all. Datasets made inside a function (``interleave``'s) are
+    not seen."""
+    found, stack, seen = [], [(dataset, False)], set()
+    while stack:
+        node, below = stack.pop()
+        if (id(node), below) in seen:
+            continue
+        seen.add((id(node), below))
+        name = type(node).__name__
+        if name in ("_ShuffleDataset", "_RandomDataset"):
+            seeds = [int(getattr(node, a, 0)) for a in ("_seed", "_seed2")]
+            if name == "_ShuffleDataset":  # None is TensorFlow's default: True
+                again = getattr(node, "_reshuffle_each_iteration", True) is not False
+            else:
+                again = bool(getattr(node, "_rerandomize", False))
+            found.append(("shuffle" if name == "_ShuffleDataset" else "random",
+                          any(seeds), again, below))
+        inputs = getattr(node, "_inputs", None)
+        if not callable(inputs):
+            continue
+        for position, parent in enumerate(inputs()):
+            if name == "_RepeatDataset":
+                deeper = int(getattr(node, "_count", -1)) != 1
+            elif name == "_ConcatenateDataset":
+                deeper = position > 0
+            else:
+                deeper = name not in _ONE_PASS
+            stack.append((parent, below or deeper))
+    return found
 
 
 # ---------------------------------------------------------------------------- ipykernel

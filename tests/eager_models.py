@@ -1,4 +1,5 @@
-"""Small, seeded Keras models and data shared by test_eager.py and its training subprocess."""
+"""Small, seeded Keras models and data shared by the eager tests, their training subprocesses and
+their kernels, and the callbacks that interrupt a fit at a batch."""
 import numpy as np
 
 BATCHES = 8          # batches per epoch with batch_size=8
@@ -17,3 +18,31 @@ def make_model(features=4, units=8, lr=0.01, seed=0):
                               keras.layers.Dense(1)])
     model.compile(keras.optimizers.Adam(lr), "mse")
     return model
+
+
+def at_batch(at, then):
+    """A Keras callback that calls ``then()`` at the end of the ``at``-th batch its fit trains:
+    ``crash`` (raises, as a failing run does) or ``hold`` (blocks the training thread until the
+    process ends: a kernel killed meanwhile)."""
+    import keras  # pylint: disable=import-outside-toplevel
+
+    class AtBatch(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.count += 1
+            if self.count == at:
+                then()
+
+    return AtBatch()
+
+
+def crash():
+    raise RuntimeError("crash")
+
+
+def hold():
+    import threading  # pylint: disable=import-outside-toplevel
+    threading.Event().wait()

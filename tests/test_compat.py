@@ -142,6 +142,121 @@ def test_fit_argument_reads_the_running_fit():
     assert compat.fit_argument(model, "shuffle") is None  # outside fit
 
 
+def _in_fit(model, x, probe, **fit):
+    """Calls ``probe(epoch_iterator)`` at each callback hook it names, inside ``model.fit``."""
+    import keras  # pylint: disable=C0415
+
+    class Probe(keras.callbacks.Callback):
+        pass
+
+    for hook in probe:
+        setattr(Probe, hook, lambda self, *a, hook=hook, **k: probe[hook](
+            compat.fit_epoch_iterator(self.model)))
+    model.fit(x, verbose=0, callbacks=[Probe()], **fit)
+
+
+def test_the_epoch_iterator_counts_makes_and_draws_fit_iterators():
+    """fit_epoch_iterator, count_iterators, make_iterators, count_drawn, current_iterator and
+    the adapter entries, as the data position uses them."""
+    model = _tiny_model()
+    x = np.zeros((8, 2), "float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).shuffle(8, seed=1).batch(2)
+    made, seen = [], {}
+
+    def begin(epochs):
+        seen["kind"] = compat.input_kind(epochs.data_adapter)
+        seen["dataset"] = compat.adapter_dataset(epochs.data_adapter)
+        compat.count_iterators(epochs, lambda: made.append(1))
+        compat.make_iterators(epochs, 2)  # not counted
+
+    def epoch_end(epochs):
+        seen.setdefault("current", []).append(compat.current_iterator(epochs))
+
+    _in_fit(model, dataset, {"on_train_begin": begin, "on_epoch_end": epoch_end}, epochs=2)
+    assert seen["kind"] == "tf.data" and seen["dataset"] is dataset
+    assert len(made) == 4  # each epoch's, and one made when its data ran through
+    assert all(current is not None for current in seen["current"])
+    assert compat.fit_epoch_iterator(model) is None  # outside fit
+
+    steps = []
+
+    def first_batch(epochs):
+        if not steps:
+            compat.count_drawn(epochs, 3)  # after fit made the epoch's iterator
+            steps.append(epochs._steps_seen)  # pylint: disable=protected-access
+
+    _in_fit(model, dataset.repeat(), {
+        "on_train_batch_begin": first_batch,
+        "on_epoch_end": lambda epochs: steps.append(epochs._steps_seen)},  # pylint: disable=W0212
+        epochs=1, steps_per_epoch=2)
+    assert steps == [1 + 3, 2 + 3]
+
+
+def test_the_adapters_of_arrays_generators_and_py_datasets():
+    import keras  # pylint: disable=C0415
+    from keras.src.trainers.data_adapters import get_data_adapter  # pylint: disable=C0415
+    x = np.zeros((10, 2), "float32")
+    arrays = get_data_adapter(x, x, batch_size=4, shuffle=True)
+    assert compat.input_kind(arrays) == "arrays" and compat.array_samples(arrays) == 10
+    assert compat.shuffles_arrays(arrays)
+
+    drawn = []
+
+    def batches():
+        for i in range(5):
+            drawn.append(i)
+            yield x[:2], x[:2]
+
+    generator = get_data_adapter(batches())
+    assert compat.input_kind(generator) == "generator"
+    compat.drain_generator(generator)
+    assert drawn == [0, 1, 2, 3, 4]
+
+    class Two(keras.utils.PyDataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return x[:2], x[:2]
+
+    py_dataset = get_data_adapter(Two(), shuffle=True)
+    assert compat.input_kind(py_dataset) == "PyDataset"
+    assert compat.py_dataset_shuffles(py_dataset)
+    import random  # pylint: disable=C0415
+    random.seed(5)
+    random.shuffle(list(range(3)))  # what the adapter's pass over 3 shuffled batches draws
+    after = random.random()
+    random.seed(5)
+    compat.shuffle_batch_indices(3)
+    assert random.random() == after
+
+
+def test_keras_seed_set():
+    import keras  # pylint: disable=C0415
+    from keras.src.backend.common import global_state  # pylint: disable=C0415
+    before = global_state.get_global_attribute("global_random_seed")
+    try:
+        global_state.set_global_attribute("global_random_seed", None)
+        assert not compat.keras_seed_set()
+        keras.utils.set_random_seed(3)
+        assert compat.keras_seed_set()
+    finally:
+        global_state.set_global_attribute("global_random_seed", before)
+
+
+def test_random_nodes_reads_seeds_reshuffling_and_what_is_above():
+    """The attributes read; which transformations count as one pass is checked against
+    TensorFlow in test_data_position.py."""
+    shuffled = tf.data.Dataset.range(4).shuffle(4, seed=2)
+    assert compat.random_nodes(shuffled.batch(2)) == [("shuffle", True, True, False)]
+    assert compat.random_nodes(shuffled.repeat(2)) == [("shuffle", True, True, True)]
+    assert compat.random_nodes(shuffled.repeat(1)) == [("shuffle", True, True, False)]
+    fixed = tf.data.Dataset.range(4).shuffle(4, seed=2, reshuffle_each_iteration=False)
+    assert compat.random_nodes(fixed) == [("shuffle", True, False, False)]
+    assert compat.random_nodes(tf.data.Dataset.random(seed=1, rerandomize_each_iteration=True)) \
+        == [("random", True, True, False)]
+
+
 def test_parent_poller_module_and_its_os():
     from ipykernel import parentpoller  # pylint: disable=C0415
     app = types.SimpleNamespace(poller=parentpoller.ParentPollerUnix())

@@ -113,16 +113,6 @@ def dropout_model():
 def state(m):
     return [v.numpy() for v in m.variables + m.optimizer.variables]
 
-class Hold(keras.callbacks.Callback):
-    # Blocks the training thread at the end of batch `at`, until the kernel dies.
-    def __init__(self, at):
-        super().__init__()
-        self.at, self.count = at, 0
-    def on_train_batch_end(self, batch, logs=None):
-        self.count += 1
-        if self.count == self.at:
-            threading.Event().wait()
-
 model = dropout_model()
 """
 DROPOUT_FIT = ("%%supervise --logdir {logdir} {options}\n"
@@ -136,7 +126,7 @@ def test_a_killed_kernel_resumes_a_dropout_fit_bit_for_bit(kernel, logdir):
     try:
         kernel.ok(DROPOUT)
         kernel.ok(DROPOUT_FIT.format(logdir=logdir, options="--save-model-secs 0.000001",
-                                     more=", Hold(13)"))
+                                     more=", eager_models.at_batch(13, eager_models.hold)"))
         newest = f"(tf.train.latest_checkpoint({logdir!r}) or '-0').endswith('-12')"
         kernel.wait_until(newest, "the checkpoint of step 12")
         kernel.kill()

@@ -20,6 +20,7 @@ from .. import finite
 from ..checkpoints import restore_candidates
 from ..timer import Timer
 from . import restore as restoring
+from .data_position import InputState, SavedInput
 from .reporting import Reporter, to_float
 from .variables import RANDOM_STATE, STATE_NAME, base_variable, is_variable
 from .writer import CheckpointWriter
@@ -31,7 +32,8 @@ logger = logging.getLogger("jupyter_supervisor")
 class _RunState(tf.Module):
     """What the run itself checkpoints: the global step, where a Keras fit is (the index
     of the fit call in the cell body, the epoch, the batches done in that epoch), and the
-    random state that training advances outside the models' weights (``random``)."""
+    random state that training advances outside the models' weights (``random``); and where
+    the fit's input is (``input``, ``data_position``)."""
 
     def __init__(self, random: Dict[str, object]):
         super().__init__(name=STATE_NAME)
@@ -41,6 +43,10 @@ class _RunState(tf.Module):
         self.batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch")
         if random:
             setattr(self, RANDOM_STATE, dict(random))
+        # -- The position of a fit's input (data_position): which of fit's iterators of it the
+        # next batch comes from, how far it was drawn, and what the input was.
+        self.input = InputState()
+        # --
 
 
 def _seed_states(items: Dict[str, object]) -> Dict[str, object]:
@@ -70,12 +76,15 @@ def _seed_states(items: Dict[str, object]) -> Dict[str, object]:
 
 class Where:
     """Where the run is, written by the training thread: the global step, where fit is
-    (fit index, epoch, batches done in it) and the newest scalars (numbers or tensors)."""
+    (fit index, epoch, batches done in it), the newest scalars (numbers or tensors) and the
+    record of fit's input."""
 
     def __init__(self):
         self.step = 0
         self.fit = (0, 0, 0)
         self.scalars: Dict[str, object] = {}
+        # The running fit's input record at (epoch, batch) (FitInput.saved), or None.
+        self.input: Optional[Callable[[int, int], SavedInput]] = None
 
 
 class _SaveRequest:
@@ -224,6 +233,11 @@ class Checkpointer:
         return (int(self._state.fit.numpy()), int(self._state.epoch.numpy()),
                 int(self._state.batch.numpy()))
 
+    @property
+    def restored_input(self) -> Optional[SavedInput]:
+        """The record of fit's input in the state restored by ``track``, or None."""
+        return self._state.input.restored()
+
     # ------------------------------------------------------------------------ any thread
 
     def save_now(self, timeout: float, ready: bool) -> Optional[str]:
@@ -363,6 +377,8 @@ class Checkpointer:
             self._state.fit.assign(fit)
             self._state.epoch.assign(epoch)
             self._state.batch.assign(batch)
+            source = self._where.input
+            self._state.input.record(source(epoch, batch) if source is not None else None)
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
             path = self.writer.save(step, final=final)
             self.timer.last_step = step

@@ -30,13 +30,11 @@ training advances (the seed generators of Dropout, GaussianNoise, the random aug
 layers) is in every checkpoint (``checkpointer``), so with the same seeds and deterministic ops
 a resumed fit ends bit for bit where an uninterrupted one does. Limits:
 
-* The skipped batches are the first j of the epoch's order. With ``shuffle=True`` (fit's
-  default for arrays) that order is the interrupted epoch's when a global seed is set
-  (``keras.utils.set_random_seed``: see ``_reshuffled``); without one the resumed epoch is
-  shuffled anew (some samples are seen twice in it, some not at all), which is said once in
-  the run's output. A ``tf.data`` input restarts from its beginning and the skip draws its
-  first j batches: exact for a deterministic pipeline (a ``Dataset.shuffle`` with a seed; its
-  iterator's state is not checkpointed).
+* The skipped batches are drawn from a new input (the re-run cell builds it), put where the
+  run's was first (``data_position``: a ``tf.data`` shuffle's epoch order, a generator's
+  earlier draws, a PyDataset's epoch hooks); where the order cannot be replayed (arrays
+  shuffled with no global seed, an unseeded ``Dataset.shuffle``), or the input changed since
+  (another batch size...), the run's output says so once.
 * Skipping reads the skipped batches (input cost, no training), and other callbacks see them
   as batches with empty logs (the progress bar counts them); the call that ends fit on a stop
   is seen as a batch too, with the logs of the batch before.
@@ -55,15 +53,14 @@ a resumed fit ends bit for bit where an uninterrupted one does. Limits:
 * Several fits in one cell body are told apart by their order: a resume skips the fits that
   had finished, and continues the one that was running.
 """
-import inspect
 import logging
 from typing import Optional
 
 import keras
-import tensorflow as tf
 
 from .. import compat
 from .._validate import invalid
+from .data_position import FitInput
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -72,11 +69,12 @@ class _TrainFunction:
     """Stands in for ``model.train_function`` during one fit: skips the batches a resume must
     not train again, and before each call ends the previous one at a step boundary."""
 
-    def __init__(self, callback, model, skip: int):
+    def __init__(self, callback, model, skip: int, fit_input=None):
         self.callback = callback
         self.model = model
         self.original = model.train_function
         self.skip = skip
+        self.fit_input = fit_input  # data_position.FitInput: where fit's input is
         self.per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
         self.begin = 0                    # the first batch of the coming call (batch_begin)
         self.pending: Optional[int] = None  # the first batch of a call trained, not counted
@@ -86,6 +84,8 @@ class _TrainFunction:
         if not self.callback.sv.trains_here():
             self.uninstall()  # a fit outside the session that installed it
             return self.original(iterator)
+        if self.fit_input is not None:  # data_position: which iterator fit draws from
+            self.fit_input.used(iterator)
         if self.skip > 0:
             count = min(self.per_call, self.skip)
             for _ in range(count):
@@ -103,31 +103,6 @@ class _TrainFunction:
             self.model.train_function = self.original
 
 
-# Printed (once, in the run's output) when a resume mid-epoch cannot replay the epoch's order.
-RESHUFFLED = (
-    "This fit resumes inside epoch %d (after its batch %d) with shuffle=True and no global "
-    "random seed: the epoch is shuffled anew, so the batches trained now are not the samples "
-    "the interrupted epoch had left (some are seen twice in this epoch, some not at all), and "
-    "the run differs from an uninterrupted one. For an exact resume, set a seed before "
-    "building the model (keras.utils.set_random_seed(0)): Keras then draws the same order for "
-    "the epoch in every run.")
-
-
-def _reshuffled(model) -> bool:
-    """True when fit's array input is shuffled with no global seed: Keras' array adapter draws
-    each epoch's permutation with ``tf.random.shuffle`` in a dataset function; with a global
-    seed that op's seeds are fixed and its kernel is made anew for each epoch's iterator, so
-    every epoch of every run of the fit has the same order (a resume skips exactly the batches
-    the interrupted epoch trained); without one, each epoch draws a new order."""
-    if compat.fit_argument(model, "shuffle") is False:
-        return False
-    x = compat.fit_argument(model, "x")
-    if isinstance(x, tf.data.Dataset) or inspect.isgenerator(x) or \
-            isinstance(x, keras.utils.PyDataset):
-        return False  # not shuffled by the array adapter
-    return compat.global_seed() is None
-
-
 class SupervisorCallback(keras.callbacks.Callback):
     """Checkpoints, resumes, reports and stops a ``model.fit`` for an EagerSupervisor. Get it
     as ``sv.callback``; see the module docstring."""
@@ -136,6 +111,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         super().__init__()
         self.sv = sv
         self._function: Optional[_TrainFunction] = None
+        self._input: Optional[FitInput] = None  # data_position
         self._start = None   # the supervisor's FitStart of the running fit
         self._epoch = 0
         self._done_in_epoch = 0
@@ -158,15 +134,23 @@ class SupervisorCallback(keras.callbacks.Callback):
         self._epochs = self.params.get("epochs")
         self._batches = self.params.get("steps")
         epoch, batch = self._resume_point()
+        # -- data_position: the input resumes where the run's was (or says why it cannot).
+        self._input = FitInput(model)
+        index, position = self._start
+        if position is not None and index == position[0] and \
+                (self._epochs is None or epoch < self._epochs):
+            first = compat.fit_argument(model, "initial_epoch") or 0
+            epoch, batch = self._input.resume(self.sv.restored_input, position[1:], epoch,
+                                              batch, first, self.sv.restored_from)
+        self.sv.fit_input(self._input.saved)
+        # --
         if epoch:
             compat.set_initial_epoch(model, epoch)  # as BackupAndRestore
             self._set_initial_epoch = True
         if batch:
             logger.info("Resuming fit at epoch %d, batch %d (skipping the %d finished "
                         "batches of that epoch).", epoch + 1, batch, batch)
-            if _reshuffled(model):
-                logger.warning(RESHUFFLED, epoch + 1, batch)
-        self._function = _TrainFunction(self, model, batch)
+        self._function = _TrainFunction(self, model, batch, self._input)
         model.train_function = self._function
         self._epoch, self._done_in_epoch = epoch, batch
         self._stopped_in_epoch = False
@@ -209,6 +193,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         if self._function is not None:
             self._function.uninstall()
             self._function = None
+        self._input = None
         if self._set_initial_epoch:
             compat.set_initial_epoch(self.model, None)
             self._set_initial_epoch = False
@@ -237,6 +222,8 @@ class SupervisorCallback(keras.callbacks.Callback):
             complete = done >= self._batches
         else:  # the data ran out, unless a stop broke the epoch off
             complete = not self._stopped_in_epoch and not self.model.stop_training
+        if complete and self._input is not None:  # data_position: where the next one starts
+            self._input.epoch_ended(done)
         if pending:
             self.end_batches(done, mid_epoch=False, epoch_complete=complete)
         if complete:

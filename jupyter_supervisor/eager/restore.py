@@ -13,13 +13,14 @@ from tensorflow.python.util import object_identity
 
 from .. import checkpoints
 from ..checkpoints import CheckpointMismatchError
-from .variables import (RANDOM_STATE, STATE_NAME, base_variable, is_variable, live_variables,
-                        variable_name)
+from .variables import (INPUT_STATE, RANDOM_STATE, STATE_NAME, base_variable, is_variable,
+                        live_variables, variable_name)
 
 logger = logging.getLogger("jupyter_supervisor")
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _RANDOM_PREFIX = f"{STATE_NAME}/{RANDOM_STATE}/"
+_INPUT_PREFIX = f"{STATE_NAME}/{INPUT_STATE}/"
 
 # What reading a damaged checkpoint raises (truncated or overwritten files): it falls back.
 UNREADABLE = (tf.errors.OpError, IndexError, message.DecodeError)
@@ -70,6 +71,8 @@ def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
         key = matched.get(var)
         if key is None and path.startswith(_RANDOM_PREFIX) and unseeded is not None:
             unseeded.append(variable_name(var))
+            continue
+        if key is None and path.startswith(_INPUT_PREFIX):
             continue
         if key is None:
             missing.append(f"{path} ({variable_name(var)})")

@@ -52,6 +52,7 @@ from ..timer import Timer
 from . import claims
 from .variables import holds_state
 from .checkpointer import STATE_NAME, Checkpointer, Where
+from .data_position import SavedInput
 from .replicas import Replicas
 from .reporting import Reporter
 
@@ -232,6 +233,7 @@ class EagerSupervisor:
         self._ready = False                        # restored or initialized
         self._restored_from: Optional[str] = None
         self._restored_position: Optional[tuple] = None
+        self._restored_input: Optional[SavedInput] = None
         self._attached: Optional[str] = None       # "track" or "callback"
         self._where = Where()                      # the step, fit's position, the scalars
         self._looked = False                       # should_stop() was called in this session
@@ -284,6 +286,11 @@ class EagerSupervisor:
     def restored_from(self) -> Optional[str]:
         """The checkpoint this session restored, or None."""
         return self._restored_from
+
+    @property
+    def restored_input(self) -> Optional[SavedInput]:
+        """The restored checkpoint's record of its fit's input (``data_position``), or None."""
+        return self._restored_input
 
     @property
     def logdir(self) -> Optional[str]:
@@ -474,6 +481,11 @@ class EagerSupervisor:
         checkpoint records it, a resume continues from it)."""
         self._where.fit = (self._fits - 1, epoch, batch)
 
+    def fit_input(self, record) -> None:
+        """``record(epoch, batch)``: what a checkpoint of the running fit records of its input
+        (``data_position.FitInput.saved``), until ``fit_end``."""
+        self._where.input = record
+
     def fit_batches(self, count: int, logs, progress: tuple) -> bool:
         """``count`` batches of fit ended (a step boundary; ``logs``: their scalars,
         ``progress``: (epoch, epochs, batch, batches)). True: fit must stop."""
@@ -489,6 +501,7 @@ class EagerSupervisor:
         """The fit ended: the checkpoint that ends it (unless this step is saved)."""
         self._checkpointer.save_if_moved()
         self._checkpointer.set_stepping(False)
+        self._where.input = None  # it holds the fit's input; a resume after it needs none
 
     # ------------------------------------------------------------------------- internals
 
@@ -531,6 +544,7 @@ class EagerSupervisor:
                 restored = self._checkpointer.restore(step)
         if restored is not None:
             self._restored_position = self._checkpointer.restored_position
+            self._restored_input = self._checkpointer.restored_input
         elif self._config.init_fn is not None:
             self._config.init_fn()
         self._make_ready(restored)
@@ -614,6 +628,7 @@ class EagerSupervisor:
                 self._checkpointer.save_if_moved()
         except BaseException as e:  # pylint: disable=broad-except
             error = error or e
+        self._where.input = None  # a fit that raised left it: it holds the fit's input
         self._coord.request_stop()
         try:
             self._coord.join(stop_grace_period_secs=self._config.stop_grace_secs)

@@ -13,6 +13,9 @@ from .. import compat
 # them, and still restores (with a warning: that resume is not bit-exact).
 STATE_NAME = "jupyter_supervisor"
 RANDOM_STATE = "random_state"
+# The record of fit's input in it (data_position): a checkpoint written before it restores
+# without (the resume then says it may not be exact).
+INPUT_STATE = "input"
 
 
 def is_variable(obj) -> bool:
