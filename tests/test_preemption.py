@@ -195,7 +195,10 @@ class OrphanedKernel(Kernel):
         self.pid = int(pid)
         self.kc = BlockingKernelClient(connection_file=connection_file)
         self.kc.load_connection_file()
-        self.kc.start_channels()
+        # No heartbeat channel: a client without a KernelManager takes the kernel for dead when
+        # it misses beats (a loaded machine, at start-up), and wait_for_ready then fails at
+        # once ("Kernel died before replying to kernel_info"). The test watches the process.
+        self.kc.start_channels(hb=False)
         self.kc.wait_for_ready(timeout=KERNEL_STARTUP)
         self.ok(__import__("helpers").KERNEL_SETUP)
 
