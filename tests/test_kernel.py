@@ -174,7 +174,7 @@ def test_keras_stop_button_and_custom_loop_stop_at_the_exact_step(kernel, logdir
     kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {
         "comm_id": button, "data": {"method": "custom",
                                   "content": {"type": "button", "name": "stop"}}}))
-    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped fit", timeout=30)
+    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped fit")
     final = kernel.value(run_expr(name, "global_step"))
     assert tf2_checkpoint(kernel, logdir)[:2] == [final, final]
 
@@ -594,7 +594,7 @@ def test_stop_ends_a_body_that_ignores_should_stop(kernel, logdir, how):
         kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {
             "comm_id": button, "data": {"method": "custom",
                                         "content": {"type": "button", "name": "stop"}}}))
-    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped run", timeout=30)
+    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped run")
     print(f"stopped {time.monotonic() - start:.2f} s after the {how}")
     final = kernel.value(run_expr(name, "global_step"))
     assert kernel.value(f"_newest_step({logdir!r})") == final > 20
