@@ -177,38 +177,29 @@ def restore_newest(paths: List[str], restore: Callable[[str], _Restored],
     keeps), once a listed checkpoint restored, the unlisted ones are deleted
     (``remove_unlisted_saves``); never before, and never when none listed could be read."""
     failures = []
-    fallback = unlisted_saves(logdir, basename) if basename and paths else []
-    for path in paths:
+    unlisted = unlisted_saves(logdir, basename) if basename and paths else []
+    for path in paths + unlisted:
         try:
             restored = restore(path)
         except CheckpointMismatchError:
             raise
         except unreadable as e:
             failures.append((path, e))
-            if path != paths[-1]:
+            if path in paths[:-1]:
                 logger.warning("Cannot read checkpoint %s (%s); trying the older %s.", path,
                                describe_error(e), paths[paths.index(path) + 1])
             continue
-        if failures:
+        if path in unlisted:
+            logger.warning(
+                "Restored from %s, a complete checkpoint that the state file does not list (a "
+                "save cut short before it was listed), because none of the listed ones can be "
+                "read: %s. Nothing was deleted; the next checkpoint is listed as usual.", path,
+                "; ".join(f"{p}: {describe_error(e)}" for p, e in failures[:len(paths)]))
+        elif failures:
             logger.warning("Restored from %s because the newer %s could not be read.", path,
                            ", ".join(p for p, _ in failures))
-        if sweep_unlisted:
+        if sweep_unlisted and path not in unlisted:
             remove_unlisted_saves(logdir, basename)
-        return path, restored
-    listed = len(failures)
-    for path in fallback:
-        try:
-            restored = restore(path)
-        except CheckpointMismatchError:
-            raise
-        except unreadable as e:
-            failures.append((path, e))
-            continue
-        logger.warning(
-            "Restored from %s, a complete checkpoint that the state file does not list (a "
-            "save cut short before it was listed), because none of the listed ones can be "
-            "read: %s. Nothing was deleted; the next checkpoint is listed as usual.", path,
-            "; ".join(f"{p}: {describe_error(e)}" for p, e in failures[:listed]))
         return path, restored
     if failures:
         raise RuntimeError(
