@@ -18,8 +18,8 @@ live runs are asked to stop at their next step boundary and write their final ch
 the handler installed before ours is called (for SIGTERM and SIGHUP, Python's default ends the
 process with that signal), the poller's ``os._exit``, ipykernel's own shutdown. A signal set to
 be ignored (``SIG_IGN``: a kernel started under ``nohup``) is left so: it neither stops a run
-nor ends the kernel. ``release()``
-puts every hook back once no run is live (``live()`` is False). Nothing is installed in a
+nor ends the kernel. ``release()`` puts every hook back once no run is live (``live()`` is
+False). Nothing is installed in a
 kernel that never started a run. SIGINT is not touched: it interrupts the cell that executes,
 never a background run.
 
