@@ -19,9 +19,8 @@ the handler installed before ours is called (for SIGTERM and SIGHUP, Python's de
 process with that signal), the poller's ``os._exit``, ipykernel's own shutdown. A signal set to
 be ignored (``SIG_IGN``: a kernel started under ``nohup``) is left so: it neither stops a run
 nor ends the kernel. ``release()`` puts every hook back once no run is live (``live()`` is
-False). Nothing is installed in a
-kernel that never started a run. SIGINT is not touched: it interrupts the cell that executes,
-never a background run.
+False). Nothing is installed in a kernel that never started a run. SIGINT is not touched: it
+interrupts the cell that executes, never a background run.
 
 A stop that does not end within its time is cut when the process ends: the checkpoint being
 written then is never the newest (both backends name a checkpoint in the state file only once
