@@ -3,8 +3,7 @@ fallback to the checkpoint files when the ``checkpoint`` state file is damaged; 
 the newest readable one, falling back past unreadable ones (and, when no listed one can be read,
 to a complete one the state file does not list), with its messages; the sweep of what saves cut
 short left (partial writes at a run's start; the complete saves the state file never listed,
-once a listed checkpoint restored); the step a checkpoint path names; and the errors both
-backends raise about checkpoints.
+once a listed checkpoint restored); and the errors both backends raise about checkpoints.
 
 TensorFlow 1 (Saver) and TensorFlow 2 (CheckpointManager) write the same state file and the same
 ``<basename>-<step>`` names, so one listing serves both. A backend gives only what differs: how

@@ -358,7 +358,7 @@ class EagerSupervisor:
         self._entered = True
         self._thread = self._checkpointer.thread = threading.current_thread()
         self._active = True
-        if self._lock is not None:  # the unlisted saves: once a listed checkpoint restored
+        if self._lock is not None:  # the unlisted saves go once a listed checkpoint restored
             remove_partial_saves(os.path.join(self._logdir, self._config.checkpoint_basename))
         self._reporter.open(self._logdir)
         error = None
