@@ -1,8 +1,9 @@
 """The checkpoints of a logdir, shared by both backends: which exist (newest first), with a
 fallback to the checkpoint files when the ``checkpoint`` state file is damaged; the restore of
-the newest readable one, falling back past unreadable ones, with its messages; the sweep of what
-saves cut short left (partial writes, complete saves the state file never listed); the step a
-checkpoint path names; and the errors both backends raise about checkpoints.
+the newest readable one, falling back past unreadable ones (and, when no listed one can be read,
+to a complete one the state file does not list), with its messages; the sweep of what saves cut
+short left (partial writes at a run's start; the complete saves the state file never listed,
+once a listed checkpoint restored); and the errors both backends raise about checkpoints.
 
 TensorFlow 1 (Saver) and TensorFlow 2 (CheckpointManager) write the same state file and the same
 ``<basename>-<step>`` names, so one listing serves both. A backend gives only what differs: how
@@ -15,7 +16,7 @@ import logging
 import os
 import re
 import shutil
-from typing import Callable, List, Optional, Tuple, TypeVar
+from typing import Callable, List, Optional, Set, Tuple, TypeVar
 
 import tensorflow as tf
 
@@ -160,28 +161,44 @@ def restore_candidates(logdir: str, basename: str) -> List[str]:
 
 
 def restore_newest(paths: List[str], restore: Callable[[str], _Restored],
-                   unreadable: Tuple[type, ...],
-                   logdir: str) -> Optional[Tuple[str, _Restored]]:
+                   unreadable: Tuple[type, ...], logdir: str, *, basename: Optional[str] = None,
+                   sweep_unlisted: bool = False) -> Optional[Tuple[str, _Restored]]:
     """Calls ``restore(path)`` for the newest of ``paths`` (``restore_candidates``), then,
     while it raises one of ``unreadable`` (a damaged checkpoint: truncated or garbled files),
     for the next older one, with a warning; returns ``(path, what restore returned)``, or None
     without paths. ``CheckpointMismatchError`` (the model changed) is raised at once, never
-    passed over. Raises RuntimeError when none can be read, saying what to do."""
+    passed over. Raises RuntimeError when none can be read, saying what to do.
+
+    At a run's start (``basename`` given): when none of ``paths`` can be read, the complete
+    ``<basename>-<step>`` checkpoints that the state file does not list (``unlisted_saves``)
+    are tried too, newest first, and the one restored is named in a warning: it is the last good
+    state then. With ``sweep_unlisted`` (the logdir's lock held, a retention that lists all it
+    keeps), once a listed checkpoint restored, the unlisted ones are deleted
+    (``remove_unlisted_saves``); never before, and never when none listed could be read."""
     failures = []
-    for path in paths:
+    unlisted = unlisted_saves(logdir, basename) if basename and paths else []
+    for path in paths + unlisted:
         try:
             restored = restore(path)
         except CheckpointMismatchError:
             raise
         except unreadable as e:
             failures.append((path, e))
-            if path != paths[-1]:
+            if path in paths[:-1]:
                 logger.warning("Cannot read checkpoint %s (%s); trying the older %s.", path,
                                describe_error(e), paths[paths.index(path) + 1])
             continue
-        if failures:
+        if path in unlisted:
+            logger.warning(
+                "Restored from %s, a complete checkpoint that the state file does not list (a "
+                "save cut short before it was listed), because none of the listed ones can be "
+                "read: %s. Nothing was deleted; the next checkpoint is listed as usual.", path,
+                "; ".join(f"{p}: {describe_error(e)}" for p, e in failures[:len(paths)]))
+        elif failures:
             logger.warning("Restored from %s because the newer %s could not be read.", path,
                            ", ".join(p for p, _ in failures))
+        if sweep_unlisted and path not in unlisted:
+            remove_unlisted_saves(logdir, basename)
         return path, restored
     if failures:
         raise RuntimeError(
@@ -191,42 +208,55 @@ def restore_newest(paths: List[str], restore: Callable[[str], _Restored],
     return None
 
 
-def sweep(logdir: str, basename: str, *, unlisted: bool = True) -> None:
-    """Deletes what saves cut short left in ``logdir`` (see ``remove_partial_saves``) and,
-    with ``unlisted``, the complete ``<basename>-<step>`` checkpoints that the state file does
-    not list (``remove_unlisted_saves``). Only with the logdir's lock held: then no live writer
-    owns them. Local file systems only (as the lock)."""
-    remove_partial_saves(os.path.join(logdir, basename))
-    if unlisted:
-        remove_unlisted_saves(logdir, basename)
+def unlisted_saves(logdir: str, basename: str) -> List[str]:
+    """The complete-looking ``<basename>-<step>`` checkpoints in ``logdir`` (their index file
+    is there) that its state file does not list, newest first.
+
+    A save writes its files, then lists them in the state file, then deletes what fell out of
+    retention: a process killed between the first two leaves a complete checkpoint that no
+    restore uses and no retention ever deletes (a ``keep=1`` logdir was seen holding three);
+    one killed between the last two leaves an older one. None when the state file is missing
+    or damaged (then the files are what a restore uses anyway) or lists a checkpoint outside
+    ``logdir``."""
+    listed = _listed_names(logdir, basename)
+    if listed is None:
+        return []
+    return [path for path in _checkpoint_files(logdir, basename)
+            if os.path.basename(path) not in listed and names.checkpoint_step(path) is not None]
 
 
 def remove_unlisted_saves(logdir: str, basename: str) -> None:
     """Deletes the files of the ``<basename>-<step>`` checkpoints in ``logdir`` that its state
-    file does not list.
-
-    A save writes its files, then lists them in the state file, then deletes what fell out of
-    retention: a process killed between the first two leaves a complete checkpoint that no
-    restore uses and no retention ever deletes (a ``keep=1`` logdir was seen holding three).
-    Nothing is deleted when the state file is missing or damaged (then the files are what a
-    restore uses) or lists a checkpoint outside ``logdir``, nor another basename's files. Not
-    for a Saver that keeps checkpoints it does not list (``max_to_keep=None`` or
-    ``keep_checkpoint_every_n_hours``): its caller passes ``unlisted=False`` to ``sweep``."""
-    existing, listed, damaged = checkpoint_listing(logdir, basename)
-    here = os.path.abspath(logdir)
-    if damaged or not existing or any(os.path.dirname(os.path.abspath(p)) != here
-                                      for p in listed):
+    file does not list (``unlisted_saves``, and the files of a save cut short before its index
+    was written), never another basename's. Only with the logdir's lock held (then no live
+    writer owns them), and only once a listed checkpoint restored (``restore_newest``): when
+    none of the listed ones can be read, an unlisted one is the last good state. Not for a
+    Saver that keeps checkpoints it does not list (``max_to_keep=None`` or
+    ``keep_checkpoint_every_n_hours``). Local file systems only (as the lock)."""
+    listed = _listed_names(logdir, basename)
+    if listed is None:
         return
-    kept = {os.path.basename(p) for p in listed}
     pattern = re.compile(re.escape(basename) + r"-\d+(?=" + _FILE_SUFFIX + "$)")
     for name in sorted(os.listdir(logdir)):
         match = pattern.match(name)
-        if match is None or match.group(0) in kept:
+        if match is None or match.group(0) in listed:
             continue
         logger.info("Removing %s: a checkpoint file the state file does not list (a save cut "
                     "short before it listed its files).", name)
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(logdir, name))
+
+
+def _listed_names(logdir: str, basename: str) -> Optional[Set[str]]:
+    """The names of the checkpoints ``logdir``'s state file lists; None when nothing there
+    counts as unlisted: the state file is missing or damaged, none of the listed files exist,
+    or it lists a checkpoint outside ``logdir``."""
+    existing, listed, damaged = checkpoint_listing(logdir, basename)
+    here = os.path.abspath(logdir)
+    if damaged or not existing or any(os.path.dirname(os.path.abspath(p)) != here
+                                      for p in listed):
+        return None
+    return {os.path.basename(p) for p in listed}
 
 
 # tf.io.gfile's atomic writes go to "<path>.tmp<uuid4 hex>", renamed to <path> once complete.

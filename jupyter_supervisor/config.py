@@ -76,7 +76,8 @@ class RunConfig:
     due on a model that is not finite does (``finite.Policy``); both backends follow it.
     """
     logdir: Optional[str] = _option(None, _check_logdir, Option(
-        "Directory for checkpoints and event files (no *, ?, [ or \\ in it). Re-running the "
+        "Directory for checkpoints and event files (no *, ?, [ or \\ in it); a relative path "
+        "is relative to the kernel's working directory, the notebook's folder. Re-running the "
         "cell resumes from its newest checkpoint. Without it nothing is saved. Default: none.",
         metavar="PATH"))
     name: Optional[str] = _option(None, _check_name, Option(

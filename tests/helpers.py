@@ -131,6 +131,21 @@ def corrupt_checkpoint(prefix, how="truncated_data"):
                          "Expected 'truncated_data' or 'garbled_index'.")
 
 
+def unlist_newest_and_damage_the_rest(logdir):
+    """``logdir``'s newest checkpoint made unlisted (as a save killed between writing its files
+    and listing them leaves it), then every listed one damaged (``corrupt_checkpoint``).
+    Returns (the unlisted checkpoint, the listed ones), as the state file named them."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    *listed, unlisted = tf.train.get_checkpoint_state(os.fspath(logdir)).all_model_checkpoint_paths
+    names = [os.path.basename(path) for path in listed]
+    with open(os.path.join(logdir, "checkpoint"), "w", encoding="utf-8") as f:
+        f.write(f'model_checkpoint_path: "{names[-1]}"\n'
+                + "".join(f'all_model_checkpoint_paths: "{name}"\n' for name in names))
+    for path in listed:
+        corrupt_checkpoint(path)
+    return unlisted, listed
+
+
 # ------------------------------------------------------------------------ listeners and clocks
 
 class Recorder:

@@ -30,7 +30,7 @@ from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
 
 from helpers import (LOOP, Kernel, build_model, child_env, corrupt_checkpoint, made_read_only,
-                     newest_step)
+                     newest_step, unlist_newest_and_damage_the_rest)
 
 v1 = tf.compat.v1
 DEADLINE = 60.0       # seconds; generous for a loaded 2-core machine, never reached when passing
@@ -626,6 +626,18 @@ def _(ctx):
     ctx.keep(logdir)  # as damaged: left exactly so
     shown = ctx.cell(f"--logdir {logdir} --wait")
     assert jupyter_supervisor.get_run("ruined").status == "failed"
+    return shown
+
+
+@scenario("listed-checkpoints-unreadable")
+def _(ctx):
+    logdir = ctx.trained("unlisted", steps=(10, 20, 30))
+    unlisted, _ = unlist_newest_and_damage_the_rest(logdir)
+    # The run trains on in the logdir; the checkpoints it had stay exactly as they are.
+    ctx.keep(logdir, only=lambda name: re.match(r"model\.ckpt-(10|20|30)\.", name))
+    shown = ctx.ok(f"--logdir {logdir} --max-steps 40 --save-model-secs 0 --wait")
+    run = jupyter_supervisor.get_run("unlisted")
+    assert run.status == "finished" and run.restored_from == unlisted
     return shown
 
 

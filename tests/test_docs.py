@@ -79,3 +79,71 @@ def test_every_relative_link_resolves(page):
 def test_the_readme_screenshot_is_a_png():
     image = ROOT / "docs" / "panel.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------- pages whose code runs
+
+# A block that starts with this line runs as another program: a fresh Python where importing
+# jupyter_supervisor fails. Every other block is a notebook cell, run in order in one shell.
+ELSEWHERE = "# Another program, without jupyter_supervisor:"
+SHELL = r"""
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+for cell in json.load(open(sys.argv[1])):
+    if not shell.run_cell(cell).success:
+        sys.exit(f"this cell failed:\n{cell}")
+"""
+WITHOUT_US = r"""
+import importlib.abc, sys
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "jupyter_supervisor":
+            raise ImportError("jupyter_supervisor is not installed here")
+sys.meta_path.insert(0, _Absent())
+"""
+DOC_DEADLINE = 600  # seconds: TensorFlow's start, training and export on a loaded 2-core machine
+
+
+def _python_blocks(page):
+    return re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)
+
+
+def run_page(page, workdir):
+    """Runs ``page``'s python blocks as a person pastes them, in ``workdir``: the cells in one
+    IPython shell, then each ``ELSEWHERE`` block in a Python of its own. Returns what the
+    programs printed."""
+    import json  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    from helpers import child_env  # pylint: disable=import-outside-toplevel
+    blocks = _python_blocks(page)
+    cells = [b for b in blocks if not b.startswith(ELSEWHERE)]
+    (workdir / "cells.json").write_text(json.dumps(cells))
+    runs = [[sys.executable, "-c", SHELL, "cells.json"]]
+    for i, block in enumerate(b for b in blocks if b.startswith(ELSEWHERE)):
+        (workdir / f"elsewhere{i}.py").write_text(WITHOUT_US + block)
+        runs.append([sys.executable, f"elsewhere{i}.py"])
+    printed = []
+    for argv in runs:
+        done = subprocess.run(argv, cwd=workdir, env=child_env(), capture_output=True,
+                              text=True, timeout=DOC_DEADLINE)
+        assert done.returncode == 0, f"{argv[-1]}:\n{done.stdout}\n{done.stderr}"
+        printed.append(done.stdout)
+    return printed
+
+
+def test_the_after_training_page_runs_as_written(tmp_path):
+    page = ROOT / "docs" / "after-training.md"
+    assert any(b.startswith(ELSEWHERE) for b in _python_blocks(page))
+    in_the_notebook, elsewhere = run_page(page, tmp_path)
+    assert in_the_notebook.splitlines()[-1] == "True True"
+    assert elsewhere.splitlines()[-1] == "runs/export/model.ckpt-200 200"
+    assert (tmp_path / "from_checkpoint.keras").exists()
+
+
+def test_the_gpu_pages_code_runs_as_written(tmp_path):
+    """On this machine's CPU: ``MirroredStrategy`` with one replica."""
+    (in_the_notebook,) = run_page(ROOT / "docs" / "gpu.md", tmp_path)
+    assert in_the_notebook.splitlines()[-1] == (
+        "1 replica(s); finished at step 80 | restored from runs/mirrored/model.ckpt-40")

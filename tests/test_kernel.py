@@ -174,7 +174,7 @@ def test_keras_stop_button_and_custom_loop_stop_at_the_exact_step(kernel, logdir
     kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {
         "comm_id": button, "data": {"method": "custom",
                                   "content": {"type": "button", "name": "stop"}}}))
-    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped fit", timeout=30)
+    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped fit")
     final = kernel.value(run_expr(name, "global_step"))
     assert tf2_checkpoint(kernel, logdir)[:2] == [final, final]
 
@@ -317,6 +317,41 @@ def test_rerunning_the_cell_resumes_from_the_newest_checkpoint(kernel, logdir):
     steps = kernel.value(f"[int(s) for s in get_run({name!r}).history.snapshot()"
                          ".scalars['loss'].steps]")
     assert min(steps) < 40
+
+
+@pytest.mark.parametrize("backend", ["eager", "graph"])
+def test_an_unlisted_intact_checkpoint_is_restored_when_no_listed_one_can_be_read(
+        kernel, logdir, backend):
+    """The start-up sweep deletes the complete checkpoints the state file does not list (what a
+    killed save leaves), but only once a listed one restored: when none of those can be read,
+    the unlisted one is the last good state, and the run resumes from it, saying so."""
+    if backend == "eager":
+        eager_kernel(kernel)
+        body = "model.fit(x, y, batch_size=8, epochs=1000, verbose=0, callbacks=[sv.callback])"
+    else:
+        kernel.model()
+        body = LOOP
+    name = logdir.rsplit("/", 1)[-1]
+    cell = f"%%supervise --logdir {logdir} --max-steps {{}} --save-model-secs 0 --wait\n{body}"
+    for steps in (10, 20, 30):
+        kernel.ok(cell.format(steps))
+    unlisted, damaged = kernel.value(
+        f"__import__('helpers').unlist_newest_and_damage_the_rest({logdir!r})")
+    assert unlisted == f"{logdir}/model.ckpt-30" and damaged
+
+    kernel.ok(cell.format(40))
+    assert kernel.value(run_expr(name, "restored_from")) == unlisted
+    assert kernel.value(run_expr(name, "status")) == "finished"
+    output = kernel.value(f"get_run({name!r}).history.snapshot().output")
+    assert f"Restored from {unlisted}, a complete checkpoint that the state file does not " \
+        "list" in " ".join(output.split()), output
+    # Nothing was deleted: the damaged checkpoints are left as they were, for a look.
+    assert kernel.value(f"[os.path.exists(p + '.index') for p in {damaged!r} + [{unlisted!r}]]") \
+        == [True] * (len(damaged) + 1)
+    # The next start restores a listed checkpoint again, and then sweeps the unlisted one.
+    kernel.ok(cell.format(50))
+    assert kernel.value(run_expr(name, "restored_from")) == f"{logdir}/model.ckpt-40"
+    assert not kernel.value(f"os.path.exists({unlisted!r} + '.index')")
 
 
 def test_second_live_run_on_a_logdir_or_name_is_refused(kernel, logdir):
@@ -559,7 +594,7 @@ def test_stop_ends_a_body_that_ignores_should_stop(kernel, logdir, how):
         kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {
             "comm_id": button, "data": {"method": "custom",
                                         "content": {"type": "button", "name": "stop"}}}))
-    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped run", timeout=30)
+    kernel.wait_until(f"get_run({name!r}).status == 'stopped'", "the stopped run")
     print(f"stopped {time.monotonic() - start:.2f} s after the {how}")
     final = kernel.value(run_expr(name, "global_step"))
     assert kernel.value(f"_newest_step({logdir!r})") == final > 20

@@ -172,6 +172,38 @@ def test_sighup_saves_every_live_run_then_calls_the_handler_installed_before(tmp
         kernel.km.shutdown_kernel(now=True)
 
 
+def test_a_signal_set_to_be_ignored_stays_ignored_while_runs_live(tmp_path):
+    """A kernel started under `nohup` ignores SIGHUP (and a job may be told to ignore SIGTERM):
+    a live run leaves that as it is, and neither signal stops it nor ends the kernel."""
+    ignored = "[signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGHUP, signal.SIGTERM)]"
+    kernel = Kernel(tmp_path)
+    try:
+        kernel.ok("import signal\n"
+                  "for s in (signal.SIGHUP, signal.SIGTERM):\n"
+                  "    signal.signal(s, signal.SIG_IGN)")
+        start_runs(kernel)
+        assert kernel.value(ignored) == [True, True]
+        process = kernel.km.provisioner.process
+        process.send_signal(signal.SIGHUP)
+        process.send_signal(signal.SIGTERM)
+        # The main thread runs Python's signal handlers before it executes the next cell: had
+        # one been installed, it would have stopped the runs by the end of this one.
+        kernel.ok("pass")
+        assert process.poll() is None
+        assert kernel.value("[get_run(n).status for n in ('eager', 'graph')]") == \
+            ["running", "running"]
+        signalled = {name: wait_for(lambda n=name: reached(tmp_path, n), DEADLINE)
+                     for name in RUNS}
+        for name in RUNS:
+            wait_for(lambda n=name: (reached(tmp_path, n) or 0) > signalled[n] + 20, DEADLINE,
+                     what=f"{name} training on after the signals")
+        kernel.ok("jupyter_supervisor.notebook.run.stop_all()")
+        assert kernel.value(ignored) == [True, True]
+    finally:
+        kernel.kc.stop_channels()
+        kernel.km.shutdown_kernel(now=True)
+
+
 # -------------------------------------------------------------------- the server dies
 
 LAUNCHER = """

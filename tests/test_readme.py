@@ -65,6 +65,10 @@ def test_the_quickstart_command_leaves_a_clean_clone_clean(tmp_path):
                               text=True, timeout=DEADLINE)
         assert done.returncode == 0, f"{step}\n{done.stdout}\n{done.stderr}"
     assert git("status", "--porcelain", "--untracked-files=all", cwd=clone) == ""
+    # It trained where the copy trains when a person opens it: its logdir is relative to the
+    # copy's folder.
+    assert (clone / "runs" / "runs" / "keras" / "checkpoint").exists()
+    assert not (clone / "notebooks" / "runs").exists()
     copy = clone / "runs" / "00_quickstart_keras.ipynb"
     with open(copy, encoding="utf-8") as f:
         executed = json.load(f)

@@ -446,6 +446,6 @@ def test_a_ps_that_stays_down_is_reported_and_managed_session_returns(cluster):
         _, stopped = task.expect("stopped", after=mark, what="(the ps went away)")
         assert stopped["error"] in RECOVERABLE, stopped
         # stop_grace_secs=5 bounds the Supervisor's own stop; give it that and then some.
-        _, error = task.expect("error", after=mark, timeout=15,
+        _, error = task.expect("error", after=mark,
                                what="(managed_session re-raising while the ps is down)")
         assert error["error"] == stopped["error"]

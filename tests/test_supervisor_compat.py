@@ -40,6 +40,9 @@ TFSupervisor = v1.train.Supervisor
 SessionLog = v1.SessionLog
 Summary = v1.Summary
 GraphKeys = v1.GraphKeys
+# Seconds to wait for a service's checkpoint or summary, a thread's end: generous for a loaded
+# 2-core machine (a wait ends as soon as its condition holds), never reached when passing.
+DEADLINE = 60.0
 
 # Why TensorFlow's own class fails a test on this stack (TF 2.21, NumPy 2).
 NUMPY2_STEP_SHAPE_1 = (
@@ -573,7 +576,7 @@ def test_managed_session_closing_the_writer_starts_a_new_event_file(impl, tmp_pa
         first_files = event_files(logdir)
         assert len(first_files) == 1
         second = int(first_files[0].split("tfevents.")[1].split(".")[0])
-        wait_for(lambda: int(time.time()) > second, timeout=3, what="the next second")
+        wait_for(lambda: int(time.time()) > second, timeout=DEADLINE, what="the next second")
         with sv.managed_session("", close_summary_writer=True,
                                 start_standard_services=False) as sess:
             sv.summary_computed(sess, sess.run(summ))
@@ -676,7 +679,7 @@ def test_logdir_but_explicitly_no_summary_writer(impl, tmp_path, wait_for):
         assert sv.summary_writer is None
         sess = sv.prepare_or_wait_for_session("")
         # The checkpoint service still runs (no global step: the path is save_path itself).
-        wait_for(lambda: v1.train.latest_checkpoint(logdir) == sv.save_path, timeout=10,
+        wait_for(lambda: v1.train.latest_checkpoint(logdir) == sv.save_path, timeout=DEADLINE,
                  what="the first checkpoint")
         with pytest.raises(RuntimeError, match="requires a summary writer"):
             sv.summary_computed(sess, sess.run(summ))
@@ -968,7 +971,7 @@ def test_global_step_none_disables_it(impl, tmp_path, wait_for):
         assert sv.global_step is None
         sess = sv.prepare_or_wait_for_session("")
         # Checkpoints carry no step number, and no step is logged.
-        wait_for(lambda: v1.train.latest_checkpoint(logdir) == sv.save_path, timeout=10,
+        wait_for(lambda: v1.train.latest_checkpoint(logdir) == sv.save_path, timeout=DEADLINE,
                  what="the first checkpoint")
         sv.stop()
         sess.close()
@@ -1092,7 +1095,7 @@ def test_ready_for_local_init_op_after_restore(impl, tmp_path, local_server, wai
         v1.summary.scalar(f"ready_v_{uid}", v)
         sv = impl(logdir=logdir)
         sess = sv.prepare_or_wait_for_session(local_server.target)
-        wait_for(lambda: v1.train.latest_checkpoint(logdir) == sv.save_path, timeout=10,
+        wait_for(lambda: v1.train.latest_checkpoint(logdir) == sv.save_path, timeout=DEADLINE,
                  what="the first checkpoint")
         sv.stop()
         sess.close()
@@ -1176,9 +1179,9 @@ def test_standard_services_without_global_step(impl, tmp_path, wait_for):
         meta_graph_def = v1.train.export_meta_graph(saver_def=sv.saver.saver_def)
         sess = sv.prepare_or_wait_for_session("")
         save_path = sv.save_path
-        wait_for(lambda: v1.train.latest_checkpoint(logdir) == save_path, timeout=10,
+        wait_for(lambda: v1.train.latest_checkpoint(logdir) == save_path, timeout=DEADLINE,
                  what="the first checkpoint")
-        wait_for(lambda: "summary" in kinds(flushed_events(sv, logdir)), timeout=10,
+        wait_for(lambda: "summary" in kinds(flushed_events(sv, logdir)), timeout=DEADLINE,
                  what="the first summary")
         sv.stop()
         sess.close()
@@ -1214,11 +1217,11 @@ def test_standard_services_with_global_step(impl, tmp_path, wait_for, request, s
         meta_graph_def = v1.train.export_meta_graph(saver_def=sv.saver.saver_def)
         sess = sv.prepare_or_wait_for_session("")
         save_path = f"{sv.save_path}-123"
-        wait_for(lambda: v1.train.latest_checkpoint(logdir) == save_path, timeout=10,
+        wait_for(lambda: v1.train.latest_checkpoint(logdir) == save_path, timeout=DEADLINE,
                  what="the checkpoint at step 123")
         wait_for(lambda: {"START", "summary", "CHECKPOINT"} <= set(
                      kinds(flushed_events(sv, logdir))),
-                 timeout=10, what="START, the step rate and the CHECKPOINT log")
+                 timeout=DEADLINE, what="START, the step rate and the CHECKPOINT log")
         sv.stop()
         sess.close()
     # The step did not move, so ours' final save on stop finds step 123 saved and adds nothing.
@@ -1251,7 +1254,7 @@ def test_save_model_secs_zero_starts_no_checkpoint_service(impl, tmp_path, wait_
         sess = sv.prepare_or_wait_for_session("", start_standard_services=False)
         threads = sv.start_standard_services(sess)
         assert len(threads) == 2          # summaries and step counter only
-        wait_for(lambda: kinds(flushed_events(sv, logdir)).count("summary") >= 2, timeout=10,
+        wait_for(lambda: kinds(flushed_events(sv, logdir)).count("summary") >= 2, timeout=DEADLINE,
                  what="the summary and the step rate")
         assert v1.train.latest_checkpoint(logdir) is None
         sv.stop()
@@ -1275,7 +1278,7 @@ def test_save_summaries_secs_zero_starts_no_summary_services(impl, tmp_path, wai
         sess = sv.prepare_or_wait_for_session("", start_standard_services=False)
         threads = sv.start_standard_services(sess)
         assert len(threads) == 1          # the checkpoint service only
-        wait_for(lambda: v1.train.latest_checkpoint(logdir) == f"{sv.save_path}-0", timeout=10,
+        wait_for(lambda: v1.train.latest_checkpoint(logdir) == f"{sv.save_path}-0", timeout=DEADLINE,
                  what="the checkpoint at step 0")
         sv.stop()
         sess.close()
@@ -1298,7 +1301,7 @@ def test_summary_op_none_starts_no_summary_service(impl, tmp_path, wait_for):
         threads = sv.start_standard_services(sess)
         assert len(threads) == 2          # step counter and checkpoint
         wait_for(lambda: {"summary", "CHECKPOINT"} <= set(kinds(flushed_events(sv, logdir))),
-                 timeout=10, what="the step rate and the CHECKPOINT log")
+                 timeout=DEADLINE, what="the step rate and the CHECKPOINT log")
         sv.stop()
         sess.close()
     summaries = [e for e in latest_events(logdir) if kind(e) == "summary"]
@@ -1362,7 +1365,7 @@ def test_managed_session_reraises_a_loop_thread_error(impl, tmp_path, wait_for):
         with pytest.raises(ValueError, match="boom from a loop thread"):
             with sv.managed_session("") as sess:
                 sv.loop(0.01, failing)
-                wait_for(sv.should_stop, timeout=10, what="the failing loop to stop the run")
+                wait_for(sv.should_stop, timeout=DEADLINE, what="the failing loop to stop the run")
         assert sv.should_stop()
         with pytest.raises(RuntimeError, match="closed Session"):
             sess.run(one)
@@ -1376,7 +1379,7 @@ def test_managed_session_reraises_a_summary_service_error(impl, tmp_path, wait_f
         sv = impl(logdir=str(tmp_path))
         with pytest.raises(tf.errors.InvalidArgumentError, match="unfed"):
             with sv.managed_session(""):
-                wait_for(sv.should_stop, timeout=10, what="the summary service to fail")
+                wait_for(sv.should_stop, timeout=DEADLINE, what="the summary service to fail")
         assert sv.should_stop()
 
 
@@ -1425,7 +1428,7 @@ def test_second_run_resumes_from_the_latest_checkpoint(impl, tmp_path, wait_for)
         with sv.managed_session("") as sess:
             # The checkpoint service saves once at start, then only every 600 s.
             wait_for(lambda: v1.train.latest_checkpoint(logdir) == f"{sv.save_path}-0",
-                     timeout=10, what="the checkpoint at step 0")
+                     timeout=DEADLINE, what="the checkpoint at step 0")
             for _ in range(3):
                 sess.run(advance)
     with tf.Graph().as_default():
@@ -1449,7 +1452,7 @@ def test_out_of_range_in_a_loop_thread_is_a_clean_stop(impl, tmp_path, wait_for)
 
         with sv.managed_session(""):
             sv.loop(0.01, exhausted, args=("tick",), kwargs={"sep": "!"})
-            wait_for(sv.should_stop, timeout=10, what="OutOfRangeError to stop the run")
+            wait_for(sv.should_stop, timeout=DEADLINE, what="OutOfRangeError to stop the run")
         assert calls == ["tick!"]
 
 
@@ -1461,7 +1464,7 @@ def test_loop_calls_target_until_stop(impl, wait_for):
         calls = []
         thread = sv.loop(0.01, calls.append, args=(1,))
         assert isinstance(thread, threading.Thread)
-        wait_for(lambda: len(calls) >= 3, timeout=10, what="three loop calls")
+        wait_for(lambda: len(calls) >= 3, timeout=DEADLINE, what="three loop calls")
         sv.stop()                         # joins the loop thread
         assert not thread.is_alive()
         assert set(calls) == {1}
@@ -1511,7 +1514,7 @@ def test_wait_for_stop_returns_once_stop_is_requested(impl, wait_for):
         threading.Thread(target=waiter, daemon=True).start()
         assert not returned.is_set()
         sv.request_stop()
-        wait_for(returned.is_set, timeout=10, what="wait_for_stop to return")
+        wait_for(returned.is_set, timeout=DEADLINE, what="wait_for_stop to return")
         sv.stop()
         sess.close()
 
@@ -1531,7 +1534,7 @@ def test_stop_names_threads_still_running_after_the_grace_period(impl):
             with pytest.raises(RuntimeError, match="still running"):
                 sv.stop()
             first.set()
-            thread.join(timeout=10)
+            thread.join(timeout=DEADLINE)
             assert not thread.is_alive()
             sess.close()
 
@@ -1587,10 +1590,10 @@ def test_services_work_when_new_threads_start_in_eager_mode(impl, tmp_path, wait
             # A failing service stops the run: stop waiting then, the block re-raises its error.
             wait_for(lambda: sv.should_stop()
                      or v1.train.latest_checkpoint(logdir) == f"{sv.save_path}-0",
-                     timeout=10, what="the checkpoint at step 0")
+                     timeout=DEADLINE, what="the checkpoint at step 0")
             wait_for(lambda: sv.should_stop()
                      or kinds(flushed_events(sv, logdir)).count("summary") >= 2,
-                     timeout=10, what="the summary and the step rate")
+                     timeout=DEADLINE, what="the summary and the step rate")
     events = latest_events(logdir)
     summary_tags = {tag for e in events if kind(e) == "summary" for tag in scalars(e)}
     assert summary_tags == {"w", "global_step/sec"}

@@ -144,12 +144,15 @@ class Checkpointer:
     ``where``: the run's position, shared with the supervisor; ``reporter``: its records;
     ``request_stop(error)``: stops the run (a write that failed, a refusal in another thread
     than the training thread). ``track`` names what is saved and restores it; then
-    ``at_boundary`` (training thread) saves when due or asked.
+    ``at_boundary`` (training thread) saves when due or asked. ``sweeps``: the logdir's lock
+    is held, so the restore at the start may sweep what a save cut short left.
     """
 
     def __init__(self, config, where: Where, reporter: Reporter,
-                 request_stop: Callable[[BaseException], None], *, async_save: bool = True):
+                 request_stop: Callable[[BaseException], None], *, async_save: bool = True,
+                 sweeps: bool = False):
         self._config = config
+        self._sweeps = sweeps
         self._logdir = config.logdir if config.saves else None
         # A worker of a multi-worker run restores the chief's checkpoints, and writes none.
         self._restore_dir = config.logdir
@@ -184,7 +187,9 @@ class Checkpointer:
             return None
         existing = restore_candidates(self._restore_dir, self._config.checkpoint_basename)
         rates = _learning_rates(self.items)
-        restored = restoring.restore_newest(self._root, self._restore_dir, existing)
+        restored = restoring.restore_newest(self._root, self._restore_dir, existing,
+                                            basename=self._config.checkpoint_basename,
+                                            sweep_unlisted=self._sweeps)
         if restored is not None:
             _keep_learning_rates(rates, restored)
         if restored is not None:

@@ -213,9 +213,10 @@ def restore(root, path: str) -> None:
                        ", ".join(unseeded[:3]) + (" ..." if len(unseeded) > 3 else ""))
 
 
-def restore_newest(root, logdir: str, paths: List[str]) -> Optional[str]:
+def restore_newest(root, logdir: str, paths: List[str], **start) -> Optional[str]:
     """Restores ``root`` from the newest readable checkpoint of ``paths``
-    (``checkpoints.restore_newest``); returns its path, or None without paths."""
+    (``checkpoints.restore_newest``, given ``start``: a run start's ``basename`` and
+    ``sweep_unlisted``); returns its path, or None without paths."""
     restored = checkpoints.restore_newest(paths, lambda path: restore(root, path), UNREADABLE,
-                                          logdir)
+                                          logdir, **start)
     return restored[0] if restored is not None else None

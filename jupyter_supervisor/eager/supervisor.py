@@ -36,6 +36,7 @@ import contextlib
 import inspect
 import logging
 import numbers
+import os
 import threading
 import weakref
 from typing import Dict, List, NamedTuple, Optional
@@ -45,7 +46,7 @@ import tensorflow as tf
 from .. import events, finite
 from ..backend import StopBody, clean_up
 from ..config import RunConfig
-from ..checkpoints import CheckpointWriteError, prepare_logdir, sweep
+from ..checkpoints import CheckpointWriteError, prepare_logdir, remove_partial_saves
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
 from ..timer import Timer
@@ -241,7 +242,8 @@ class EagerSupervisor:
         self._fits = 0                             # fit calls started in this session
         self._reporter = Reporter(self._hub)
         self._checkpointer = Checkpointer(config, self._where, self._reporter,
-                                          self.request_stop, async_save=async_save)
+                                          self.request_stop, async_save=async_save,
+                                          sweeps=self._lock is not None)
         self._summary_timer = Timer(secs=config.save_summaries_secs)
         self._progress_timer = Timer(secs=PROGRESS_SECS)
         self._last_progress: Optional[tuple] = None  # fit's position at the last boundary
@@ -356,8 +358,8 @@ class EagerSupervisor:
         self._entered = True
         self._thread = self._checkpointer.thread = threading.current_thread()
         self._active = True
-        if self._lock is not None:
-            sweep(self._logdir, self._config.checkpoint_basename)
+        if self._lock is not None:  # the unlisted saves go once a listed checkpoint restored
+            remove_partial_saves(os.path.join(self._logdir, self._config.checkpoint_basename))
         self._reporter.open(self._logdir)
         error = None
         try:

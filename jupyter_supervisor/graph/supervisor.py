@@ -36,8 +36,8 @@ from tensorflow.python.util import deprecation
 from .. import compat, events, finite, names
 from .._validate import check_basename, check_checkpoint_path, check_number, invalid
 from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError, describe_error,
-                           prepare_logdir, restore_candidates, restore_newest, sweep,
-                           write_failure)
+                           prepare_logdir, remove_partial_saves, restore_candidates,
+                           restore_newest, write_failure)
 from ..lockfile import LogdirLock
 from .. import services
 from ..backend import clean_up
@@ -655,19 +655,20 @@ class Supervisor:
             sess.close()
         return None, f"Ready_for_local_init_op: {not_ready}" if not local_ready else not_ready
 
-    def _sweep(self):
-        """Only with the logdir's lock held: then no live writer can own what it removes. A
-        Saver that keeps checkpoints it does not list (max_to_keep=None, or
-        keep_checkpoint_every_n_hours) keeps its unlisted ones."""
-        if self._lock is not None and self._lock.held:
-            saver_def = self._saver.saver_def if self._saver else None
-            lists_all = saver_def is not None and saver_def.max_to_keep > 0 and \
-                saver_def.keep_checkpoint_every_n_hours >= _KEEP_NONE_EVERY_N_HOURS
-            sweep(self._logdir, os.path.basename(self._save_path), unlisted=lists_all)
+    def _lists_all(self) -> bool:
+        """Whether the Saver lists every checkpoint it keeps: one that keeps unlisted ones on
+        purpose (max_to_keep=None, or keep_checkpoint_every_n_hours) keeps them at a start."""
+        saver_def = self._saver.saver_def if self._saver else None
+        return saver_def is not None and saver_def.max_to_keep > 0 and \
+            saver_def.keep_checkpoint_every_n_hours >= _KEEP_NONE_EVERY_N_HOURS
 
     def _prepare_chief_session(self, master, config, wait_for_checkpoint, max_wait_secs):
-        self._sweep()
-        candidates = (restore_candidates(self._logdir, os.path.basename(self._save_path))
+        basename = os.path.basename(self._save_path) if self._logdir else None
+        # Only with the logdir's lock held: then no live writer can own what is swept.
+        sweeps = self._lock is not None and self._lock.held
+        if sweeps:
+            remove_partial_saves(self._save_path)
+        candidates = (restore_candidates(self._logdir, basename)
                       if self._saver and self._logdir else [])
         prepare = lambda **where: self._session_manager.prepare_session(  # noqa: E731
             master, init_op=self._init_op, saver=self._saver, wait_for_checkpoint=wait_for_checkpoint,
@@ -683,7 +684,9 @@ class Supervisor:
             self._check_fits(path)
             return prepare(checkpoint_filename_with_path=path)
 
-        path, sess = restore_newest(candidates, restore, _UNREADABLE, self._logdir)
+        path, sess = restore_newest(candidates, restore, _UNREADABLE, self._logdir,
+                                    basename=basename,
+                                    sweep_unlisted=sweeps and self._lists_all())
         # Oldest first, existing only, so that retention goes on deleting the old ones.
         with deprecation.silence():  # it uses a deprecated TF helper internally
             self._saver.recover_last_checkpoints(list(reversed(candidates)))

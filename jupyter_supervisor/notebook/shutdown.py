@@ -16,10 +16,11 @@ A kernel ends in more ways than a Stop click, and most of them end the process a
 live runs are asked to stop at their next step boundary and write their final checkpoint
 (``stop(why, timeout)``, at most ``STOP_SECS``), then the kernel ends the way it would have:
 the handler installed before ours is called (for SIGTERM and SIGHUP, Python's default ends the
-process with that signal), the poller's ``os._exit``, ipykernel's own shutdown. ``release()``
-puts every hook back once no run is live (``live()`` is False). Nothing is installed in a
-kernel that never started a run. SIGINT is not touched: it interrupts the cell that executes,
-never a background run.
+process with that signal), the poller's ``os._exit``, ipykernel's own shutdown. A signal set to
+be ignored (``SIG_IGN``: a kernel started under ``nohup``) is left so: it neither stops a run
+nor ends the kernel. ``release()`` puts every hook back once no run is live (``live()`` is
+False). Nothing is installed in a kernel that never started a run. SIGINT is not touched: it
+interrupts the cell that executes, never a background run.
 
 A stop that does not end within its time is cut when the process ends: the checkpoint being
 written then is never the newest (both backends name a checkpoint in the state file only once
@@ -130,6 +131,10 @@ class _KernelEnd:
             if number is None or number in self._signals:
                 continue
             previous = signal.getsignal(number)
+            if previous == signal.SIG_IGN:
+                # Ignored on purpose (a kernel started under `nohup`, a scheduler that
+                # forwards SIGTERM only to its job): it stays ignored while runs live.
+                continue
             signal.signal(number, self._on_signal)
             self._signals[number] = previous
 
@@ -145,7 +150,7 @@ class _KernelEnd:
             previous = self._signals.get(number, signal.SIG_DFL)
         if callable(previous):
             previous(number, frame)
-        elif previous != signal.SIG_IGN:
+        else:
             # Python's default for this signal (or a handler set outside Python): end the
             # process as it would have, with the signal itself.
             signal.signal(number, signal.SIG_DFL if previous is None else previous)
