@@ -371,6 +371,18 @@ def parent_poller_module(app):
     return module
 
 
+
+def shutdown_request_tables(kernel) -> dict:
+    """{"shell_handlers" / "control_handlers": the dict} of the kernel's message-handler tables
+    that hold a ``shutdown_request`` handler (ipykernel's ``Kernel``), which a run wraps to stop
+    first: ipykernel has no hook for a shutdown request. {} when none has one."""
+    found = {}
+    for name in ("shell_handlers", "control_handlers"):
+        handlers = getattr(kernel, name, None)
+        if isinstance(handlers, dict) and "shutdown_request" in handlers:
+            found[name] = handlers
+    return found
+
 def kernel_display_publisher(shell):
     """The kernel's display publisher (ipykernel's ``ZMQDisplayPublisher``, whose per-thread
     ``register_hook`` takes a run's displays), also while a cell has swapped another one in

@@ -291,3 +291,17 @@ def test_ipython_and_matplotlib_entries():
     finally:
         plt.close(figure)
     assert not any(m.canvas.figure is figure for m in compat.pyplot_figure_managers().values())
+
+
+def test_shutdown_request_tables():
+    """ipykernel's Kernel dispatches shutdown_request from its handler tables, built from these
+    message-type lists (a real kernel's restart is tested in test_preemption.py)."""
+    from ipykernel.kernelbase import Kernel  # pylint: disable=C0415
+    assert "shutdown_request" in Kernel.control_msg_types
+    handler = object()
+    kernel = types.SimpleNamespace(control_handlers={"shutdown_request": handler},
+                                   shell_handlers={"execute_request": object()})
+    tables = compat.shutdown_request_tables(kernel)
+    assert list(tables) == ["control_handlers"]
+    assert tables["control_handlers"]["shutdown_request"] is handler
+    assert compat.shutdown_request_tables(object()) == {}

@@ -51,18 +51,162 @@ STOP_SECS = 25.0
 SIGNALS = ("SIGTERM", "SIGHUP")
 
 
+class _SignalHook:
+    """SIGTERM and SIGHUP: a clean stop first, then what the handler before ours does (Python's
+    default ends the process with the signal). A signal ignored on purpose stays ignored.
+    Installed and uninstalled in the main thread only (where Python sets handlers)."""
+
+    def __init__(self, stop_runs: Callable[[str], None]):
+        self._stop_runs = stop_runs
+        self._lock = threading.Lock()
+        self._previous: Dict[int, object] = {}   # signal number -> the handler before ours
+
+    def install(self) -> None:
+        for name in SIGNALS:
+            number = getattr(signal, name, None)
+            if number is None or number in self._previous:
+                continue
+            previous = signal.getsignal(number)
+            if previous == signal.SIG_IGN:
+                # Ignored on purpose (a kernel started under `nohup`, a scheduler that
+                # forwards SIGTERM only to its job): it stays ignored while runs live.
+                continue
+            signal.signal(number, self._on_signal)
+            with self._lock:
+                self._previous[number] = previous
+
+    def uninstall(self) -> None:
+        with self._lock:
+            previous_handlers, self._previous = self._previous, {}
+        for number, previous in previous_handlers.items():
+            if signal.getsignal(number) == self._on_signal:  # pylint: disable=comparison-with-callable
+                signal.signal(number, previous if previous is not None else signal.SIG_DFL)
+
+    def _on_signal(self, number, frame) -> None:
+        self._stop_runs(f"the kernel received {signal.Signals(number).name}")
+        with self._lock:
+            previous = self._previous.get(number, signal.SIG_DFL)
+        if callable(previous):
+            previous(number, frame)
+        else:
+            # Python's default for this signal (or a handler set outside Python): end the
+            # process as it would have, with the signal itself.
+            signal.signal(number, signal.SIG_DFL if previous is None else previous)
+            os.kill(os.getpid(), number)
+
+
+class _PollerHook:
+    """The server's death: ipykernel's parent poller calls ``os._exit(1)``; its module's ``os``
+    is replaced by one whose ``_exit`` stops the runs first (``compat.PollerOs``)."""
+
+    def __init__(self, stop_runs: Callable[[str], None]):
+        self._stop_runs = stop_runs
+        self._module = None   # ipykernel.parentpoller, while hooked
+
+    def install(self) -> None:
+        app = _kernel_app()
+        if self._module is not None or app is None:
+            return  # hooked already, or not a kernel: no server to outlive
+        try:
+            module = compat.parent_poller_module(app)
+        except compat.CompatError as e:
+            logger.warning("A run cannot save when the Jupyter server dies in this kernel: %s",
+                           e)
+            return
+        if module is None:
+            logger.debug("This kernel has no parent poller: nothing ends it when the server "
+                         "dies.")
+            return
+        if isinstance(module.os, compat.PollerOs):
+            return  # hooked by another owner: theirs to put back
+        module.os = compat.PollerOs(module.os, lambda: self._stop_runs("the server died"))
+        self._module = module
+
+    def uninstall(self) -> None:
+        module, self._module = self._module, None
+        if module is not None and isinstance(module.os, compat.PollerOs):
+            module.os = module.os.real
+
+
+class _ShutdownRequestHook:
+    """A restart or shutdown from the page: the kernel's ``shutdown_request`` handlers (shell
+    and control) stop the runs first, then do what they did."""
+
+    def __init__(self, stop_runs: Callable[[str], None]):
+        self._stop_runs = stop_runs
+        self._kernel = None
+        self._originals: Dict[str, object] = {}   # handler table -> the original handler
+
+    def install(self) -> None:
+        kernel = _kernel()
+        if kernel is None or self._originals:
+            return
+        tables = compat.shutdown_request_tables(kernel)
+        if not tables:
+            logger.warning("A run cannot save when this kernel is restarted or shut down from "
+                           "the page: %s has no shutdown_request handler to hook (see "
+                           "jupyter_supervisor/compat.py).", type(kernel).__qualname__)
+            return
+        self._kernel = kernel
+        for name, handlers in tables.items():
+            original = handlers["shutdown_request"]
+            self._originals[name] = original
+            handlers["shutdown_request"] = self._handler(original)
+
+    def uninstall(self) -> None:
+        if self._kernel is not None:
+            tables = compat.shutdown_request_tables(self._kernel)
+            for name, original in self._originals.items():
+                if name in tables:
+                    tables[name]["shutdown_request"] = original
+        self._originals.clear()
+        self._kernel = None
+
+    def _handler(self, original):
+        async def shutdown_request(stream, ident, parent):
+            restart = bool(parent.get("content", {}).get("restart"))
+            why = "the kernel was restarted" if restart else "the kernel was shut down"
+            # In the control thread's loop: its other messages wait while the runs stop.
+            await asyncio.get_running_loop().run_in_executor(None, self._stop_runs, why)
+            result = original(stream, ident, parent)
+            if inspect.isawaitable(result):
+                await result
+        return shutdown_request
+
+
+class _AtExitHook:
+    """``%unload_ext`` aside, the interpreter's exit (``atexit``)."""
+
+    def __init__(self, stop_runs: Callable[[str], None]):
+        self._stop_runs = stop_runs
+        self._installed = False
+
+    def install(self) -> None:
+        if not self._installed:
+            atexit.register(self._on_exit)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            atexit.unregister(self._on_exit)
+            self._installed = False
+
+    def _on_exit(self) -> None:
+        self._stop_runs("the Python process exited")
+
+
 class _KernelEnd:
-    """The hooks of one process; see the module docstring. ``_lock`` guards every field."""
+    """The hooks of one process; see the module docstring. ``_lock`` guards ``_stop`` and
+    ``_live`` and the hooks' installation."""
 
     def __init__(self):
         self._lock = threading.RLock()
         self._stop: Optional[Callable[[str, float], List]] = None
         self._live: Optional[Callable[[], bool]] = None
-        self._signals: Dict[int, object] = {}     # signal number -> the handler before ours
-        self._poller_module = None                # ipykernel.parentpoller, while hooked
-        self._kernel_handlers: Dict[str, object] = {}  # "shell"/"control" -> the original
-        self._kernel = None
-        self._at_exit = False
+        self._signals = _SignalHook(self.stop_runs)
+        # The hooks that can be installed from any thread.
+        self._hooks = (_PollerHook(self.stop_runs), _ShutdownRequestHook(self.stop_runs),
+                       _AtExitHook(self.stop_runs))
 
     def guard(self, stop: Callable[[str, float], List], live: Callable[[], bool]) -> None:
         """Hooks every way the kernel ends (again after ``release``); call it from the main
@@ -70,12 +214,9 @@ class _KernelEnd:
         with self._lock:
             self._stop, self._live = stop, live
             if threading.current_thread() is threading.main_thread():
-                self._hook_signals()
-            self._hook_poller()
-            self._hook_kernel()
-            if not self._at_exit:
-                atexit.register(self._on_exit)
-                self._at_exit = True
+                self._signals.install()
+            for hook in self._hooks:
+                hook.install()
 
     def release(self) -> None:
         """Puts every hook back when no run is live. Signal handlers can be set only in the main
@@ -84,20 +225,15 @@ class _KernelEnd:
         with self._lock:
             if self._stop is None or self._live():
                 return
-            self._unhook_poller()
-            self._unhook_kernel()
-            if self._at_exit:
-                atexit.unregister(self._on_exit)
-                self._at_exit = False
+            for hook in self._hooks:
+                hook.uninstall()
             if threading.current_thread() is threading.main_thread():
-                self._unhook_signals()
+                self._signals.uninstall()
                 self._stop = self._live = None
                 return
         loop = _main_loop()
         if loop is not None:
             loop.add_callback(self.release)
-
-    # ------------------------------------------------------------------------- stopping
 
     def stop_runs(self, why: str, timeout: float = STOP_SECS) -> None:
         """Asks the live runs to stop (``why`` is what they record) and waits for their final
@@ -122,97 +258,6 @@ class _KernelEnd:
             names = ", ".join(repr(r.name) for r in late) or "some runs"
             logger.warning("%s did not write a final checkpoint within %g s; the newest "
                            "complete checkpoint stays the latest.", names, timeout)
-
-    # -------------------------------------------------------------------------- signals
-
-    def _hook_signals(self) -> None:
-        for name in SIGNALS:
-            number = getattr(signal, name, None)
-            if number is None or number in self._signals:
-                continue
-            previous = signal.getsignal(number)
-            if previous == signal.SIG_IGN:
-                # Ignored on purpose (a kernel started under `nohup`, a scheduler that
-                # forwards SIGTERM only to its job): it stays ignored while runs live.
-                continue
-            signal.signal(number, self._on_signal)
-            self._signals[number] = previous
-
-    def _unhook_signals(self) -> None:
-        for number, previous in self._signals.items():
-            if signal.getsignal(number) == self._on_signal:  # pylint: disable=comparison-with-callable
-                signal.signal(number, previous if previous is not None else signal.SIG_DFL)
-        self._signals.clear()
-
-    def _on_signal(self, number, frame) -> None:
-        self.stop_runs(f"the kernel received {signal.Signals(number).name}")
-        with self._lock:
-            previous = self._signals.get(number, signal.SIG_DFL)
-        if callable(previous):
-            previous(number, frame)
-        else:
-            # Python's default for this signal (or a handler set outside Python): end the
-            # process as it would have, with the signal itself.
-            signal.signal(number, signal.SIG_DFL if previous is None else previous)
-            os.kill(os.getpid(), number)
-
-    # -------------------------------------------------------------------- parent poller
-
-    def _hook_poller(self) -> None:
-        app = _kernel_app()
-        if self._poller_module is not None or app is None:
-            return
-        try:
-            module = compat.parent_poller_module(app)
-        except compat.CompatError as e:
-            logger.warning("A run cannot save when the Jupyter server dies in this kernel: %s",
-                           e)
-            return
-        if module is None or isinstance(module.os, compat.PollerOs):
-            return
-        module.os = compat.PollerOs(module.os, lambda: self.stop_runs("the server died"))
-        self._poller_module = module
-
-    def _unhook_poller(self) -> None:
-        module, self._poller_module = self._poller_module, None
-        if module is not None and isinstance(module.os, compat.PollerOs):
-            module.os = module.os.real
-
-    # -------------------------------------------------------------- shutdown_request
-
-    def _hook_kernel(self) -> None:
-        kernel = _kernel()
-        if kernel is None or self._kernel_handlers:
-            return
-        self._kernel = kernel
-        for table in ("shell_handlers", "control_handlers"):
-            handlers = getattr(kernel, table, None)
-            if isinstance(handlers, dict) and "shutdown_request" in handlers:
-                original = handlers["shutdown_request"]
-                self._kernel_handlers[table] = original
-                handlers["shutdown_request"] = self._shutdown_handler(original)
-
-    def _unhook_kernel(self) -> None:
-        for table, original in self._kernel_handlers.items():
-            getattr(self._kernel, table)["shutdown_request"] = original
-        self._kernel_handlers.clear()
-        self._kernel = None
-
-    def _shutdown_handler(self, original):
-        async def shutdown_request(stream, ident, parent):
-            restart = bool(parent.get("content", {}).get("restart"))
-            why = "the kernel was restarted" if restart else "the kernel was shut down"
-            # In the control thread's loop: its other messages wait while the runs stop.
-            await asyncio.get_running_loop().run_in_executor(None, self.stop_runs, why)
-            result = original(stream, ident, parent)
-            if inspect.isawaitable(result):
-                await result
-        return shutdown_request
-
-    # ------------------------------------------------------------------------- atexit
-
-    def _on_exit(self) -> None:
-        self.stop_runs("the Python process exited")
 
 
 def _kernel_app():
