@@ -217,8 +217,7 @@ def test_a_fit_shows_the_epoch_and_batch_where_it_really_stopped(make_panel, clo
     status(history, "running")
     for step, (epoch, batch) in ((100, (0, 100)), (450, (0, 450)), (725, (1, 275))):
         clock.now += 1
-        history.on_event(events.Progress(step, epoch, 40, batch, 450, {"loss": 0.5},
-                                         WALL0 + clock.now))
+        history.on_event(events.Progress(step, epoch, 40, batch, 450, WALL0 + clock.now))
     status(history, "stopped")
     clock.now += 1
     panel.tick()
@@ -229,7 +228,7 @@ def test_a_fit_shows_the_epoch_and_batch_where_it_really_stopped(make_panel, clo
     assert "epoch 2/40, batch 275/450" in text_status(run)
 
     status(history, "starting")                            # resumed: a new session
-    history.on_event(events.Progress(18000, 39, 40, 450, 450, {}, WALL0))
+    history.on_event(events.Progress(18000, 39, 40, 450, 450, WALL0))
     status(history, "finished")
     panel.tick(force=True)
     assert panel.widgets["view"].state["progress"]["text"] == "100.0% of 18,000"
