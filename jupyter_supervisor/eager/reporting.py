@@ -45,8 +45,9 @@ _SessionLog = tf.compat.v1.SessionLog
 POINT_SECS = 0.5
 PROGRESS_SECS = 0.5
 # Points of a session's curves each time its age doubles, once it is older than
-# POINT_SECS * POINTS_PER_DOUBLING / ln 2 (about 6 minutes).
-POINTS_PER_DOUBLING = 500
+# POINT_SECS * POINTS_PER_DOUBLING / ln 2 (3 minutes): 1,440 in its first hour, then one per
+# save_summaries_secs (10 s by default: 360 an hour).
+POINTS_PER_DOUBLING = 250
 # How long closing an event file waits for the points queued before it.
 FLUSH_SECS = 10.0
 # The longest time between two points when the run writes no summaries (save_summaries_secs=0:
