@@ -5,8 +5,8 @@ fast the event file grows over days.
              with the curves' work (``Reporter.boundary``: one clock reading, and when a point,
              a Progress or a step rate is due, its hand-over to the dispatcher thread) against
              the same boundary without it (``Reporter.boundary`` a no-op), with 1 and 8 scalar
-             tensors; beside them, a real training step of a small MLP (a tf.function with its
-             GradientTape) for scale. Modes alternate, the order rotating each round; printed
+             tensors; beside them, a real training step of ``bench_eager``'s MLP (its bare
+             loop) for scale. Modes alternate, the order rotating each round; printed
              are medians and the ratio curves / no curves (median of per-round ratios), and the
              curves' cost as a share of the training step.
 2. growth    a session of ``--days`` simulated days (a clock the bench moves; a boundary every
@@ -39,6 +39,8 @@ from jupyter_supervisor.config import RunConfig  # noqa: E402
 from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
 from jupyter_supervisor.eager import reporting  # noqa: E402
 
+import bench_eager  # noqa: E402  (this folder is on sys.path: the script's own)
+
 
 def boundary_cost(mode, tags, steps):
     """Microseconds per sv.step(**scalars) (``mode``: "curves" or "none")."""
@@ -61,28 +63,10 @@ def boundary_cost(mode, tags, steps):
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-def training_step_cost(steps):
-    """Microseconds per step of a small MLP (64 x 256 x 256 x 1, batch 64)."""
-    import keras  # pylint: disable=import-outside-toplevel
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, "relu"),
-                              keras.layers.Dense(256, "relu"), keras.layers.Dense(1)])
-    opt = keras.optimizers.Adam()
-    x, y = tf.random.normal((64, 64)), tf.random.normal((64, 1))
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(x) - y))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                model.trainable_variables))
-        return loss
-
-    step().numpy()
-    start = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
-    loss.numpy()
-    return (time.perf_counter() - start) / steps * 1e6
+def training_step_cost():
+    """Microseconds per step of bench_eager's MLP, bare (its "loop" bench, for a second)."""
+    per_wall_second, _ = bench_eager.loop_run("bare", 1.0, None)
+    return 1e6 / per_wall_second
 
 
 def boundary(rounds, steps):
@@ -94,7 +78,7 @@ def boundary(rounds, steps):
             for mode, cost in got.items():
                 costs[mode].append(cost)
             ratios.append(got["curves"] / got["none"])
-        train = training_step_cost(max(200, steps // 20))
+        train = training_step_cost()
         extra = statistics.median(costs["curves"]) - statistics.median(costs["none"])
         print(f"boundary, {tags} scalar(s): curves {statistics.median(costs['curves']):.1f} us, "
               f"none {statistics.median(costs['none']):.1f} us, ratio "
@@ -118,8 +102,8 @@ def growth(days):
     reporter.open(logdir)
     reporter.started(0, None)
     scalars = {f"tag{i}": float(i) for i in range(8)}
-    marks = {3600: "1 h", 7200: "2 h", 86400: "1 day", days * 86400 - 86400: None,
-             days * 86400: f"{days} days"}
+    marks = {days * 86400 - 86400: None}   # where the last day starts
+    marks.update({3600: "1 h", 7200: "2 h", 86400: "1 day", days * 86400: f"{days} days"})
     sizes = {}
     step = 0
     tick = 0.05
@@ -156,7 +140,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--days", type=int, default=3)
+    parser.add_argument("--days", type=int, default=3, help="at least 2")
     args = parser.parse_args()
     print(f"TensorFlow {tf.__version__}, Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)

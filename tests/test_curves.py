@@ -31,19 +31,7 @@ RATE = names.STEP_RATE_TAG
 
 EAGER_SETUP = """
 import eager_models
-model = eager_models.make_model()
-x, y = eager_models.data(n=64)
-xs, ys = tf.constant(x[:8]), tf.constant(y[:8])
-opt = model.optimizer
-opt.build(model.trainable_variables)
-
-@tf.function
-def train_step():
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(model(xs) - ys))
-    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                            model.trainable_variables))
-    return loss
+model, opt, train_step = eager_models.custom_loop()
 """
 EAGER_CELL = """%%supervise --logdir {logdir}{options}
 sv.track(model=model, optimizer=opt)
@@ -160,20 +148,8 @@ def test_ten_short_sessions_reload_in_a_new_kernel_as_the_live_panel_drew_them(
 def namespace():
     """A notebook namespace with a small Keras model, its data and a tf.function step; every
     run still live at the end is stopped."""
-    model = eager_models.make_model()
+    model, opt, train_step = eager_models.custom_loop()
     x, y = eager_models.data(n=64)
-    opt = model.optimizer
-    opt.build(model.trainable_variables)
-    xs, ys = tf.constant(x[:8]), tf.constant(y[:8])
-
-    @tf.function
-    def train_step():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(xs) - ys))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                model.trainable_variables))
-        return loss
-
     yield {"model": model, "opt": opt, "x": x, "y": y, "train_step": train_step,
            "threading": threading}
     late = run_module.stop_all(timeout=DEADLINE)
