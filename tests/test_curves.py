@@ -251,6 +251,11 @@ def test_a_resume_says_how_many_steps_were_lost_since_its_checkpoint(namespace, 
     namespace.update(saved=[], fail=[True])
     run = start(namespace, tmp_path, LOOP_THAT_FAILS, save_model_secs=0, name="lost")
     assert run.wait(DEADLINE) and run.status == "failed"
+    # The failed session's last step is in its event file (the next session's START purges it
+    # from TensorBoard's curves: those steps were lost).
+    written = [(e.step, v.tag) for path in tf.io.gfile.glob(f"{tmp_path}/events.out.tfevents.*")
+               for e in tf.compat.v1.train.summary_iterator(path) for v in e.summary.value]
+    assert (100, "loss") in written and (100, RATE) in written
     resumed = "resumed from model.ckpt-40 (step 40; 60 steps since lost)"
 
     # As a new kernel would: a new run of the cell, with nothing to train past the checkpoint.

@@ -6,6 +6,7 @@ waits a fixed time: every wait polls a condition against a deadline.
 
 Drop-in compatibility with tf.compat.v1.train.Supervisor lives in test_supervisor_compat.py.
 """
+import contextlib
 import functools
 import gc
 import glob
@@ -377,6 +378,28 @@ def test_tensorboard_reads_a_stopped_and_resumed_run(tmp_path):
     # TensorFlow writes STOP without a step (0); the final step is also right.
     stops = [step for status, step in logs if status == "STOP"]
     assert stops[0] in (0, end1) and stops[1] in (0, end2)
+
+
+@pytest.mark.parametrize("end", ["stop", "error", "input", "max_steps"])
+def test_every_session_end_writes_its_last_summary_and_step_rate(tmp_path, end):
+    """Whatever ends a session (a clean end, an error in the block, the end of the input, a stop
+    at a step), its last step is in the event file: the summary service's last summary and the
+    step counter's last rate, though both run only once an hour here; TensorBoard reads them."""
+    model = new_model()
+    logdir = str(tmp_path)
+    sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=3600)
+    with contextlib.suppress(ValueError):
+        with sv.managed_session() as sess:
+            for _ in range(7):
+                sess.run(model.train_op)
+            if end == "error":
+                raise ValueError("the loader died")
+            if end == "input":
+                raise tf.errors.OutOfRangeError(None, None, "the input ended")
+            if end == "max_steps":
+                sv.request_stop()
+    assert (7, 7.0) in tb_scalars(logdir, "step_value")
+    assert [step for step, _ in tb_scalars(logdir, "global_step/sec")] == [7]
 
 
 @pytest.mark.parametrize("reuse", [False, True], ids=["new_supervisor", "same_supervisor"])

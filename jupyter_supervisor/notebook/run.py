@@ -383,8 +383,8 @@ class TrainingRun:
         if why:
             self.history.append_output(f"The last session on this logdir stopped: {why}.\n")
         try:
-            # What the session after that checkpoint recorded was lost with it (the
-            # SessionReady of the new session drops what it records again).
+            # Up to the checkpoint's step: what the session after it recorded was lost with it
+            # (the history still learns how far that session got, to say what was lost).
             self.history.load_event_files(self.logdir, upto_step=step)
         except Exception:  # pylint: disable=broad-except
             logger.warning("Could not read the earlier event files of %s; the plots start "
@@ -426,6 +426,7 @@ class TrainingRun:
         ``why`` says what asked (the first one given is kept: ``stop_reason``). Raises
         RunStateError for a run that already ended.
         """
+        asked_at = self._step_now(self._backend)  # read before the lock: a session run
         with self._lock:
             if self._status in (STARTING, RUNNING, STOPPING) and self._stop_why is None:
                 self._stop_why = why
@@ -433,7 +434,7 @@ class TrainingRun:
                 self._stop_requested = True
                 self._stop_requested_at = time.monotonic()
                 backend = self._backend
-                self._transition(STOPPING, step=self._step_now(backend))
+                self._transition(STOPPING, step=asked_at)
             elif self._status == STOPPING:
                 backend = None
             else:

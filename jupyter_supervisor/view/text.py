@@ -250,8 +250,8 @@ def _error_line(error: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def _happenings(run, snap, with_error: bool) -> List[Tuple[object, str, float, str]]:
-    """(record, alert kind or '', wall time, text) of what the timeline shows, oldest first."""
+def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
+    """(alert kind or '', wall time, text) of what the timeline shows, oldest first."""
     out = []
     non_finite = False  # the session's Stopped record says a model that is not finite ended it
     for record in snap.timeline:
@@ -300,7 +300,7 @@ def _happenings(run, snap, with_error: bool) -> List[Tuple[object, str, float, s
             text = f"stopped at step {_step_text(record.step)}"
         else:  # starting, running: SessionStarted says more
             continue
-        out.append((record, kind, when, text))
+        out.append((kind, when, text))
     return out[-TIMELINE_SHOWN:]
 
 
@@ -308,7 +308,7 @@ def timeline(run, snap, *, with_error: bool = True) -> List[Tuple[float, str]]:
     """What happened, oldest first, as (wall time, text): sessions started or resumed (and
     the steps a resume lost), stops asked, stalls, rollbacks, the input running out, how each
     session ended (``with_error``: a failure with its error's last line)."""
-    return [(when, text) for _, _, when, text in _happenings(run, snap, with_error)]
+    return [(when, text) for _, when, text in _happenings(run, snap, with_error)]
 
 
 def alerts(run, snap) -> List[dict]:
@@ -316,7 +316,7 @@ def alerts(run, snap) -> List[dict]:
     ``kind`` (``names.ALERT_KINDS``), an ``id`` that stays the same for the same happening
     (notify each id once), its ``wall_time`` (epoch seconds) and a ``title`` and ``text``."""
     out = []
-    for _, kind, when, text in _happenings(run, snap, with_error=True):
+    for kind, when, text in _happenings(run, snap, with_error=True):
         if kind:
             out.append({"id": f"{kind}@{when:.3f}", "kind": kind, "wall_time": when,
                         "title": f"{run.name}: {kind.replace('-', ' ')}", "text": text})
