@@ -2,7 +2,7 @@
 fast the event file grows over days.
 
 1. boundary  microseconds of one ``sv.step(loss=..., ...)`` (no training: the boundary alone)
-             with the curves' work (``Reporter.boundary``: one clock reading, and when a point,
+             with the curves' work (``Reporter.boundary``: its timers, and when a point,
              a Progress or a step rate is due, its hand-over to the dispatcher thread) against
              the same boundary without it (``Reporter.boundary`` a no-op), with 1 and 8 scalar
              tensors; beside them, a real training step of ``bench_eager``'s MLP (its bare
@@ -120,7 +120,7 @@ def growth(days):
     finally:
         reporter.close()
         shutil.rmtree(logdir, ignore_errors=True)
-    for mark, label in marks.items():
+    for mark, label in sorted(marks.items()):
         if label:
             print(f"growth: event file after {label}: {sizes[mark] / 1e6:.2f} MB", flush=True)
     last_day = (sizes[days * 86400] - sizes[days * 86400 - 86400]) / 24

@@ -34,6 +34,7 @@ from tensorflow.core.util import event_pb2
 from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
 from .. import events, names, services
+from ..timer import Timer
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -116,10 +117,11 @@ class Reporter:
         self._clock = clock
         self._writes_scalars = bool(summaries_secs)
         self._longest = summaries_secs or POINT_SECS_WITHOUT_SUMMARIES
-        self._rate_secs = summaries_secs or None
-        # Written by the training thread only.
+        # When (timer.Timer, as everywhere); what, below. Used by the training thread only.
+        self._points = Timer(secs=POINT_SECS, clock=clock)
+        self._progresses = Timer(secs=PROGRESS_SECS, clock=clock)
+        self._rates = Timer(secs=summaries_secs or None, clock=clock)
         self._started: Optional[float] = None      # the clock when the session became ready
-        self._next_point = self._next_progress = self._next_rate = -math.inf
         self._point_step: Optional[int] = None     # the step of the newest point
         self._rate_from: Optional[Tuple[int, float]] = None  # (step, clock) a rate starts at
         self._boundary: Optional[Tuple[int, float]] = None   # the newest boundary's
@@ -136,28 +138,30 @@ class Reporter:
             self.event_file.add_session_log(_SessionLog(status=_SessionLog.START),
                                             step + events.START_AFTER)
         self._started = self._clock()
-        self._next_point = self._next_progress = self._next_rate = -math.inf
+        self._points = Timer(secs=POINT_SECS, clock=self._clock)   # due at once
+        self._progresses = Timer(secs=PROGRESS_SECS, clock=self._clock)
         self._point_step, self._rate_from, self._boundary = None, None, None
         self.hub.emit(events.SessionReady, step, restored, True, time.time())
 
     def boundary(self, step: int, scalars: Dict[str, object], progress: Optional[tuple]) -> None:
         """The training thread at a step boundary (``scalars``: the step's, as given;
         ``progress``: fit's (epoch, epochs, batch, batches), or None): a point of the scalars,
-        a Progress record and a step-rate record, each when one is due. One clock reading."""
-        now = self._clock()
-        self._boundary = (step, now)
-        if now >= self._next_point and scalars:
-            self._next_point = now + point_interval(now - self._started, self._longest)
+        a Progress record and a step-rate record, each when one is due."""
+        self._boundary = (step, self._clock())
+        if scalars and self._points.due():
+            self._points.restart()
+            self._points.secs = point_interval(self._boundary[1] - self._started,
+                                               self._longest)
             self._point(step, scalars)
-        if now >= self._next_progress:
-            self._next_progress = now + PROGRESS_SECS
+        if self._progresses.due():
+            self._progresses.restart()
             self._progress(step, progress)
-        if self._rate_secs is not None:
+        if self._rates.enabled:
             if self._rate_from is None:
-                self._rate_from = (step, now)   # the rate counts from the first boundary
-                self._next_rate = now + self._rate_secs
-            elif now >= self._next_rate:
-                self._next_rate = now + self._rate_secs
+                self._rate_from = self._boundary   # the rate counts from the first boundary
+                self._rates.restart()
+            elif self._rates.due():
+                self._rates.restart()
                 self._rate()
 
     def end(self, step: Optional[int], scalars: Dict[str, object],
@@ -169,7 +173,7 @@ class Reporter:
         if scalars and self._point_step != step:
             self._point(step, scalars)
         self._progress(step, progress)
-        if self._rate_secs is not None and self._boundary is not None:
+        if self._rates.enabled and self._boundary is not None:
             self._rate()
 
     def _point(self, step: int, scalars: Dict[str, object]) -> None:
