@@ -90,7 +90,10 @@ class RunConfig:
         "stopping training. Default: %(default)s.",
         metavar="SECS", kind=float))
     save_summaries_secs: float = _option(10, _number(), Option(
-        "Seconds between summaries and step-rate records (0: none). Default: %(default)s.",
+        "Seconds between summaries and step-rate records (0: none); the panel draws what the "
+        "event files hold. Eager code writes its scalars more often while a session is young "
+        "(every 0.5 s, then less often as it ages), and every session's last step always. "
+        "Default: %(default)s.",
         metavar="SECS", kind=float))
     checkpoint_basename: str = _option("model.ckpt", check_basename, Option(
         "File name prefix of the checkpoints (no /, *, ?, [ or \\ in it). "
@@ -120,6 +123,11 @@ class RunConfig:
     recovery_wait_secs: float = _option(5, _number(), Option(
         "How often a non-chief checks whether the chief's model is ready (TensorFlow's "
         "Supervisor: 30). Default: %(default)s.", metavar="SECS", kind=float))
+    stall_secs: float = _option(30, _number(), Option(
+        "A running run that makes no step for max(10 x its recent median step time, SECS) is "
+        "stalled: the panel's header and timeline say since when, until steps come again "
+        "(before a session's first step time is known: 10 x SECS). 0: never. "
+        "Default: %(default)s.", metavar="SECS", kind=float))
     stop_grace_secs: float = _option(30, _number(), Option(
         "How long a stop waits for the service threads to end. Default: %(default)s.",
         metavar="SECS", kind=float))

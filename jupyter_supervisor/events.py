@@ -13,15 +13,16 @@ Records:
   SummaryWritten   a summary went to the event file (step, scalar values by tag)
   StepRate         the step counter measured steps per second
   RolledBack       the model was not finite, so it was restored from the newest good checkpoint
-  Progress         where training is (eager backend): step, epoch i/N and batch j/M of a
-                   Keras fit, the latest scalars; a few times a second at most
+  Progress         where training is (eager backend): step, and epoch i/N and batch j/M of a
+                   Keras fit at that step; a few times a second at most, and at the end
   Stopped          the Supervisor stopped (reason, exception or None, and why: what asked
                    for the stop, e.g. "the kernel received SIGTERM", or "")
 
 Which tags of the event file reach listeners, and how: every scalar of the summaries the run
-writes (its summary op, ``summary_computed``) comes as a SummaryWritten, by tag; the step
-counter's ``<global step>/sec`` (TensorFlow's ``global_step/sec``) comes only as a StepRate,
-whose ``tag`` names it. Both are what TensorBoard reads back from the file.
+writes (its summary op, ``summary_computed``, the eager backend's scalars) comes as a
+SummaryWritten, by tag; the step counter's ``<global step>/sec`` (TensorFlow's
+``global_step/sec``) comes only as a StepRate, whose ``tag`` names it. Both are what TensorBoard
+reads back from the file: a listener that plots them draws what TensorBoard draws.
 """
 import dataclasses
 import logging
@@ -36,6 +37,12 @@ from . import names
 
 logger = logging.getLogger("jupyter_supervisor")
 
+# A session (or a rollback) that starts from the checkpoint of step S writes its SessionLog.START
+# at S + START_AFTER: TensorBoard then drops what was recorded after S, which the restore undid,
+# and keeps what was recorded at S (TensorFlow's Supervisor writes it at S, which drops the
+# values of S that the session before recorded at its end).
+START_AFTER = 1
+
 # Why a run stopped, as Stopped.reason gives it.
 REQUESTED = "requested"        # request_stop()/stop() without an error, or the block ended
 OUT_OF_RANGE = "out_of_range"  # the input was exhausted (OutOfRangeError): a normal end
@@ -44,7 +51,11 @@ ERROR = "error"                # an exception in the block, a service or a loop 
 
 @dataclasses.dataclass(frozen=True)
 class SessionReady:
-    """The managed session is ready; ``restored_from`` is the checkpoint path, or None."""
+    """The managed session is ready at ``step``; ``restored_from`` is the checkpoint path, or
+    None. Its event file's SessionLog.START is at ``step + 1``, the first step it trains:
+    TensorBoard drops from there on what earlier sessions recorded (the steps trained after
+    the restored checkpoint, lost), and keeps the restored step's values, the last an earlier
+    session recorded of the state the checkpoint holds (see ``START_AFTER``)."""
     step: Optional[int]
     restored_from: Optional[str]
     is_chief: bool
@@ -102,15 +113,13 @@ class RolledBack:
 @dataclasses.dataclass(frozen=True)
 class Progress:
     """Where training is at ``step``: in a Keras ``fit``, ``epoch`` (0-based) of ``epochs``
-    and ``batch`` batches done of ``batches`` per epoch (None when the data does not say);
-    ``scalars`` are the latest values the loop reported (fit's logs, ``sv.step(**scalars)``).
-    Outside ``fit`` the epoch fields are None."""
+    and ``batch`` batches done of ``batches`` per epoch (None when the data does not say), all
+    read at the same step boundary. Outside ``fit`` the epoch fields are None."""
     step: int
     epoch: Optional[int]
     epochs: Optional[int]
     batch: Optional[int]
     batches: Optional[int]
-    scalars: Mapping[str, float]
     wall_time: float
 
 
@@ -158,9 +167,10 @@ def scalars_from_summary(summary) -> Mapping[str, float]:
 class EventHub:
     """Delivers events to listeners on a dispatcher thread; ``emit`` never blocks.
 
-    With no listener, ``emit`` returns at once and nothing is built. The dispatcher thread starts
-    with the first queued event and ends after ``idle_secs`` without one, so an idle Supervisor
-    holds no thread.
+    With no listener, ``emit`` returns at once and nothing is built; ``run`` queues work that
+    must be done off the caller's thread whether or not anyone listens (writing an event file),
+    in order with the records. The dispatcher thread starts with the first queued item and ends
+    after ``idle_secs`` without one, so an idle Supervisor holds no thread.
     """
 
     MAX_QUEUED = 10_000
@@ -186,12 +196,18 @@ class EventHub:
             self._listeners = self._listeners + (listener,)
 
     def emit(self, factory: Callable[..., object], *args) -> None:
-        """Queues ``factory(*args)`` to be built and delivered off the caller's thread."""
-        if not self._listeners:
-            return
+        """Queues ``factory(*args)`` to be built and delivered off the caller's thread (nothing
+        is queued while no one listens)."""
+        if self._listeners:
+            self.run(factory, *args)
+
+    def run(self, work: Callable[..., object], *args) -> None:
+        """Queues ``work(*args)`` for the dispatcher thread, listeners or not; what it returns
+        (a record, or None) is delivered as ``emit``'s records are. A full queue drops it
+        (logged once): only listeners slower than the training can fill it."""
         with self._lock:
             try:
-                self._queue.put_nowait((factory, args))
+                self._queue.put_nowait((work, args))
             except queue.Full:
                 self._dropped += 1
                 if self._dropped == 1:
@@ -204,11 +220,9 @@ class EventHub:
                 self._thread.start()
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Waits until every event queued so far was delivered; False on timeout."""
+        """Waits until everything queued so far was done and delivered; False on timeout."""
         done = threading.Event()
-        self.emit(done.set)
-        if not self._listeners:
-            return True
+        self.run(done.set)
         return done.wait(timeout)
 
     def _dispatch(self) -> None:

@@ -184,7 +184,7 @@ class Policy:
         if event_file is not None:
             session_log = tf.compat.v1.SessionLog
             event_file.add_session_log(session_log(status=session_log.START, msg=message),
-                                       restored_step if restored_step is not None else 0)
+                                       (restored_step or 0) + events.START_AFTER)
         hub.emit(events.RolledBack, rollback.step, restored_step, rollback.path,
                  rollback.problem, self.rollbacks, self.max_rollbacks, time.time())
 

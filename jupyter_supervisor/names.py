@@ -1,5 +1,5 @@
 """The vocabulary shared by the run, its history, the panel and ``%supervise``: the run's
-statuses, the step-rate tag and the checkpoint-step pattern. Decided here once; what the
+statuses, the kinds of alerts, the step-rate tag and the checkpoint-step pattern. Decided here once; what the
 browser needs of it travels in the panel's state. No TensorFlow, no widget.
 """
 import re
@@ -12,6 +12,13 @@ STOPPED, FINISHED, FAILED = "stopped", "finished", "failed"
 STATUSES = (STARTING, RUNNING, STOPPING, STOPPED, FINISHED, FAILED)
 ACTIVE_STATUSES = frozenset((STARTING, RUNNING, STOPPING))
 FINAL_STATUSES = frozenset((STOPPED, FINISHED, FAILED))
+
+# What a view may notify the user of (the panel state's "alerts", each with one of these
+# kinds): a run that ended (finished, failed, stopped), one stopped by a model that is not
+# finite, a stall raised and its end. "Kernel gone" only the view can tell (no heartbeat).
+ALERT_NAN = "nan"
+ALERT_STALLED, ALERT_STALL_ENDED = "stalled", "stall-ended"
+ALERT_KINDS = (FINISHED, FAILED, STOPPED, ALERT_NAN, ALERT_STALLED, ALERT_STALL_ENDED)
 
 # The tag of a step counter's records: TensorFlow's ``<global step op>/sec``; the eager
 # backend's step counter writes ``STEP_RATE_TAG``. A rate has no "best" value.

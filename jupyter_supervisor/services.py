@@ -1,6 +1,6 @@
-"""The standard services of both backends: checkpoints, summaries and the step counter (the
-graph Supervisor runs all three; the eager backend runs the step counter, and saves and writes
-summaries at step boundaries in its training thread).
+"""The standard services of the graph Supervisor: checkpoints, summaries and the step counter
+(the eager backend does all three at step boundaries in its training thread), and what both
+backends share to name event files and read a global step.
 
 Each service is a TensorFlow ``LooperThread`` on the Supervisor's Coordinator: it runs once at
 start, then every ``interval`` seconds, waits on the Coordinator's stop event (never sleeps), and
@@ -87,7 +87,12 @@ class SummaryService(tf.compat.v1.train.LooperThread):
 
 
 class StepCounterService(tf.compat.v1.train.LooperThread):
-    """Measures steps per second of the global step and writes it as ``<step op name>/sec``."""
+    """Measures steps per second of the global step and writes it as ``<step op name>/sec``,
+    as TensorFlow's does, from the session's first step on (TensorFlow's writes a 0 as it
+    starts, measured over no time, which would draw a drop at every resume); and when it stops,
+    once more for the steps since its last record, so that a session shorter than ``interval``
+    has a rate too (the Supervisor stops it before the final checkpoint, which it does not
+    measure)."""
 
     def __init__(self, coord, interval: float, tag: str, read: Callable[[], int],
                  writer, hub: events.EventHub, clock: Callable[[], float] = time.time):
@@ -100,19 +105,31 @@ class StepCounterService(tf.compat.v1.train.LooperThread):
         self._clock = clock
         self._last_time = 0.0
         self._last_step = 0
+        self._before_first_step = True   # until then nothing is written
 
     def start_loop(self):
         self._last_time = self._clock()
         self._last_step = self._read()
+        self._before_first_step = True
 
     def run_loop(self):
+        self._record(self._read())
+
+    def stop_loop(self):
         step = self._read()
+        if step > self._last_step:
+            self._record(step)
+
+    def _record(self, step: int) -> None:
         now = self._clock()
-        if step < self._last_step:  # a rollback (or a restore) took the step back
+        elapsed = now - self._last_time
+        if step < self._last_step or elapsed <= 0 or (self._before_first_step and step == self._last_step):
+            # A rollback (or a restore) took the step back, no time was measured, or no step
+            # was made since the start: measured from here.
             self._last_step, self._last_time = step, now
             return
-        elapsed = now - self._last_time
-        rate = (step - self._last_step) / elapsed if elapsed > 0 else float("inf")
+        self._before_first_step = False
+        rate = float(np.float32((step - self._last_step) / elapsed))  # as the file holds it
         self._last_step, self._last_time = step, now
         self._writer.add_summary(
             _Summary(value=[_Summary.Value(tag=self._tag, simple_value=rate)]), step)

@@ -46,3 +46,24 @@ def crash():
 def hold():
     import threading  # pylint: disable=import-outside-toplevel
     threading.Event().wait()
+
+
+def custom_loop(seed=0):
+    """What a custom loop trains: ``make_model``'s model, its optimizer (built) and a
+    tf.function step on the first batch of ``data()`` that returns the loss."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    model = make_model(seed=seed)
+    x, y = data(n=64)
+    xs, ys = tf.constant(x[:8]), tf.constant(y[:8])
+    opt = model.optimizer
+    opt.build(model.trainable_variables)
+
+    @tf.function
+    def train_step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(xs) - ys))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                model.trainable_variables))
+        return loss
+
+    return model, opt, train_step

@@ -103,7 +103,10 @@ def test_fit_checkpoints_periodically_and_at_the_end(tmp_path, backends):
     assert len(ready) == 1 and ready[0].restored_from is None
     progress = rec.of(events.Progress)
     assert progress and progress[0].epochs == 2 and progress[0].batches == BATCHES
-    assert "loss" in progress[-1].scalars
+    assert (progress[-1].step, progress[-1].epoch, progress[-1].batch) == (
+        total, 1, BATCHES)                        # where fit really ended, at its last step
+    points = [r for r in rec.of(events.SummaryWritten) if "loss" in r.scalars]
+    assert points[-1].step == total               # the last step is on the curve
     epoch_summaries = [r for r in rec.of(events.SummaryWritten) if "epoch_loss" in r.scalars]
     assert [r.step for r in epoch_summaries] == [BATCHES, 2 * BATCHES]
 
@@ -471,7 +474,9 @@ def test_custom_loop_track_step_stop_and_resume(tmp_path, backends):
     assert sv.read_step() == 7 == int(opt.iterations)
     assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [7]
     assert sv.flush_events(30)
-    assert rec.of(events.Progress)[0].scalars["loss"] > 0  # the first boundary reports
+    first = rec.of(events.SummaryWritten)[0]    # the first boundary's point, converted
+    assert first.step == 1 and first.scalars["loss"] > 0
+    assert rec.of(events.Progress)[0].step == 1
 
     model2, opt2, train_step2 = custom_setup(seed=1)
     sv2 = backends(tmp_path, max_steps=10, save_model_secs=3600)

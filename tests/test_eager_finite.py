@@ -187,9 +187,9 @@ def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, back
         30, 20, newest, 1, 3)
     assert "summary 'loss' is NaN" in rolled.problem
     assert recorder.of(events.Stopped)[-1].reason == events.REQUESTED
-    # In the event file, as a restart at the restored step (TensorBoard drops the bad points).
+    # In the event file, as a restart after the restored step (TensorBoard drops the bad points).
     starts = start_logs(tmp_path)
-    assert len(starts) == 2 and starts[1][0] == 20 and "rollback 1 of 3" in starts[1][1]
+    assert len(starts) == 2 and starts[1][0] == 21 and "rollback 1 of 3" in starts[1][1]
 
 
 def test_rollback_stops_after_max_rollbacks(tmp_path, backends):

@@ -466,10 +466,10 @@ def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, capl
     assert "summary 'loss' is NaN since step 25" in rolled.problem
     assert recorder.of(events.Stopped)[-1].reason == events.REQUESTED
     assert any("Rolled back to " + newest in r.getMessage() for r in caplog.records)
-    # In the event file, as a restart at the restored step (TensorBoard drops the bad points).
+    # In the event file, as a restart after the restored step (TensorBoard drops the bad points).
     starts = [(e.step, e.session_log.msg) for e in session_logs(tmp_path)
               if e.session_log.status == v1.SessionLog.START]
-    assert len(starts) == 2 and starts[1][0] == 20 and "rollback 1 of 3" in starts[1][1]
+    assert len(starts) == 2 and starts[1][0] == 21 and "rollback 1 of 3" in starts[1][1]
 
 
 def test_rollback_stops_after_max_rollbacks(tmp_path):
@@ -765,7 +765,7 @@ def test_history_shows_a_rollback_as_a_restart_from_the_checkpoint():
                                  1, 3, 0.0))
     snap = h.snapshot()
     assert snap.step == 30
-    assert list(snap.scalars["loss"].steps) == [0, 10, 20]  # the diverged points are dropped
+    assert list(snap.scalars["loss"].steps) == [0, 10, 20, 30]  # the diverged ones dropped
     assert [(r.step, r.restored_step, r.count) for r in snap.rollbacks] == [(50, 30, 1)]
     assert text.rollbacks_text(snap.rollbacks) == (
         "Rolled back once (at most 3); last: not finite at step 50 (summary 'loss' is NaN "

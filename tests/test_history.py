@@ -36,14 +36,15 @@ def test_events_fill_the_snapshot():
     history.on_event(events.CheckpointSaved(step=45, path="/logs/model.ckpt-45",
                                             wall_time=1045.0, seconds=0.25,
                                             kept=("/logs/model.ckpt-45", "/logs/model.ckpt-40")))
-    history.on_event(events.StepRate(step=45, steps_per_sec=12.5, wall_time=1045.0))
+    # The step counter's record at the session's first step measured the start-up (TensorFlow's
+    # writes one as it starts): not plotted.
+    history.on_event(events.StepRate(step=0, steps_per_sec=0.0, wall_time=1000.0))
 
     snap = history.snapshot()
     assert snap.status == "running"
     assert snap.step == 45
     assert snap.steps_per_sec == pytest.approx(10.0)  # the history's estimate: 40 steps in 4 s
     assert snap.kept == ("/logs/model.ckpt-45", "/logs/model.ckpt-40")
-    # The step counter's first record after a start measures no interval: not plotted.
     assert sorted(snap.scalars) == ["accuracy", "loss"]
     loss = snap.scalars["loss"]
     assert loss.steps.tolist() == [0, 10, 20, 30, 40]
@@ -149,22 +150,26 @@ def test_no_rate_is_plotted_that_no_training_measured():
     history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
                                          wall_time=0.0))
     history.set_status("running", active=True)
-    # At step 0 the first measured no interval, the second the start-up; 0 at 20 is a stall.
+    # At step 0 (where the session records from) the first measured no interval, the second
+    # the start-up; 0 at 20 is a stall.
     for step, rate in ((0, 0.0), (0, 0.0), (10, 20.0), (20, 0.0), (30, 20.0)):
         history.on_event(events.StepRate(step=step, steps_per_sec=rate, wall_time=step))
-    history.set_status("stopping", active=True, stepping=False)
+    # The step counter's last record, of the steps since its newest one, is plotted while
+    # the run stops: it measured training (the counter stops before the final checkpoint).
+    history.set_status("stopping", active=True)
     history.on_event(events.StepRate(step=31, steps_per_sec=5.0, wall_time=31.0))
     history.on_event(events.Stopped(events.REQUESTED, None, 31, 32.0))
     rates = history.snapshot().scalars["global_step/sec"]
-    assert (rates.steps.tolist(), rates.values.tolist()) == ([10, 20, 30], [20.0, 0.0, 20.0])
-    # --max-steps: no stopping status; the counter's last record measured the final save.
-    history.set_status("running", active=True)
-    history.on_event(events.StepRate(step=40, steps_per_sec=20.0, wall_time=40.0))
-    history.on_event(events.StepRate(step=40, steps_per_sec=0.0, wall_time=41.0))
-    history.on_event(events.StepRate(step=40, steps_per_sec=0.0, wall_time=41.5))
-    history.on_event(events.Stopped(events.REQUESTED, None, 40, 42.0))
+    assert (rates.steps.tolist(), rates.values.tolist()) == (
+        [10, 20, 30, 31], [20.0, 0.0, 20.0, 5.0])
+    # A session records from the step after the restored one: a rate there measured the
+    # first step (tracing), not training.
+    history.on_event(events.SessionReady(step=31, restored_from="/l/model.ckpt-31",
+                                         is_chief=True, wall_time=40.0))
+    history.on_event(events.StepRate(step=32, steps_per_sec=1.0, wall_time=41.0))
+    history.on_event(events.StepRate(step=52, steps_per_sec=20.0, wall_time=42.0))
     rates = history.snapshot().scalars["global_step/sec"]
-    assert rates.steps.tolist()[-1] == 40 and rates.values.tolist()[-1] == 20.0
+    assert rates.steps.tolist()[-2:] == [31, 52]
 
 
 def test_step_moves_forward_except_on_restore():
@@ -262,7 +267,7 @@ def test_a_status_is_the_runs_word_and_its_changes_make_the_timeline():
     snap = history.snapshot()
     assert (snap.status, snap.active, snap.restoring) == ("paused", False, None)
     assert snap.elapsed == 3.0
-    assert [type(r).__name__ for r in snap.timeline] == ["SessionReady", "StatusChanged",
+    assert [type(r).__name__ for r in snap.timeline] == ["SessionStarted", "StatusChanged",
                                                          "StatusChanged"]
     assert (snap.timeline[-1].status, snap.timeline[-1].step,
             snap.timeline[-1].wall_time) == ("paused", 5, 1003.0)
@@ -288,16 +293,17 @@ def test_equal_steps_are_kept():
     assert steps_of(history, "loss") == [5, 5]
 
 
-def test_a_restore_drops_what_was_recorded_from_its_step_on():
-    # As TensorBoard purges from a START step on: the new session records that step again.
+def test_a_restore_drops_what_was_recorded_after_its_step():
+    # As TensorBoard purges from a START step on, which is the step after the restored one:
+    # the restored step's values are of the state the checkpoint holds.
     history = RunHistory(clock=FakeClock())
     for step in range(0, 200, 10):
         history.on_event(summary(step, loss=float(step)))
     history.on_event(events.SessionReady(step=120, restored_from="/l/model.ckpt-120",
                                          is_chief=True, wall_time=0.0))
-    assert steps_of(history, "loss")[-1] == 110
-    history.on_event(summary(120, loss=0.5))
-    assert steps_of(history, "loss")[-2:] == [110, 120]
+    assert steps_of(history, "loss")[-1] == 120
+    history.on_event(summary(121, loss=0.5))
+    assert steps_of(history, "loss")[-2:] == [120, 121]
     assert history.snapshot().scalars["loss"].values[-1] == 0.5
 
 

@@ -49,7 +49,8 @@ OPTIONS = {  # option: its default as the help states it (None: a flag or no sta
     "--max-steps": "no limit", "--init-fn": "none", "--repeat": None, "--wait": None,
     "--master": "an in-process session", "--cluster": "none", "--job": "none",
     "--task-index": "0", "--chief": None,
-    "--no-chief": None, "--recovery-wait-secs": "5", "--stop-grace-secs": "30",
+    "--no-chief": None, "--recovery-wait-secs": "5", "--stall-secs": "30",
+    "--stop-grace-secs": "30",
     "--on-nan": "stop", "--max-rollbacks": "3",
 }
 

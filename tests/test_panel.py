@@ -217,8 +217,7 @@ def test_a_fit_shows_the_epoch_and_batch_where_it_really_stopped(make_panel, clo
     status(history, "running")
     for step, (epoch, batch) in ((100, (0, 100)), (450, (0, 450)), (725, (1, 275))):
         clock.now += 1
-        history.on_event(events.Progress(step, epoch, 40, batch, 450, {"loss": 0.5},
-                                         WALL0 + clock.now))
+        history.on_event(events.Progress(step, epoch, 40, batch, 450, WALL0 + clock.now))
     status(history, "stopped")
     clock.now += 1
     panel.tick()
@@ -229,7 +228,7 @@ def test_a_fit_shows_the_epoch_and_batch_where_it_really_stopped(make_panel, clo
     assert "epoch 2/40, batch 275/450" in text_status(run)
 
     status(history, "starting")                            # resumed: a new session
-    history.on_event(events.Progress(18000, 39, 40, 450, 450, {}, WALL0))
+    history.on_event(events.Progress(18000, 39, 40, 450, 450, WALL0))
     status(history, "finished")
     panel.tick(force=True)
     assert panel.widgets["view"].state["progress"]["text"] == "100.0% of 18,000"
@@ -272,8 +271,9 @@ def test_best_values_and_the_timeline_of_rollbacks(clock):
     assert best_values(snap) == ["accuracy: 0.8 (max) at step 20", "loss: 0.2 (min) at step 20"]
     history.on_event(events.RolledBack(31, 20, "/l/model.ckpt-20", "loss is nan", 1, 3,
                                        WALL0 + 31))
-    snap = history.snapshot()   # the points from the restored step on are gone, as in TensorBoard
-    assert best_values(snap) == ["accuracy: 0.5 (max) at step 10", "loss: 0.9 (min) at step 10"]
+    snap = history.snapshot()   # the points after the restored step are gone, as in TensorBoard
+    assert best_values(snap) == ["accuracy: 0.8 (max) at step 20", "loss: 0.2 (min) at step 20"]
+    assert [int(s) for s in snap.scalars["loss"].steps] == [10, 20]
     assert timeline(run, snap)[-1][1] == ("rolled back: not finite at step 31 (loss is nan), "
                                           "restored model.ckpt-20")
 
@@ -305,7 +305,7 @@ def test_series_travel_as_deltas_and_a_change_of_shape_resends_from_zero(clock):
     history.on_event(events.SummaryWritten(5, {"loss": 0.2}, WALL0 + 5))   # merged in pairs
     content, (buffer,) = feed.message(history.snapshot().scalars)
     assert content["parts"][0]["from"] == 0 and not content["reset"]
-    history.on_event(events.SessionReady(step=2, restored_from="/l/model.ckpt-2",
+    history.on_event(events.SessionReady(step=1, restored_from="/l/model.ckpt-1",
                                          is_chief=True, wall_time=WALL0))    # a restore
     content, _ = feed.message(history.snapshot().scalars)
     assert content["parts"] == [{"tag": "loss", "from": 0, "n": 0}]         # all dropped

@@ -6,6 +6,7 @@ waits a fixed time: every wait polls a condition against a deadline.
 
 Drop-in compatibility with tf.compat.v1.train.Supervisor lives in test_supervisor_compat.py.
 """
+import contextlib
 import functools
 import gc
 import glob
@@ -362,10 +363,12 @@ def test_tensorboard_reads_a_stopped_and_resumed_run(tmp_path):
     assert any(step < end1 for step, _ in rates) and any(step >= start2 for step, _ in rates)
     assert any(rate > 0 for _, rate in rates)
 
-    # Session logs: START at 0 then at the restored step, CHECKPOINT at each saved step, a STOP
-    # closing each session after its last checkpoint.
+    # Session logs: START at the step after the one each session starts at (TensorBoard keeps
+    # what the session before recorded of its last step), CHECKPOINT at each saved step, a
+    # STOP closing each session after its last checkpoint.
     logs = session_logs(logdir)
-    assert [step for status, step in logs if status == "START"] == [0, end1]
+    assert [step for status, step in logs if status == "START"] == [1, end1 + 1]
+    assert (end1, float(end1)) in values    # the first session's last summary
     letters = {"START": "<", "CHECKPOINT": "c", "STOP": ">"}
     assert re.fullmatch(r"<c+><c+>", "".join(letters[status] for status, _ in logs)), logs
     saved = sorted(e.step for e in first.of(events.CheckpointSaved) + second.of(
@@ -375,6 +378,28 @@ def test_tensorboard_reads_a_stopped_and_resumed_run(tmp_path):
     # TensorFlow writes STOP without a step (0); the final step is also right.
     stops = [step for status, step in logs if status == "STOP"]
     assert stops[0] in (0, end1) and stops[1] in (0, end2)
+
+
+@pytest.mark.parametrize("end", ["stop", "error", "input", "max_steps"])
+def test_every_session_end_writes_its_last_summary_and_step_rate(tmp_path, end):
+    """Whatever ends a session (a clean end, an error in the block, the end of the input, a stop
+    at a step), its last step is in the event file: the summary service's last summary and the
+    step counter's last rate, though both run only once an hour here; TensorBoard reads them."""
+    model = new_model()
+    logdir = str(tmp_path)
+    sv = make_supervisor(model, logdir=logdir, save_model_secs=0, save_summaries_secs=3600)
+    with contextlib.suppress(ValueError):
+        with sv.managed_session() as sess:
+            for _ in range(7):
+                sess.run(model.train_op)
+            if end == "error":
+                raise ValueError("the loader died")
+            if end == "input":
+                raise tf.errors.OutOfRangeError(None, None, "the input ended")
+            if end == "max_steps":
+                sv.request_stop()
+    assert (7, 7.0) in tb_scalars(logdir, "step_value")
+    assert [step for step, _ in tb_scalars(logdir, "global_step/sec")] == [7]
 
 
 @pytest.mark.parametrize("reuse", [False, True], ids=["new_supervisor", "same_supervisor"])
@@ -394,7 +419,7 @@ def test_quick_restart_keeps_earlier_event_file(tmp_path, reuse):
         with sv.managed_session() as sess:
             for _ in range(3):
                 sess.run(model.train_op)
-    assert [step for status, step in session_logs(logdir) if status == "START"] == [0, 3]
+    assert [step for status, step in session_logs(logdir) if status == "START"] == [1, 4]
     assert [step for status, step in session_logs(logdir) if status == "CHECKPOINT"] == [3, 6]
 
 
@@ -990,25 +1015,31 @@ def test_non_chief_wait_gives_up_after_max_wait_secs():
 
 def test_the_step_rate_starts_again_when_the_step_goes_back(tmp_path):
     """A rollback takes the global step back: the step counter measures from there, instead of
-    reporting a negative rate (in the event file and to the panel)."""
+    reporting a negative rate (in the event file and to the panel). Nothing is written before
+    the first step; when it stops, it records the steps since its newest record, if any."""
     from jupyter_supervisor import services  # pylint: disable=import-outside-toplevel
     from jupyter_supervisor.eager.reporting import _EventFile  # pylint: disable=C0415
-    steps = iter([100, 200, 150, 250])   # at the start, then one read per interval
-    clock = iter([0.0, 1.0, 2.0, 3.0])   # one interval of a second each
+    # At the start, then one read per interval (the first before any step: nothing to
+    # measure), and the reads of two stops: the first one measures the steps since the last
+    # record, the second finds none (and writes nothing).
+    steps = iter([100, 100, 200, 150, 250, 290, 290])
+    clock = iter([0.0, 0.5, 1.5, 2.5, 3.5, 4.0])   # intervals of a second, the stop's half
     hub = events.EventHub()
     recorder = Recorder()
     hub.add_listener(recorder)
-    writer = _EventFile(str(tmp_path))
+    writer = _EventFile(str(tmp_path), hub)
     service = services.StepCounterService(tf.compat.v1.train.Coordinator(), 1.0, "steps/sec",
                                           lambda: next(steps), writer, hub,
                                           clock=lambda: next(clock))
     service.start_loop()
-    for _ in range(3):
+    for _ in range(4):
         service.run_loop()
+    service.stop_loop()
+    service.stop_loop()
     writer.close()
     assert hub.flush(DEADLINE)
     rates = [(e.step, e.steps_per_sec) for e in recorder.of(events.StepRate)]
-    assert rates == [(200, 100.0), (250, 100.0)]
+    assert rates == [(200, 100.0), (250, 100.0), (290, 80.0)]
     [path] = glob.glob(os.path.join(str(tmp_path), "events.out.tfevents.*"))
     written = [(e.step, v.simple_value) for e in event_file_loader.LegacyEventFileLoader(path).Load()
                if e.HasField("summary") for v in e.summary.value]

@@ -12,9 +12,9 @@ The same promises as the graph Supervisor, for code that runs eagerly::
 back to an older one when the newest is unreadable), or calls ``RunConfig.init_fn()`` (no
 argument) when there is none. ``step()`` counts the global step and is the loop's step boundary:
 there a checkpoint is written when one is due (every ``save_model_secs``) or asked for
-(``save_now()`` from another thread), the scalars go to the event file every
-``save_summaries_secs``, ``max_steps`` requests the stop, and a stop that the body never looks at
-raises ``backend.StopBody``. ``sv.callback`` does all that for ``model.fit`` (see
+(``save_now()`` from another thread), the scalars become points of the curves (the panel's and
+the event file's, ``reporting``), ``max_steps`` requests the stop, and a stop that the body never
+looks at raises ``backend.StopBody``. ``sv.callback`` does all that for ``model.fit`` (see
 ``keras_callback``). Leaving ``session()`` writes a final checkpoint at the last step.
 
 This module is the adapter: the Backend interface, ``track``/``step``, the step boundary and
@@ -38,7 +38,6 @@ import logging
 import numbers
 import os
 import threading
-import weakref
 from typing import Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
@@ -49,7 +48,6 @@ from ..config import RunConfig
 from ..checkpoints import CheckpointWriteError, prepare_logdir, remove_partial_saves
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
-from ..timer import Timer
 from . import claims
 from .variables import holds_state
 from .checkpointer import STATE_NAME, Checkpointer, Where
@@ -65,9 +63,6 @@ KERAS_MULTI_WORKER = (
     "(https://github.com/keras-team/keras/issues/20585). Train with a custom loop instead: "
     "strategy.run(train_step, ...) with sv.track(model=model, optimizer=optimizer) and "
     "sv.step(loss=loss), which runs on every worker (see docs/replicas.md).")
-
-# At most this often a Progress record (twice a second: what a panel shows).
-PROGRESS_SECS = 0.5
 
 
 class FitStart(NamedTuple):
@@ -240,15 +235,11 @@ class EagerSupervisor:
         self._looked = False                       # should_stop() was called in this session
         self._stop_pending_at_last_step = False
         self._fits = 0                             # fit calls started in this session
-        self._reporter = Reporter(self._hub)
+        self._reporter = Reporter(self._hub, config.save_summaries_secs)
         self._checkpointer = Checkpointer(config, self._where, self._reporter,
                                           self.request_stop, async_save=async_save,
                                           sweeps=self._lock is not None)
-        self._summary_timer = Timer(secs=config.save_summaries_secs)
-        self._progress_timer = Timer(secs=PROGRESS_SECS)
         self._last_progress: Optional[tuple] = None  # fit's position at the last boundary
-        self._coord = tf.compat.v1.train.Coordinator()
-        self._threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
         self._callback = None
         self._notes: List[str] = []
         self._closed = False
@@ -264,9 +255,9 @@ class EagerSupervisor:
         return self._hub.flush(timeout)
 
     def owns_thread(self, thread) -> bool:
-        """True for the step counter and the checkpoint writer threads."""
+        """True for the checkpoint writer's threads."""
         writer = self._checkpointer.writer
-        return thread in self._threads or (writer is not None and thread in writer.threads)
+        return writer is not None and thread in writer.threads
 
     def notes(self) -> List[str]:
         """What this run does differently from what its options suggest (more may come when
@@ -306,7 +297,7 @@ class EagerSupervisor:
     def should_stop(self) -> bool:
         """True once a stop was requested, max_steps reached, or the input ran out."""
         self._looked = True
-        return self._stop_requested or self._coord.should_stop()
+        return self._stop_requested
 
     def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None) -> None:
         """Ends the session at the next step boundary; ``ex`` fails the run (re-raised when the
@@ -379,9 +370,6 @@ class EagerSupervisor:
         if self._closed:
             return
         self._closed = True
-        self._coord.request_stop()
-        with contextlib.suppress(Exception):
-            self._coord.join(stop_grace_period_secs=self._config.stop_grace_secs)
         if self._checkpointer.writer is not None:
             with contextlib.suppress(Exception):
                 self._checkpointer.writer.wait(self._config.stop_grace_secs)
@@ -556,13 +544,7 @@ class EagerSupervisor:
         self._ready = True
         self._restored_from = restored
         self._checkpointer.timer.restart()
-        self._summary_timer.restart()
         self._reporter.started(self._where.step, restored)
-        if self._summary_timer.enabled:
-            counter = self._reporter.step_counter(self._coord, self._summary_timer.secs,
-                                                  read=lambda: self._where.step)
-            self._threads.add(counter)
-            counter.start()
         if self._config.max_steps is not None and self._where.step >= self._config.max_steps:
             logger.info("The restored step %d is at or past max_steps=%d: nothing to train.",
                         self._where.step, self._config.max_steps)
@@ -571,17 +553,12 @@ class EagerSupervisor:
                 self._stop_requested = True
 
     def _boundary(self, progress: Optional[tuple] = None) -> bool:
-        """The step boundary (training thread): max_steps, summaries, progress, due or asked
-        saves. Returns True when the loop must stop."""
+        """The step boundary (training thread): max_steps, the curves' points, progress, due
+        or asked saves. Returns True when the loop must stop."""
         if progress is not None:
             self._last_progress = progress
         self._checkpointer.at_boundary()
-        if self._summary_timer.due():
-            self._summary_timer.restart()
-            self._reporter.scalars(self._where.scalars, self._where.step)
-        if self._progress_timer.due():
-            self._progress_timer.restart()
-            self._reporter.progress(self._where.step, progress, self._where.scalars)
+        self._reporter.boundary(self._where.step, self._where.scalars, progress)
         try:
             self._checkpointer.save_at_boundary()
         except Exception as e:  # pylint: disable=broad-except
@@ -596,11 +573,11 @@ class EagerSupervisor:
                 self.request_stop()
         if self._replicas is not None:
             self._agree_on_stop()
-        return self._stop_requested or self._coord.should_stop()
+        return self._stop_requested
 
     def _agree_on_stop(self) -> None:
         """A replica's boundary: stops when any worker asked (each ends at this step)."""
-        asked = self._replicas.stops(self._stop_asked or self._coord.should_stop())
+        asked = self._replicas.stops(self._stop_asked)
         if asked and not self._stop_requested:
             others = [i for i in asked if i != self._replicas.index]
             if others and not self._stop_asked:
@@ -631,11 +608,6 @@ class EagerSupervisor:
         except BaseException as e:  # pylint: disable=broad-except
             error = error or e
         self._where.input = None  # a fit that raised left it: it holds the fit's input
-        self._coord.request_stop()
-        try:
-            self._coord.join(stop_grace_period_secs=self._config.stop_grace_secs)
-        except BaseException as e:  # pylint: disable=broad-except
-            error = error or e
         writer = self._checkpointer.writer
         if writer is not None:
             try:
@@ -657,13 +629,14 @@ class EagerSupervisor:
             logger.debug(note)
             self._notes.append(note)
         step = self._where.step if self._ready else None
+        # Whatever ended the session, its last step is on the curves (and in the event file),
+        # with where training really ended, not the last throttled Progress.
+        self._reporter.end(step, self._where.scalars, self._last_progress)
         error = clean_up(error, "closing the event file",
                          lambda: self._reporter.end_session(step, self._stop_why or ""))
         claims.release(self)
         if self._lock is not None:
             error = clean_up(error, "releasing the logdir's lock", self._lock.release)
-        if self._ready:  # where training really ended, not the last throttled Progress
-            self._reporter.progress(step, self._last_progress, self._where.scalars)
         reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED
         self._reporter.stopped(reason, error, step, self._stop_why or "")
         if error is not None:

@@ -4,6 +4,10 @@ Code written for ``tf.compat.v1.train.Supervisor`` runs unchanged with ``Supervi
 constructor keywords and defaults, properties and methods, graph mode). Beyond it:
 
 * a clean stop writes a final checkpoint, so stopping loses no work (``save_on_stop``);
+* every session's end writes a last summary and step rate, whatever ended it, so that its
+  last step is on the curves (a session shorter than ``save_summaries_secs`` included); a
+  session's SessionLog.START is at the step after the restored one (``events.START_AFTER``),
+  so that TensorBoard keeps the last values the session before recorded;
 * one chief per logdir: a second live chief on a logdir is refused (``LogdirLockedError``);
 * an unreadable newest checkpoint falls back to the next older one;
 * the global step may have shape [] or [1] (TensorFlow's reader breaks on [1] with NumPy 2);
@@ -240,6 +244,10 @@ class Supervisor:
         self._policy = finite.Policy(on_nan, max_rollbacks)
         self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
         self._summary_generation = None           # of the summary service's last summary
+        # The summary service's session (None: it does not run) and the step of its newest
+        # summary (or the restored step's): one summary a step, and the last one in stop().
+        self._summarized = None
+        self._summary_step: Optional[int] = None
         self._training_thread: Optional[threading.Thread] = None  # the one that prepared
         # Every thread this Supervisor started (services, queue runners, loops), so that the
         # notebook can tell whose output a thread's print is. Weak: finished threads go away.
@@ -512,11 +520,13 @@ class Supervisor:
             return None
         if self._global_step is not None and self._summary_writer:
             step = services.read_step(sess, self._global_step)
-            self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.START), step)
+            self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.START),
+                                                 step + events.START_AFTER)
         threads = []
         writer = self._summary_writer
         if self._summary_timer.enabled and writer:
             if self._summary_op is not None:
+                self._summarized = sess
                 threads.append(services.SummaryService(
                     self._coord, self._summary_timer.secs,
                     compute=lambda: self._compute_summary(sess), write=self._write_summary))
@@ -547,8 +557,36 @@ class Supervisor:
         return summary, services.step_value(step)
 
     def _write_summary(self, summary, step):
+        """The summary service's summary, unless the step has one (training paused, or the
+        restored step): one point per step, as the eager backend writes them."""
+        if step is not None and step == self._summary_step:
+            return
         self._summary_writer.add_summary(summary, step)
+        self._summary_step = step
         self._report_summary(summary, step, self._summary_generation)
+
+    def _write_last_summary(self, failed: bool) -> None:
+        """The summary service stopped: a summary of the session's last step, unless its newest
+        one is of that step. A summary op that reads the input cannot run once the input ended
+        (or, after a failure, in a broken session): then the session ends without it."""
+        sess, self._summarized = self._summarized, None
+        if sess is None or getattr(sess, "_closed", False) or not self._summary_writer:
+            return
+        try:
+            step = self._read_step_quietly()
+            if step is not None and step == self._summary_step:
+                return  # without computing it
+            summary, step = self._compute_summary(sess)
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+            logger.debug("No last summary: the summary op reads the input, which ended.",
+                         exc_info=True)
+            return
+        except tf.errors.OpError:
+            if not failed:
+                raise
+            logger.debug("No last summary: the session failed.", exc_info=True)
+            return
+        self._write_summary(summary, step)
 
     def _report_summary(self, summary, step, generation=None):
         """Emits SummaryWritten; when checking finiteness, the scalars are parsed here (once)
@@ -600,6 +638,8 @@ class Supervisor:
             step = self.read_global_step(sess)
             with self._save_lock:
                 self._save_timer.last_step = step if restored_from else None
+            # The restored step's summary is the one the session before wrote at its end.
+            self._summary_step = step if restored_from else None
             self._hub.emit(events.SessionReady, step, restored_from, True, time.time())
             if start_standard_services:
                 logger.info("Starting standard services.")
@@ -885,15 +925,22 @@ class Supervisor:
         """Stops the services and the Coordinator's threads; does not close the session.
 
         Joins ``threads`` (default: the services, queue runners and ``loop`` threads) for up to
-        ``stop_grace_secs`` and re-raises the first exception reported to the Coordinator. On a
-        clean stop the chief writes a final checkpoint first (see ``save_on_stop``). Releases the
-        logdir's lock.
+        ``stop_grace_secs`` and re-raises the first exception reported to the Coordinator. The
+        summary service's last summary and the step counter's last rate are of the last step
+        (see ``_write_last_summary``); on a clean stop the chief then writes a final checkpoint
+        (see ``save_on_stop``). Releases the logdir's lock.
         """
         self._coord.request_stop()
         error = None
         try:
-            self._coord.join(threads, stop_grace_period_secs=self._stop_grace_secs,
-                             ignore_live_threads=ignore_live_threads)
+            try:
+                self._coord.join(threads, stop_grace_period_secs=self._stop_grace_secs,
+                                 ignore_live_threads=ignore_live_threads)
+            except BaseException as e:
+                clean_up(e, "writing the last summary",
+                         lambda: self._write_last_summary(failed=True))
+                raise
+            self._write_last_summary(failed=False)
             if self._is_chief:
                 self._save_final_checkpoint()
         except BaseException as e:

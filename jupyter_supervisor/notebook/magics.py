@@ -11,6 +11,7 @@ import functools
 import re
 import shlex
 import sys
+import time
 
 from IPython.core import ultratb
 from IPython.core.error import UsageError
@@ -522,7 +523,10 @@ def _show(training, full=False) -> None:
     """The run's live panel; where no widget can show, its status line (``full``: the whole
     text summary, with the error of a failed run)."""
     if full and not panel.widget_frontend_available():
-        print(text.text_summary(training))
+        summary = text.text_summary(training)
+        if training.history.snapshot().stalled is not None:
+            summary = text.bell(sys.stdout) + summary
+        print(summary)
         return
     panel.show(training)
 
@@ -555,6 +559,8 @@ def _table() -> str:
         elif training.stopping_secs > training.config.stop_grace_secs:
             remarks.append(f"{training.name} is still stopping: its cell body has not "
                             "returned.")
+        elif snap.stalled is not None:
+            remarks.append(text.stall_line(training, snap, time.time()))
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
              for r in [header] + rows]
@@ -566,9 +572,13 @@ def _table() -> str:
 def _wait(training, stop_on_interrupt: bool) -> None:
     """Blocks until the run ends; a failure is raised. An interrupt of a ``--wait`` cell
     (``stop_on_interrupt``: the cell is the run, as Ctrl-C in a script) stops the run
-    gracefully; an interrupt of ``%supervise wait`` only ends the waiting."""
+    gracefully; an interrupt of ``%supervise wait`` only ends the waiting. Where no widget
+    renders, a stall and its end are said meanwhile, one line each."""
     try:
-        training.wait()
+        if panel.widget_frontend_available():
+            training.wait()
+        else:
+            _wait_saying_stalls(training)
     except KeyboardInterrupt:
         if stop_on_interrupt:
             _stop(training, interrupted=True)
@@ -580,6 +590,25 @@ def _wait(training, stop_on_interrupt: bool) -> None:
     _end_summary(training)
     if training.status == names.FAILED:
         raise RunFailedError(training)
+
+
+# How often a wait where no widget renders looks for a stall.
+STALL_CHECK_SECS = 1.0
+
+
+def _wait_saying_stalls(training) -> None:
+    stalled = None
+    while not training.wait(STALL_CHECK_SECS):
+        snap = training.history.snapshot()
+        if snap.stalled == stalled:
+            continue
+        if snap.stalled is not None:
+            print(text.bell(sys.stdout) + text.stall_line(training, snap, time.time()),
+                  flush=True)
+        elif training.is_live:
+            print(f"Run {training.name!r} steps again (step {training.global_step}).",
+                  flush=True)
+        stalled = snap.stalled
 
 
 def _stop(training, interrupted=False) -> None:

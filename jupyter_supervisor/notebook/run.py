@@ -114,7 +114,7 @@ class TrainingRun:
         self.config = config
         self._body = Body(body, namespace, config.name, transform_source=transform_source,
                           compile_source=compile_source, format_exception=format_exception)
-        self.history = RunHistory(format_error=self._body.format)
+        self.history = RunHistory(format_error=self._body.format, stall_secs=config.stall_secs)
 
         # _lock guards the fields below it; _changed is notified on every transition.
         self._lock = threading.RLock()
@@ -254,7 +254,8 @@ class TrainingRun:
 
     # ------------------------------------------------------------------------ state machine
 
-    def _transition(self, new: str) -> None:
+    def _transition(self, new: str, step: Optional[int] = None) -> None:
+        """Changes the status (``step``: where it happened, default the history's)."""
         with self._lock:
             old = self._status
             if new not in _TRANSITIONS[old]:
@@ -262,8 +263,7 @@ class TrainingRun:
                     f"Run {self.name!r} cannot go from {old or 'new'!r} to {new!r}.")
             self._status = new
             self.history.set_status(new, active=new in ACTIVE_STATUSES,
-                                    new_session=new == STARTING,
-                                    stepping=new in (STARTING, RUNNING))
+                                    new_session=new == STARTING, step=step)
             self._changed.notify_all()
 
     # ---------------------------------------------------------------------------- starting
@@ -383,10 +383,9 @@ class TrainingRun:
         if why:
             self.history.append_output(f"The last session on this logdir stopped: {why}.\n")
         try:
-            # The new session records the restored step again, and TensorBoard drops the old
-            # session's points from that step on: keep only those before it.
-            self.history.load_event_files(
-                self.logdir, upto_step=None if step is None else step - 1)
+            # Up to the checkpoint's step: what the session after it recorded was lost with it
+            # (the history still learns how far that session got, to say what was lost).
+            self.history.load_event_files(self.logdir, upto_step=step)
         except Exception:  # pylint: disable=broad-except
             logger.warning("Could not read the earlier event files of %s; the plots start "
                            "empty.", self.logdir, exc_info=True)
@@ -427,14 +426,15 @@ class TrainingRun:
         ``why`` says what asked (the first one given is kept: ``stop_reason``). Raises
         RunStateError for a run that already ended.
         """
+        asked_at = self._step_now(self._backend)  # read before the lock: a session run
         with self._lock:
             if self._status in (STARTING, RUNNING, STOPPING) and self._stop_why is None:
                 self._stop_why = why
             if self._status in (STARTING, RUNNING):
                 self._stop_requested = True
                 self._stop_requested_at = time.monotonic()
-                self._transition(STOPPING)
                 backend = self._backend
+                self._transition(STOPPING, step=asked_at)
             elif self._status == STOPPING:
                 backend = None
             else:
@@ -447,6 +447,18 @@ class TrainingRun:
         if not wait:
             return self._status in FINAL_STATUSES
         return self.wait(timeout)
+
+    def _step_now(self, backend: Optional[Backend]) -> Optional[int]:
+        """The step the training is at now (for the timeline: where a stop was asked), or None
+        (the history's, the last one heard of). Not asked of a session on a remote master,
+        which may hang when a task is gone: the stop must return at once."""
+        if backend is None or self.config.master:
+            return None
+        try:
+            return backend.read_step()
+        except Exception:  # pylint: disable=broad-except  (the session is closing)
+            logger.debug("Reading the step failed.", exc_info=True)
+            return None
 
     def resume(self) -> None:
         """Starts the run again from its newest checkpoint (from the main thread)."""

@@ -9,7 +9,7 @@ called (which may import TensorFlow if it is installed).
 import logging
 import math
 import types
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .. import events, names
 from .series import Series
@@ -103,9 +103,16 @@ class _Restarts:
         return stack[i][1] if i < len(stack) else math.inf
 
 
-def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict[str, Series]:
-    """{tag: Series} of the scalars in ``logdir``'s event files that no later session's START
-    purges, with step <= ``upto_step`` (all when None)."""
+class Scalars(NamedTuple):
+    """What ``read_scalars`` found: ``series`` by tag, and ``reached``, the highest step the
+    newest session (the events from its START on) recorded, or None."""
+    series: Dict[str, Series]
+    reached: Optional[int]
+
+
+def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Scalars:
+    """The scalars in ``logdir``'s event files that no later session's START purges, with
+    step <= ``upto_step`` (all when None), and the step the newest session reached."""
     tb = _tensorboard_reader()
     start = tb.event_pb2.SessionLog.START
     # First pass: where TensorBoard purges (EventAccumulator._MaybePurgeOrphanedData). Files
@@ -119,28 +126,28 @@ def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Dict
         if (file_version is not None and file_version >= 2 and event.HasField("session_log")
                 and event.session_log.status == start):
             restarts.add(position, event.step)
-    # Second pass: the points no later START purges.
-    # A step counter's first record after a START measured no interval, and one taken at the
-    # session's first step the start-up (tracing, restoring), not training: skipped, as the
-    # live history skips them (_on_step_rate).
+    # Second pass: the points no later START purges. A step counter's record at or before the
+    # step its session records from (its START's) measured the start-up (tracing, restoring),
+    # not training: skipped, as the live history skips it (_on_step_rate).
     limit = math.inf if upto_step is None else upto_step
     series: Dict[str, Series] = {}
-    rates_since_start: set = set()
     started_at = -1
+    reached = None
     for position, event in enumerate(_events(tb, logdir)):
         if event.HasField("session_log") and event.session_log.status == start:
-            rates_since_start.clear()
             started_at = event.step
+            reached = None
+        if event.HasField("summary") or (event.HasField("session_log")
+                                         and event.session_log.status != start):
+            reached = event.step if reached is None else max(reached, event.step)
         if (not event.HasField("summary") or event.step > limit
                 or event.step >= restarts.cut(position)):
             continue
         for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
-            if names.is_rate(tag) and (tag not in rates_since_start
-                                              or event.step <= started_at):
-                rates_since_start.add(tag)
+            if names.is_rate(tag) and event.step <= started_at:
                 continue
             target = series.get(tag)
             if target is None:
                 target = series[tag] = Series(max_points)
             target.add(int(event.step), value, float(event.wall_time))
-    return series
+    return Scalars(series, reached)

@@ -10,13 +10,28 @@ Memory stays flat however long the run: each scalar tag keeps at most ``max_poin
 (``series.Series``, with their min/max envelope).
 
 Restarts are treated as TensorBoard treats them: a point whose step is lower than the last one of
-its tag drops the points at and after that step, and a session restored at step S drops what was
-recorded after S. ``load_event_files`` adds the scalars of the logdir's event files
-(``eventfiles``), so the plots of a resumed run continue from what is on disk.
+its tag drops the points at and after that step, and a session that records from step S (its
+SessionLog.START) drops what earlier sessions recorded from S on. ``load_event_files`` adds the
+scalars of the logdir's event files (``eventfiles``), so the plots of a resumed run continue
+from what is on disk: the curves are drawn from the records the event files hold (summaries and
+step rates), so a history reloaded after a restart has the points the live one had.
+
+The step the header shows moves with the records that say where training is: on the eager
+backend its Progress records, which give fit's epoch and batch at the same step, so the two
+never contradict each other; elsewhere every record and ``note_step``. The highest step the
+run reached is kept apart (``reached``), so that a session resumed from an older checkpoint
+says how many steps were lost.
+
+A stall (``stall_secs``): while the run is running, no step for max(10 x the recent median
+step time, ``stall_secs``) (before the session's first step time is known, for
+``FIRST_STEP_STALL`` x ``stall_secs``: the first step traces the model and reads the first
+batch). ``note_step``, which the run calls every half second while its body runs, notices it;
+the timeline records when it was raised and when the steps came again.
 """
 import collections
 import dataclasses
 import os
+import statistics
 import threading
 import time
 import traceback
@@ -36,12 +51,41 @@ MAX_TIMELINE = 64
 # Samples of (clock, step) for the step-rate estimate: one per second at most, about 10 s.
 _RATE_SAMPLE_SECS = 1.0
 _RATE_SAMPLES = 11
+# A stall: no step for max(STALL_FACTOR x the median of the newest STEP_TIMES step times,
+# stall_secs); before a session's first step time is known, for FIRST_STEP_STALL x stall_secs.
+STALL_FACTOR = 10
+STEP_TIMES = 32
+FIRST_STEP_STALL = 10
 
 
 class StatusChanged(NamedTuple):
     """The run's status became ``status`` at ``wall_time`` (epoch seconds), at ``step``."""
     status: str
     step: Optional[int]
+    wall_time: float
+
+
+class SessionStarted(NamedTuple):
+    """A session is ready at ``step``: restored from ``restored_from`` (None: initialized).
+    ``lost``: how many steps the run had recorded past ``step`` before (the steps a restore
+    from an older checkpoint trains again), or None."""
+    step: Optional[int]
+    restored_from: Optional[str]
+    lost: Optional[int]
+    wall_time: float
+
+
+class Stalled(NamedTuple):
+    """No step since ``since`` (epoch seconds), at ``step``; raised at ``wall_time``."""
+    step: Optional[int]
+    since: float
+    wall_time: float
+
+
+class StallEnded(NamedTuple):
+    """Steps came again at ``wall_time``, at ``step``, after ``secs`` without one."""
+    step: Optional[int]
+    secs: float
     wall_time: float
 
 
@@ -80,6 +124,7 @@ class HistorySnapshot:
     restoring: Optional[str] = None
     checkpoint_count: int = 0
     timeline: Tuple[object, ...] = ()
+    stalled: Optional[Stalled] = None
 
     @property
     def elapsed(self) -> float:
@@ -113,19 +158,23 @@ class RunHistory:
     Every method may be called from any thread. Scalar series keep at most ``max_points``
     buckets each (older points merged, with their min/max envelope); ``outputs`` keeps the last
     ``max_output_chars`` characters of text, carriage-return frames collapsed. ``clock``
-    (seconds, monotonic) times the elapsed time and the step rate; tests inject a fake one.
+    (seconds, monotonic) times the elapsed time, the step rate and stalls; tests inject a fake
+    one (and a ``wall_clock``). ``stall_secs``: the shortest time without a step that is a stall
+    (0: stalls are not looked for).
     """
 
     def __init__(self, max_points: int = 2000, max_output_chars: int = 200_000,
                  clock: Callable[[], float] = time.monotonic,
                  format_error: Callable[[BaseException], str] = _format_error,
-                 wall_clock: Callable[[], float] = time.time):
+                 wall_clock: Callable[[], float] = time.time, stall_secs: float = 30.0):
         max_points = _check_int("max_points", max_points, 4)
         if max_points % 2:
             raise ValueError(invalid("max_points", max_points,
                                      "an even integer >= 4 (old points are merged in pairs)"))
         self._max_points = max_points
         max_output_chars = _check_int("max_output_chars", max_output_chars, 0)
+        check_number("stall_secs", stall_secs)
+        self._stall_secs = float(stall_secs)
         if not callable(clock):
             raise TypeError(invalid("clock", clock,
                                     "a callable returning seconds, like time.monotonic"))
@@ -139,8 +188,9 @@ class RunHistory:
         self._scalars_version = 0
         self._status = names.STARTING
         self._active = True
-        self._stepping = True
-        self._step: Optional[int] = None
+        self._step: Optional[int] = None     # the step the header shows
+        self._reached: Optional[int] = None  # the highest step recorded since the session began
+        self._positioned = False             # the session reports Progress: it moves _step
         self._steps_per_sec: Optional[float] = None
         self._rate_samples: "collections.deque[Tuple[float, int]]" = collections.deque(
             maxlen=_RATE_SAMPLES)
@@ -161,9 +211,16 @@ class RunHistory:
         self._kept: Tuple[str, ...] = ()     # what retention keeps, newest first
         self._progress: Optional[events.Progress] = None
         self._ready = False                  # the current session restored or initialized
-        self._rate_records = 0               # StepRate records since the session started
-        self._rate_tags: set = set()         # the tags StepRate records were plotted under
-        self._session_step: Optional[int] = None  # the step the current session started at
+        # The step from which the current session records: a step rate at or before it
+        # measured the start-up, not training.
+        self._records_from: Optional[int] = None
+        # Stalls: when the step last rose (clock) and to what, how many rises this session,
+        # the newest step times (seconds per step), and the stall raised (None: none).
+        self._moved_at: Optional[float] = None
+        self._moved_step: Optional[int] = None
+        self._moves = 0
+        self._step_times: "collections.deque[float]" = collections.deque(maxlen=STEP_TIMES)
+        self._stalled: Optional[Stalled] = None
         self._stop_reason: Optional[str] = None
         self._rollbacks: "collections.deque[events.RolledBack]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
@@ -188,7 +245,7 @@ class RunHistory:
             elif isinstance(event, events.StepRate):
                 self._on_step_rate(event)
             elif isinstance(event, events.CheckpointSaved):
-                self._note_step(event.step)
+                self._note_step(event.step, header=not self._positioned)
                 self._checkpoints.appendleft(event)
                 self._checkpoint_count += 1
                 if event.kept:
@@ -202,7 +259,6 @@ class RunHistory:
             elif isinstance(event, events.RolledBack):
                 self._on_rolled_back(event)
             elif isinstance(event, events.Stopped):
-                self._drop_rate_of_the_stop(event.step)
                 self._note_step(event.step)
                 self._stop_reason = event.reason
                 self._timeline.append(event)
@@ -220,63 +276,53 @@ class RunHistory:
             series.add(step, float(value), float(event.wall_time))
         if event.scalars:
             self._scalars_version += 1
-        self._note_step(event.step)
+        self._note_step(event.step, header=not self._positioned)
 
     def _on_step_rate(self, event) -> None:
         # A plotted series, like the event file's; the header's steps/s is the history's own
-        # estimate (one estimator, also without summaries). The step counter's first record
-        # after a start measures no interval (TensorFlow writes it too), one taken before the
-        # first step measures the start-up (tracing, restoring) and one taken while the run
-        # stops measures the stop: none is plotted.
-        self._note_step(event.step)
-        started_at = self._session_step
-        if (not self._rate_records or not self._stepping
-                or (started_at is not None and event.step <= started_at)):
-            self._rate_records = 1
+        # estimate (one estimator, also without summaries). A record at or before the step the
+        # session records from measured the start-up (TensorFlow's step counter writes one as
+        # it starts): not plotted, as eventfiles.read_scalars skips it.
+        self._note_step(event.step, header=not self._positioned)
+        if self._records_from is not None and event.step <= self._records_from:
             return
-        self._rate_tags.add(event.tag)
         self._series_of(event.tag).add(int(event.step), float(event.steps_per_sec),
                                        float(event.wall_time))
         self._scalars_version += 1
 
-    def _drop_rate_of_the_stop(self, step) -> None:
-        # The step counter's last record may measure the final checkpoint being written, after
-        # the last step: a 0 at the final step that no training produced.
-        for tag in self._rate_tags:
-            series = self._series.get(tag)
-            while series is not None and series.last_step == step and series.last_value == 0:
-                series.drop_last()
-                self._scalars_version += 1
-
     def _on_session_ready(self, event) -> None:
         self._ready = True
         self._restoring = None
-        self._timeline.append(event)
+        lost = None
+        if event.restored_from and event.step is not None and self._reached is not None \
+                and self._reached > event.step:
+            lost = self._reached - int(event.step)
+        self._timeline.append(SessionStarted(event.step, event.restored_from, lost,
+                                             event.wall_time))
         self._waiting_for_chief = False
-        self._rate_records = 0
-        self._session_step = None if event.step is None else int(event.step)
+        self._records_from = (None if event.step is None
+                              else int(event.step) + events.START_AFTER)
         self._restored_from = event.restored_from
         self._rollbacks.clear()  # counted per session
         self._stop_reason = None
         self._rate_samples.clear()
         self._steps_per_sec = None
+        self._positioned = False
+        self._reached = None
+        self._restart_stall_clock(event.step)
         if event.step is None:
             return
-        self._restart_at(int(event.step))
+        self._restart_at(int(event.step), self._records_from)
         self._rate_samples.append((self._clock(), self._step))
 
     def _on_progress(self, event) -> None:
-        # The eager backend's live view, a few times a second: where fit is, and the loop's
-        # latest scalars, plotted at their step (the event file holds them at each summary).
+        # The eager backend's live view, a few times a second: the step and where fit is at
+        # that step. From the first one on, the header's step moves with them only (a
+        # checkpoint or a summary of a later step would run ahead of fit's position).
         self._progress = event
-        step = int(event.step)
-        for tag, value in event.scalars.items():
-            series = self._series_of(tag)
-            if series.last_step != step:
-                series.add(step, float(value), float(event.wall_time))
-        if event.scalars:
-            self._scalars_version += 1
-        self._note_step(step)
+        self._positioned = True
+        self._note_step(event.step)
+        self._step = int(event.step)
 
     def _on_rolled_back(self, event) -> None:
         self._rollbacks.append(event)
@@ -284,18 +330,24 @@ class RunHistory:
         if event.restored_step is None:
             return
         # As a restart from that checkpoint (TensorBoard drops the diverged points too, at the
-        # SessionLog.START the Supervisor writes).
-        self._restart_at(int(event.restored_step))
+        # SessionLog.START the Supervisor writes). Fit's position went on (its data is not
+        # replayed): none is shown until the next Progress says it.
+        self._progress = None
+        self._restart_at(int(event.restored_step),
+                         int(event.restored_step) + events.START_AFTER)
         self._rate_samples.clear()
+        self._restart_stall_clock(event.restored_step)
 
-    def _restart_at(self, step: int) -> None:
-        # Training starts (again) at `step`: what was recorded at or after it belongs to a
-        # timeline that the restore discarded (TensorBoard purges from the START step on, and
-        # the new session records `step` again).
+    def _restart_at(self, step: int, purge_from: Optional[int]) -> None:
+        # Training starts (again) at `step`, recording from `purge_from`: what was recorded
+        # from there on belongs to a timeline that the restore discarded (TensorBoard purges
+        # from the START step on).
         self._step = step
+        if purge_from is None:
+            return
         dropped = False
         for series in self._series.values():
-            dropped |= series.drop_from(step)
+            dropped |= series.drop_from(purge_from)
         if dropped:
             self._scalars_version += 1
 
@@ -305,15 +357,21 @@ class RunHistory:
             series = self._series[tag] = Series(self._max_points)
         return series
 
-    def _note_step(self, step) -> None:
+    def _note_step(self, step, header: bool = True) -> None:
         # Events arrive late (queued on the hub); a later note_step may already be ahead, so
         # the step only moves forward here. A restore moves it back through SessionReady.
+        # `header`: the header's step moves too (else only what the run reached).
         if step is None:
             return
         step = int(step)
+        now = self._clock()
+        if self._reached is None or step > self._reached:
+            self._reached = step
+        self._observe_step(step, now)
+        if not header:
+            return
         if self._step is None or step > self._step:
             self._step = step
-        now = self._clock()
         samples = self._rate_samples
         if samples and now - samples[-1][0] < _RATE_SAMPLE_SECS:
             return
@@ -324,23 +382,74 @@ class RunHistory:
                 self._steps_per_sec = rate
 
     def note_step(self, step: int) -> None:
-        """Records the last known global step (also feeds the steps/sec estimate)."""
+        """Records the global step now (the run calls it every half second while the body
+        runs; a session that reports Progress moves the header's step with those only). Feeds
+        the steps/sec estimate, and raises or clears a stall."""
         step = _check_int("step", step, 0)
         with self._lock:
-            before = (self._step, self._steps_per_sec)
-            self._note_step(step)
-            if (self._step, self._steps_per_sec) != before:
+            before = (self._step, self._steps_per_sec, self._stalled)
+            self._note_step(step, header=not self._positioned)
+            self._check_stall()
+            if (self._step, self._steps_per_sec, self._stalled) != before:
                 self._version += 1
 
+    # -- stalls ------------------------------------------------------------------------------
+
+    def _restart_stall_clock(self, step: Optional[int]) -> None:
+        self._moved_at = self._clock()
+        self._moved_step = None if step is None else int(step)
+        self._moves = 0
+        self._step_times.clear()
+        self._end_stall(None)
+
+    def _observe_step(self, step: int, now: float) -> None:
+        if self._moved_step is not None and step <= self._moved_step:
+            return
+        if self._moved_step is not None and self._moves and now > self._moved_at:
+            self._step_times.append((now - self._moved_at) / (step - self._moved_step))
+        if self._moved_step is not None:
+            self._moves += 1
+        self._moved_at, self._moved_step = now, step
+        self._end_stall(step)
+
+    def _stall_limit(self) -> Optional[float]:
+        """Seconds without a step that make a stall now (None: none is looked for)."""
+        if not self._stall_secs:
+            return None
+        if not self._step_times:
+            return FIRST_STEP_STALL * self._stall_secs
+        return max(STALL_FACTOR * statistics.median(self._step_times), self._stall_secs)
+
+    def _check_stall(self) -> None:
+        limit = self._stall_limit()
+        if (limit is None or self._stalled is not None or self._moved_at is None
+                or not self._ready or self._status != names.RUNNING):
+            return
+        idle = self._clock() - self._moved_at
+        if idle >= limit:
+            wall = self._wall_clock()
+            self._stalled = Stalled(self._moved_step, wall - idle, wall)
+            self._timeline.append(self._stalled)
+
+    def _end_stall(self, step: Optional[int]) -> None:
+        """Steps came again (at ``step``; None: the session or the status changed)."""
+        stalled, self._stalled = self._stalled, None
+        if stalled is not None and step is not None:
+            wall = self._wall_clock()
+            self._timeline.append(StallEnded(step, wall - stalled.since, wall))
+
+    # -- status ------------------------------------------------------------------------------
+
     def set_status(self, status: str, *, active: bool, new_session: bool = False,
-                   stepping: Optional[bool] = None) -> None:
+                   step: Optional[int] = None) -> None:
         """Sets the run's status (the run's vocabulary: any non-empty name). ``active``: the run
         is working (its elapsed time counts); ``new_session``: a session starts, not restored
-        or initialized yet; ``stepping`` (default: ``active``): training steps, so a step rate
-        measures training (one measured while a stop is written would be a made-up drop).
-        Each change goes into the timeline."""
+        or initialized yet. Each change goes into the timeline, at ``step`` (default: the
+        header's; a stop request gives the step at which it was made)."""
         if not isinstance(status, str) or not status:
             raise ValueError(invalid("status", status, "a non-empty str"))
+        if step is not None:
+            step = _check_int("step", step, 0)
         with self._lock:
             if status == self._status and not new_session:
                 return
@@ -358,8 +467,12 @@ class RunHistory:
             self._steps_per_sec = None
             self._status = status
             self._active = bool(active)
-            self._stepping = bool(active if stepping is None else stepping)
-            self._timeline.append(StatusChanged(status, self._step, self._wall_clock()))
+            if status == names.RUNNING:
+                self._restart_stall_clock(self._moved_step)
+            else:
+                self._end_stall(None)
+            self._timeline.append(StatusChanged(status, self._step if step is None else step,
+                                                self._wall_clock()))
             self._version += 1
 
     def set_restoring(self, path: Optional[str]) -> None:
@@ -450,6 +563,7 @@ class RunHistory:
                 restoring=self._restoring,
                 checkpoint_count=self._checkpoint_count,
                 timeline=tuple(self._timeline),
+                stalled=self._stalled,
             )
 
     # -- earlier runs from disk --------------------------------------------------------------
@@ -462,8 +576,10 @@ class RunHistory:
         events seen before it with step >= S; files without that version fall back to
         TensorBoard's out-of-order rule), and keeps the points with step <= ``upto_step``
         (all of them when None). For each tag, only points older than the first point already
-        recorded are added, so live summaries are never doubled. A missing ``logdir`` adds
-        nothing. Reading happens without holding the lock.
+        recorded are added, so live summaries are never doubled. The highest step the newest
+        session recorded is what the run reached (the next session says how many steps a
+        restore from an older checkpoint lost). A missing ``logdir`` adds nothing. Reading
+        happens without holding the lock.
         """
         if not isinstance(logdir, (str, os.PathLike)) or not os.fspath(logdir):
             raise ValueError(invalid("logdir", logdir,
@@ -474,10 +590,13 @@ class RunHistory:
         if not os.path.isdir(logdir):
             return
         loaded = eventfiles.read_scalars(logdir, upto_step, self._max_points)
-        if not loaded:
-            return
         with self._lock:
-            for tag, series in loaded.items():
+            if loaded.reached is not None and (self._reached is None
+                                               or loaded.reached > self._reached):
+                self._reached = loaded.reached
+            if not loaded.series:
+                return
+            for tag, series in loaded.series.items():
                 live = self._series.get(tag)
                 if live is not None and len(live):
                     series.drop_from(live.first_step)

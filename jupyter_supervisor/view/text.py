@@ -1,7 +1,8 @@
 """What the panel says, as text and plain data, derived from a run and a snapshot of its
-history: the header, the progress, the checkpoint line, the timeline, the best values
-(``panel_state``, the widget's ``state`` trait) and the run as text where no widget renders
-(``text_status``, ``text_summary``). No widget, no TensorFlow, no matplotlib.
+history: the header, the progress, the checkpoint line, the timeline, the best values, what
+deserves a notification (``panel_state``, the widget's ``state`` trait) and the run as text
+where no widget renders (``text_status``, ``text_summary``). No widget, no TensorFlow, no
+matplotlib.
 """
 import math
 import os
@@ -12,6 +13,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from .. import events, names
+from ..finite import NonFiniteError
+from .history import SessionStarted, StallEnded, Stalled, StatusChanged
 
 ERROR_MAX_CHARS = 20_000
 KEPT_SHOWN = 8
@@ -89,17 +92,46 @@ def _clock_time(wall_time: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(wall_time))
 
 
+def stalled_text(stalled) -> str:
+    """'stalled since 03:12' (hours and minutes, as a person says it)."""
+    return "stalled since " + time.strftime("%H:%M", time.localtime(stalled.since))
+
+
+def stall_line(run, snap, wall_now: float) -> str:
+    """Where no widget renders: one line on the run's stall now ('' without one), e.g.
+    "Run 'fit' is stalled since 03:12: no step since step 1,234 (12 min)."; a terminal rings
+    its bell for it (``bell``)."""
+    stalled = snap.stalled
+    if stalled is None:
+        return ""
+    return (f"Run {run.name!r} is {stalled_text(stalled)}: no step since step "
+            f"{_step_text(stalled.step)} ({format_duration(wall_now - stalled.since)}).")
+
+
+def bell(stream) -> str:
+    """The terminal bell (BEL) where ``stream`` is a terminal, else '' (a notebook's output
+    would show it as a stray character)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return "\a" if isatty is not None and isatty() else ""
+    except ValueError:  # a closed stream
+        return ""
+
+
 def _step_text(step: Optional[int]) -> str:
     return "-" if step is None else f"{step:,}"
 
 
 def _label(snap) -> str:
-    """The status as the header says it: before the session is ready, what it waits for."""
+    """The status as the header says it: before the session is ready, what it waits for; a
+    stall."""
     if snap.active and not snap.ready:
         if snap.waiting_for_chief:
             return "waiting for chief"
         if snap.restoring:
             return f"restoring {os.path.basename(snap.restoring)}"
+    if snap.stalled is not None:
+        return stalled_text(snap.stalled)
     return snap.status
 
 
@@ -130,8 +162,8 @@ def _fit_text(fit) -> str:
 
 
 def text_status(run, snap=None, elapsed: Optional[float] = None) -> str:
-    """One line: name, status, step (of max), rate, elapsed time and, for a task of a
-    cluster, its role and master."""
+    """One line: name, status (or its stall), step (of max), fit's position at that step,
+    rate, elapsed time and, for a task of a cluster, its role and master."""
     snap = snap or run.history.snapshot()
     text = f"{run.name}: {_label(snap)}"
     if snap.step is not None:
@@ -218,44 +250,77 @@ def _error_line(error: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def timeline(run, snap, *, with_error: bool = True) -> List[Tuple[float, str]]:
-    """What happened, oldest first, as (wall time, text): sessions started or resumed, stops
-    asked, rollbacks, the input running out, how each session ended (``with_error``: a
-    failure with its error's last line)."""
+def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
+    """(alert kind or '', wall time, text) of what the timeline shows, oldest first."""
     out = []
+    non_finite = False  # the session's Stopped record says a model that is not finite ended it
     for record in snap.timeline:
-        when = record.wall_time
-        if isinstance(record, events.SessionReady):
+        when, kind = record.wall_time, ""
+        if isinstance(record, SessionStarted):
+            non_finite = False
             if record.restored_from:
+                lost = "" if not record.lost else f"; {record.lost:,} steps since lost"
                 text = (f"resumed from {os.path.basename(record.restored_from)} "
-                        f"(step {_step_text(record.step)})")
+                        f"(step {_step_text(record.step)}{lost})")
             else:
                 text = f"started at step {_step_text(record.step)} (initialized)"
+        elif isinstance(record, Stalled):
+            kind = names.ALERT_STALLED
+            text = f"{stalled_text(record)}, at step {_step_text(record.step)}"
+        elif isinstance(record, StallEnded):
+            kind = names.ALERT_STALL_ENDED
+            text = (f"steps again at step {_step_text(record.step)}, after "
+                    f"{format_duration(record.secs)} without one")
         elif isinstance(record, events.RolledBack):
             text = (f"rolled back: not finite at step {_step_text(record.step)} "
                     f"({record.problem}), restored {os.path.basename(record.path)}")
         elif isinstance(record, events.Stopped):
+            non_finite = isinstance(record.exception, NonFiniteError)
             if record.reason != events.OUT_OF_RANGE:
                 continue
             text = f"input ran out at step {_step_text(record.step)}"
+        elif not isinstance(record, StatusChanged):
+            continue
         elif record.status == names.STOPPING:
             text = f"stop requested at step {_step_text(record.step)}"
         elif record.status == names.FINISHED:
+            kind = names.FINISHED
             reached = (run.max_steps is not None and record.step is not None
                        and record.step >= run.max_steps)
             text = f"finished at step {_step_text(record.step)}" + (
                 " (--max-steps reached)" if reached else "")
         elif record.status == names.FAILED:
+            kind = names.ALERT_NAN if non_finite else names.FAILED
             text = f"failed at step {_step_text(record.step)}"
             line = _error_line(snap.error) if with_error else ""
             if line:
                 text += f": {line}"
         elif record.status == names.STOPPED:
+            kind = names.STOPPED
             text = f"stopped at step {_step_text(record.step)}"
-        else:  # starting, running: the SessionReady says more
+        else:  # starting, running: SessionStarted says more
             continue
-        out.append((when, text))
+        out.append((kind, when, text))
     return out[-TIMELINE_SHOWN:]
+
+
+def timeline(run, snap, *, with_error: bool = True) -> List[Tuple[float, str]]:
+    """What happened, oldest first, as (wall time, text): sessions started or resumed (and
+    the steps a resume lost), stops asked, stalls, rollbacks, the input running out, how each
+    session ended (``with_error``: a failure with its error's last line)."""
+    return [(when, text) for _, when, text in _happenings(run, snap, with_error)]
+
+
+def alerts(run, snap) -> List[dict]:
+    """What a view may notify the user of, oldest first: each the timeline's entry with its
+    ``kind`` (``names.ALERT_KINDS``), an ``id`` that stays the same for the same happening
+    (notify each id once), its ``wall_time`` (epoch seconds) and a ``title`` and ``text``."""
+    out = []
+    for kind, when, text in _happenings(run, snap, with_error=True):
+        if kind:
+            out.append({"id": f"{kind}@{when:.3f}", "kind": kind, "wall_time": when,
+                        "title": f"{run.name}: {kind.replace('-', ' ')}", "text": text})
+    return out
 
 
 def best_values(snap) -> List[str]:
@@ -303,17 +368,24 @@ def text_summary(run, *, with_error: bool = True) -> str:
 
 def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = "") -> dict:
     """What the panel's header, progress, checkpoint line, timeline and buttons say, as plain
-    JSON data (the widget's ``state`` trait)."""
+    JSON data (the widget's ``state`` trait). Besides what it shows: ``stalled`` (None, or
+    ``since`` in epoch seconds, ``step`` and ``text`` of a stall now) and ``alerts`` (see
+    ``alerts``: what a view may notify of)."""
     running = _running(run, snap)
     state = {
         "name": str(run.name), "status": snap.status, "label": _label(snap),
-        "tone": _TONES.get(snap.status, "#757575"), "active": snap.active,
+        "tone": _TONES[names.STOPPING] if snap.stalled else _TONES.get(snap.status, "#757575"),
+        "active": snap.active,
         "step": snap.step, "step_text": "" if snap.step is None else f"{snap.step:,}",
         "rate": "", "position": _fit_text(snap.progress), "elapsed": format_duration(elapsed),
         "role": "", "progress": None, "eta": "",
         "warning": _no_logdir_text(run) if run.logdir is None else "",
         "checkpoint": checkpoint_lines(run, snap, wall_now),
         "timeline": [[_clock_time(when), text] for when, text in timeline(run, snap)],
+        "stalled": None if snap.stalled is None else {
+            "since": snap.stalled.since, "step": snap.stalled.step,
+            "text": stalled_text(snap.stalled)},
+        "alerts": alerts(run, snap),
         "best": best_values(snap),
         "error": "",
         "message": message,
