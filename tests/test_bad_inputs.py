@@ -594,9 +594,11 @@ def _(ctx):
         [sys.executable, "-c",
          "import os, sys\n"
          "from jupyter_supervisor.lockfile import LogdirLock, note_stop\n"
+         "from jupyter_supervisor.notebook.shutdown import cut_advice\n"
          "lock = LogdirLock(sys.argv[1])\n"
          "lock.acquire()\n"
-         "assert note_stop(sys.argv[1], 'the kernel received SIGTERM')\n"
+         "why = 'the kernel received SIGTERM'\n"
+         "assert note_stop(sys.argv[1], why, cut_advice(why))\n"
          "os._exit(0)\n", logdir], env=child_env(), check=True, timeout=DEADLINE)
     ctx.release(logdir)
     shown = ctx.ok(f"--logdir {logdir} --max-steps 30 --save-model-secs 0 --wait")

@@ -295,12 +295,16 @@ class SupervisorCallback(keras.callbacks.Callback):
         model.evaluate = evaluate
 
     def on_train_end(self, logs=None):
+        final = self._part()
+        self.sv.fit_part(lambda: final)  # what a save after fit holds of it
         self.uninstall()
         self.sv.fit_end()
 
     def uninstall(self) -> None:
         """Gives the model its own train_function and evaluate back, fit's CallbackList its
-        methods, and forgets the resume epoch."""
+        methods, and forgets the resume epoch and the callbacks (an ended run keeps no model
+        alive)."""
+        self._states = self._restore = None
         if self._function is not None:
             self._function.uninstall()
             self._function = None
