@@ -10,7 +10,8 @@ begins (after every callback's ``on_train_begin``, which resets them).
 
 What is saved, per callback:
 
-* Keras' own: ``EarlyStopping`` (wait, stopped_epoch, best, best_epoch), ``ReduceLROnPlateau``
+* Keras' own: ``EarlyStopping`` (wait, stopped_epoch, best, best_epoch, and the best weights
+  of ``restore_best_weights=True``, as variables of the checkpoint), ``ReduceLROnPlateau``
   (wait, cooldown_counter, best), ``ModelCheckpoint`` (best, and the batch counters of an
   integer ``save_freq``), ``History`` (the epochs of earlier sessions and their logs: the
   ``History`` that ``fit`` returns holds every epoch), ``CSVLogger`` (the rows it wrote: a
@@ -150,19 +151,46 @@ def _protocol(callback) -> Optional[Tuple[Getter, Setter]]:
     return None
 
 
+# The callbacks that keep arrays beside their state, and where: EarlyStopping's best weights
+# (restore_best_weights=True), model-sized, go into the checkpoint as variables, not JSON.
+_ARRAYS: Dict[type, str] = {keras.callbacks.EarlyStopping: "best_weights"}
+
+
+def _arrays_of(callback) -> Optional[str]:
+    """The attribute of ``callback`` that holds a list of arrays to save, or None."""
+    return next((name for kind, name in _ARRAYS.items() if isinstance(callback, kind)), None)
+
+
 class CallbackStates:
     """The stateful callbacks of one fit (``callbacks``: fit's list, in its order, without the
-    supervisor's own): ``capture()`` at a save, ``restore(saved)`` on a resume."""
+    supervisor's own): ``capture()`` at a save, ``restore(saved)`` on a resume. Arrays go
+    through ``keep(name, arrays)`` at a save and come back from ``restored(name)``
+    (``Checkpointer.keep_arrays``, ``restored_arrays``)."""
 
-    def __init__(self, callbacks: list):
+    def __init__(self, callbacks: list, keep: Callable[[str, list], None],
+                 restored: Callable[[str], Optional[list]]):
         self._entries: List[Tuple[str, object, Getter, Setter]] = []
         for callback in callbacks:
             protocol = _protocol(callback)
             if protocol is not None:
                 self._entries.append((key(callback), callback, *protocol))
-        self.capture()  # a get_state() that cannot be saved fails before training starts
+        self._keep, self._restored = keep, restored
+        self._states()  # a get_state() that cannot be saved fails before training starts
 
     def capture(self) -> List[dict]:
+        """[{"type": key, "state": its JSON state, "arrays": the name its arrays are kept
+        under, if any}] of the stateful callbacks, in order."""
+        captured = []
+        for entry, (_, callback, _, _) in zip(self._states(), self._entries):
+            attribute = _arrays_of(callback)
+            arrays = getattr(callback, attribute, None) if attribute else None
+            if arrays is not None:
+                entry["arrays"] = f"callback_arrays_{len(captured)}"
+                self._keep(entry["arrays"], arrays)
+            captured.append(entry)
+        return captured
+
+    def _states(self) -> List[dict]:
         """[{"type": key, "state": its JSON state}] of the stateful callbacks, in order."""
         captured = []
         for name, callback, get, _ in self._entries:
@@ -189,9 +217,10 @@ class CallbackStates:
             if not self._entries:
                 return []
             return ["The checkpoint holds no callbacks' state (it was written before that was "
-                    "saved): " + ", ".join(type(c).__name__ for _, c, _, _ in self._entries)
-                    + " start afresh, so this resumed fit may stop, decay the learning rate "
-                    "or pick a best model otherwise than an uninterrupted one."]
+                    "saved), so these start afresh: " + ", ".join(
+                        type(c).__name__ for _, c, _, _ in self._entries)
+                    + ". This resumed fit may stop, decay the learning rate or pick a best "
+                    "model otherwise than an uninterrupted one."]
         notes = []
         unused = list(saved)
         for name, callback, _, set_ in self._entries:
@@ -203,6 +232,12 @@ class CallbackStates:
                 continue
             unused.remove(match)
             set_(callback, match["state"])
+            if "arrays" in match:
+                arrays = self._restored(match["arrays"])
+                if arrays is None:
+                    notes.append(f"The checkpoint lacks the arrays of {type(callback).__name__}"
+                                 f" ({_arrays_of(callback)}): they start empty.")
+                setattr(callback, _arrays_of(callback), arrays)
         for entry in unused:
             notes.append(f"The checkpoint holds the state of a {entry['type'].rsplit('.', 1)[-1]}"
                          " callback, which this fit does not have: it is not used.")

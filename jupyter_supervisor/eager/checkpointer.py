@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Callable, Dict, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from .. import finite
@@ -160,6 +161,8 @@ class Checkpointer:
         # checkpoint held ({} when nothing, or a checkpoint written before it was saved).
         self.parts: Dict[str, Callable[[], object]] = {}
         self.restored_parts: Dict[str, object] = {}
+        self._restored_path: Optional[str] = None
+        self._arrays: Dict[str, tuple] = {}        # keep_arrays: name -> (arrays, variables)
         self.writer: Optional[CheckpointWriter] = None
 
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
@@ -200,7 +203,7 @@ class Checkpointer:
         its last run, with its accelerator memory."""
         with self._save_lock:  # a save asked from another thread sees all or nothing
             self.items = self._root = self._state = self.writer = self._rates = None
-            self.parts = {}
+            self.parts, self._arrays = {}, {}
 
     def restore(self, step: int) -> str:
         """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
@@ -224,11 +227,44 @@ class Checkpointer:
         self.timer.last_step = self._where.step
         text = self._state.training.numpy().decode("utf-8")
         self.restored_parts = json.loads(text) if text else {}
+        self._restored_path = path
         self._rates.settle(path, self.restored_parts.get("learning_rates"))
 
+    def keep_arrays(self, name: str, arrays: list) -> None:
+        """At a save (training thread), from ``parts``: ``arrays`` (NumPy arrays, such as the
+        best weights EarlyStopping keeps) go into this and the next checkpoints, as variables
+        of the run's state under ``name``. The same list again costs nothing."""
+        kept = self._arrays.get(name)
+        if kept is not None and kept[0] is arrays:
+            return
+        held = getattr(self._state, name, None)
+        if held is None or [tuple(v.shape) for v in held] != [np.shape(a) for a in arrays]:
+            held = [tf.Variable(a, trainable=False) for a in arrays]
+            setattr(self._state, name, held)
+            held = getattr(self._state, name)
+        else:
+            for variable, array in zip(held, arrays):
+                variable.assign(array)
+        self._arrays[name] = (arrays, held)
+
+    def restored_arrays(self, name: str) -> Optional[list]:
+        """The arrays ``keep_arrays`` saved under ``name`` in the restored checkpoint (None:
+        it holds none)."""
+        if self._restored_path is None:
+            return None
+        reader = tf.train.load_checkpoint(self._restored_path)
+        keys = reader.get_variable_to_shape_map()
+        found, prefix = [], f"{STATE_NAME}/{name}/"
+        while f"{prefix}{len(found)}/.ATTRIBUTES/VARIABLE_VALUE" in keys:
+            found.append(reader.get_tensor(f"{prefix}{len(found)}/.ATTRIBUTES/VARIABLE_VALUE"))
+        return found or None
+
     def training_state(self) -> str:
-        """The JSON text of ``parts`` now (training thread, at a step boundary)."""
-        return json.dumps({key: part() for key, part in self.parts.items()})
+        """The JSON text of ``parts`` now (training thread, at a step boundary), and of the
+        restored checkpoint's parts that no part of this session replaces (a session that ran
+        no fit keeps the fit's)."""
+        return json.dumps({**self.restored_parts,
+                           **{key: part() for key, part in self.parts.items()}})
 
     @property
     def restored_position(self) -> tuple:

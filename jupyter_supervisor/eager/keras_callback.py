@@ -198,7 +198,8 @@ class SupervisorCallback(keras.callbacks.Callback):
             model.train_function.uninstall()
         self._epochs = self.params.get("epochs")
         self._batches = self.params.get("steps")
-        self._states = CallbackStates([c for c in listed if c is not self])
+        self._states = CallbackStates([c for c in listed if c is not self],
+                                      self.sv.keep_arrays, self.sv.restored_arrays)
         self._ending = self._half = self._stopped = self._stopped_by_callback = False
         self._metrics = self._restore = None
         epoch, batch = self._resume_point()

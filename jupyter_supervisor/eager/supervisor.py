@@ -420,10 +420,11 @@ class EagerSupervisor:
         models, layers, optimizers, tf.Variables, tf.Modules) and restores the newest checkpoint
         of the logdir into it; without one, calls ``init_fn()``. Returns the restored path, or
         None. A Keras model must be built (its variables exist); an unbuilt Keras optimizer is
-        built for the trainable variables of the tracked models. An optimizer keeps the
-        learning rate it has (a lower one set to get past a divergence), not the checkpoint's,
-        with a warning when they differ. Calling it again with the same objects does
-        nothing."""
+        built for the trainable variables of the tracked models. An optimizer takes the
+        checkpoint's learning rate (the one training reached) unless the code now sets
+        another than the checkpoint's run did (a lower one to get past a divergence): then
+        the code's; said when they differ (``learning_rates``). Calling it again with the same
+        objects does nothing."""
         self._check_active("sv.track()")
         return self._track(objects, "track")
 
@@ -528,6 +529,14 @@ class EagerSupervisor:
     def restored_part(self, key: str) -> dict:
         """The state of ``key`` in the restored checkpoint ({}: none)."""
         return self._checkpointer.restored_parts.get(key) or {}
+
+    def keep_arrays(self, name: str, arrays: list) -> None:
+        """At a save: ``arrays`` go into the checkpoint under ``name`` (``Checkpointer``)."""
+        self._checkpointer.keep_arrays(name, arrays)
+
+    def restored_arrays(self, name: str) -> Optional[list]:
+        """The arrays the restored checkpoint holds under ``name``, or None."""
+        return self._checkpointer.restored_arrays(name)
 
     def fit_epoch_end(self, logs) -> None:
         """An epoch ended: its ``logs`` are written as ``epoch_<name>`` scalars."""
