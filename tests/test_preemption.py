@@ -378,3 +378,37 @@ def test_a_final_save_cut_by_sigkill_leaves_the_previous_checkpoint_latest(tmp_p
     lock.release()
     assert any("was stopped (the kernel received SIGTERM) but its process ended before the "
                "final checkpoint was written" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("why, knob", [
+    ("the kernel was restarted", "the client's KernelManager.shutdown_wait_time"),
+    ("the kernel was shut down", "the client's KernelManager.shutdown_wait_time"),
+    ("the kernel received SIGTERM", "After SIGTERM, the kernel gives its runs at most "
+     "jupyter_supervisor.notebook.shutdown.STOP_SECS (25 s by default), and whoever sent the "
+     "signal may kill it sooner (docker stop -t, Kubernetes' terminationGracePeriodSeconds"),
+    ("the server died", "The kernel gives its runs at most jupyter_supervisor.notebook."
+     "shutdown.STOP_SECS (25 s by default) before it ends: raise it")])
+def test_the_note_of_a_cut_stop_names_the_knob_of_how_the_kernel_ended(tmp_path, caplog, why,
+                                                                       knob):
+    """A stop noted in a lock its process left (it ended before the final checkpoint): the
+    next holder says so, with what gives that kind of end more time, and no other knob."""
+    from jupyter_supervisor.lockfile import LogdirLock  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.notebook.shutdown import cut_advice  # pylint: disable=C0415
+    subprocess.run(
+        [sys.executable, "-c",
+         "import os, sys\n"
+         "from jupyter_supervisor.lockfile import LogdirLock, note_stop\n"
+         "lock = LogdirLock(sys.argv[1])\n"
+         "lock.acquire()\n"
+         "assert note_stop(sys.argv[1], sys.argv[2], sys.argv[3])\n"
+         "os._exit(0)\n", str(tmp_path), why, cut_advice(why)],
+        env=child_env(), check=True, timeout=DEADLINE)
+    lock = LogdirLock(str(tmp_path))
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        lock.acquire()
+    lock.release()
+    notes = [r.getMessage() for r in caplog.records if "was stopped" in r.getMessage()]
+    assert len(notes) == 1 and f"was stopped ({why})" in notes[0] and knob in notes[0]
+    restart = "shutdown_wait_time" in knob
+    assert ("shutdown_wait_time" in notes[0]) == restart
+    assert ("STOP_SECS" in notes[0]) != restart

@@ -232,12 +232,8 @@ class CallbackStates:
                 continue
             unused.remove(match)
             set_(callback, match["state"])
-            if "arrays" in match:
-                arrays = self._restored(match["arrays"])
-                if arrays is None:
-                    notes.append(f"The checkpoint lacks the arrays of {type(callback).__name__}"
-                                 f" ({_arrays_of(callback)}): they start empty.")
-                setattr(callback, _arrays_of(callback), arrays)
+            if "arrays" in match:  # written with the JSON, in the same checkpoint
+                setattr(callback, _arrays_of(callback), self._restored(match["arrays"]))
         for entry in unused:
             notes.append(f"The checkpoint holds the state of a {entry['type'].rsplit('.', 1)[-1]}"
                          " callback, which this fit does not have: it is not used.")

@@ -539,7 +539,9 @@ class EagerSupervisor:
         return self._checkpointer.restored_arrays(name)
 
     def fit_epoch_end(self, logs) -> None:
-        """An epoch ended: its ``logs`` are written as ``epoch_<name>`` scalars."""
+        """An epoch ended: its ``logs`` are written as ``epoch_<name>`` scalars. Called for a
+        complete epoch only (a stop cuts a half epoch before its end: ``keras_callback``), so
+        this is where "the epoch is complete, and these are its values" is known."""
         self._reporter.scalars(logs, self._where.step, prefix="epoch_")
 
     def fit_end(self) -> None:
