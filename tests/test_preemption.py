@@ -122,6 +122,15 @@ def check_saved(workdir, before, why):
 
 # ------------------------------------------------------------------------------- signals
 
+def terminate(kernel):
+    """SIGTERM to the kernel's process, which ends as SIGTERM ends it (after the final
+    checkpoints)."""
+    process = kernel.km.provisioner.process
+    process.send_signal(signal.SIGTERM)
+    process.wait(DEADLINE)
+    assert process.returncode == -signal.SIGTERM
+
+
 def test_sigterm_saves_every_live_run_then_ends_the_kernel(tmp_path):
     kernel = Kernel(tmp_path)
     try:
@@ -129,15 +138,48 @@ def test_sigterm_saves_every_live_run_then_ends_the_kernel(tmp_path):
         assert kernel.value(f"(lambda signal: {HOOKED})(__import__('signal'))") == [False, False]
         before = start_runs(kernel)
         assert kernel.value(HOOKED) == [True, True]
-        process = kernel.km.provisioner.process
-        process.send_signal(signal.SIGTERM)
-        process.wait(DEADLINE)
-        # The kernel ended as SIGTERM ends it, after the final checkpoints.
-        assert process.returncode == -signal.SIGTERM
+        terminate(kernel)
     finally:
         kernel.kc.stop_channels()
         kernel.km.shutdown_kernel(now=True)
     check_saved(tmp_path, before, "the kernel received SIGTERM")
+
+
+LONG_VALIDATION = r'''
+import keras, eager_models
+x, y = eager_models.data(n=64)
+model = eager_models.make_model()
+endless = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
+
+class Validating(keras.callbacks.Callback):
+    def on_test_begin(self, logs=None):
+        pathlib.Path("validating").touch()
+'''
+
+
+def test_sigterm_during_a_validation_longer_than_the_deadline_keeps_the_step(tmp_path):
+    """A fit whose validation would run for days (longer than STOP_SECS): the stop's checkpoint
+    is written at the next validation batch, of the step the epoch ended at, and the kernel
+    ends with SIGTERM's own status."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    kernel = Kernel(tmp_path)
+    try:
+        kernel.ok(LONG_VALIDATION)
+        kernel.ok("%%supervise --logdir eager --save-model-secs 600\n"
+                  "model.fit(x, y, batch_size=8, epochs=3, verbose=0, validation_data=endless,"
+                  " validation_steps=10**9, callbacks=[sv.callback, Validating()])")
+        wait_for(lambda: (tmp_path / "validating").exists(), DEADLINE, what="the validation")
+        terminate(kernel)
+    finally:
+        kernel.kc.stop_channels()
+        kernel.km.shutdown_kernel(now=True)
+    path = tf.train.latest_checkpoint(str(tmp_path / "eager"))
+    assert path is not None and path.endswith("-8")   # the first epoch's 8 batches
+    reader = tf.train.load_checkpoint(path)
+    # Its batches all trained, its end (validation, callbacks) still to run on a resume.
+    assert [int(reader.get_tensor(f"jupyter_supervisor/{n}/.ATTRIBUTES/VARIABLE_VALUE"))
+            for n in ("epoch", "batch")] == [0, 8]
+    assert not (tmp_path / "eager" / "supervisor.lock").exists()
 
 
 def test_sighup_saves_every_live_run_then_calls_the_handler_installed_before(tmp_path):

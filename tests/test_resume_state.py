@@ -4,8 +4,8 @@ bit where an uninterrupted run of the same seeds ends: weights, every optimizer 
 learning rate included) and the callbacks' decisions (the epoch EarlyStopping stops at, the
 rates ReduceLROnPlateau sets, the files ModelCheckpoint(save_best_only=True) writes, a user's
 callback with get_state/set_state), with EMA, a subclassed model built at its first step and a
-custom loop with a learning-rate schedule. A SIGTERM during a validation that outlasts the
-kernel's stop deadline keeps the step in flight.
+custom loop with a learning-rate schedule. (A SIGTERM during a validation that outlasts the
+kernel's stop deadline: test_preemption.py.)
 
 To keep kernels few, every crashed run starts in one kernel (each held at its crash point in its
 own training thread, its model built in the main thread beforehand: Keras' seeding is global),
@@ -13,9 +13,6 @@ one SIGKILL ends them all, and the fresh kernel resumes each, then runs each uni
 Every run saves at every step (``--save-model-secs 1e-6``): where a crash lands is known by
 steps, never by time.
 """
-import json
-import signal
-
 import pytest
 
 from helpers import Kernel, wait_for
@@ -320,45 +317,3 @@ def test_a_stop_inside_an_epoch_with_ema_saves_the_training_state_at_once(resume
                          "'jupyter_supervisor/training/.ATTRIBUTES/VARIABLE_VALUE'))['fit']")
     history = next(c["state"] for c in saved["callbacks"] if c["type"].endswith(".History"))
     assert history["epoch"] == [0]
-
-
-# ------------------------------------------------------------------ SIGTERM during validation
-
-LONG_VALIDATION = r'''
-import keras, eager_models
-x, y = eager_models.data(n=64)
-model = eager_models.make_model()
-endless = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
-
-class Validating(keras.callbacks.Callback):
-    def on_test_begin(self, logs=None):
-        pathlib.Path("validating").touch()
-'''
-
-
-def test_sigterm_during_a_validation_longer_than_the_deadline_keeps_the_step(tmp_path):
-    """Its validation would run for days: the stop's checkpoint is written at the next
-    validation batch, and the kernel ends with SIGTERM's own status."""
-    kernel = Kernel(tmp_path)
-    try:
-        kernel.ok(LONG_VALIDATION)
-        kernel.ok("%%supervise --logdir eager --save-model-secs 600\n"
-                  "model.fit(x, y, batch_size=8, epochs=3, verbose=0, validation_data=endless,"
-                  " validation_steps=10**9, callbacks=[sv.callback, Validating()])")
-        wait_for(lambda: (tmp_path / "validating").exists(), DEADLINE, what="the validation")
-        process = kernel.km.provisioner.process
-        process.send_signal(signal.SIGTERM)
-        process.wait(DEADLINE)
-        assert process.returncode == -signal.SIGTERM
-    finally:
-        kernel.kc.stop_channels()
-        kernel.km.shutdown_kernel(now=True)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    path, step = newest_checkpoint(tmp_path / "eager")
-    assert step == 8   # the first epoch's batches, all trained; its end pending
-    reader = tf.train.load_checkpoint(path)
-    position = [int(reader.get_tensor(f"jupyter_supervisor/{n}/.ATTRIBUTES/VARIABLE_VALUE"))
-                for n in ("epoch", "batch")]
-    assert position == [0, 8]
-    assert not (tmp_path / "eager" / "supervisor.lock").exists()
-    json.loads(reader.get_tensor("jupyter_supervisor/training/.ATTRIBUTES/VARIABLE_VALUE"))
