@@ -360,6 +360,8 @@ class SupervisorCallback(keras.callbacks.Callback):
     # ---------------------------------------------------------------------------- epochs
 
     def on_epoch_begin(self, epoch, logs=None):
+        if self._list is None:  # no CallbackList of fit's to hook: give back from here
+            self._give_back()
         if self._set_initial_epoch:  # fit has read it; later fits must not see it
             compat.set_initial_epoch(self.model, None)
             self._set_initial_epoch = False
@@ -369,8 +371,14 @@ class SupervisorCallback(keras.callbacks.Callback):
         self.sv.fit_at(epoch, self._done_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
+        if self._list is None:  # no CallbackList of fit's to hook: the boundaries from here
+            self._batches_done()
+            if self._half:
+                return
         if logs:
             self.sv.fit_epoch_end(logs)
+        if self._list is None:
+            self._epoch_ended(epoch)
 
     def _batches_done(self) -> None:
         """The boundary once the epoch's batches are all trained (before its validation, or
