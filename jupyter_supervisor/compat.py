@@ -195,6 +195,18 @@ def compiled_unbuilt(model) -> bool:
     return False
 
 
+def callback_state_attributes() -> dict:
+    """{Keras callback class: the private attributes that hold what it counted}: the batches
+    ``ModelCheckpoint`` saw since it saved (an integer ``save_freq``), ``TensorBoard``'s batch
+    steps, whether ``SwapEMAWeights`` left the averages in the model. A resume gives them
+    back (``eager/callback_state``)."""
+    import keras  # pylint: disable=import-outside-toplevel
+    return {keras.callbacks.ModelCheckpoint: ("_batches_seen_since_last_saving",
+                                              "_last_batch_seen"),
+            keras.callbacks.TensorBoard: ("_global_train_batch", "_global_test_batch"),
+            keras.callbacks.SwapEMAWeights: ("_ema_weights_in_model",)}
+
+
 def symbolic_build(model, data_batch) -> None:
     """``Trainer._symbolic_build(data_batch=...)``: makes the variables of ``model``, its
     compiled metrics and loss and its optimizer from symbolic inputs (``KerasTensor``s shaped

@@ -277,6 +277,17 @@ def test_fit_callbacks_and_data_spec_read_the_running_fit():
     assert compat.fit_callbacks(model) is None and compat.fit_data_spec(model) is None
 
 
+def test_callback_state_attributes_are_the_callbacks():
+    import keras  # pylint: disable=C0415
+    made = {keras.callbacks.ModelCheckpoint: lambda: keras.callbacks.ModelCheckpoint("m.keras"),
+            keras.callbacks.TensorBoard: keras.callbacks.TensorBoard,
+            keras.callbacks.SwapEMAWeights: keras.callbacks.SwapEMAWeights}
+    for kind, names in compat.callback_state_attributes().items():
+        callback = made[kind]()
+        for name in names:
+            assert hasattr(callback, name), f"keras {kind.__name__}.{name} is gone"
+
+
 def test_symbolic_build_makes_a_subclassed_models_variables():
     import keras  # pylint: disable=C0415
 

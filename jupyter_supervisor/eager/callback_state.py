@@ -36,6 +36,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import keras
 import numpy as np
 
+from .. import compat
 from .._validate import invalid
 
 Getter = Callable[[object], dict]
@@ -75,8 +76,11 @@ def _history() -> Tuple[Getter, Setter]:
 def _csv_logger() -> Tuple[Getter, Setter]:
     """The rows CSVLogger wrote: its file's length (with ``append=True`` the file keeps what
     earlier runs wrote; a resume cuts it back to that length) or its text (``append=False``:
-    ``on_train_begin`` empties the file; a resume writes the text back), and its columns."""
+    ``on_train_begin`` empties the file; a resume writes the text back), and its columns. A
+    file that is not local (``gs://...``) is left as Keras writes it."""
     def get(callback) -> dict:
+        if "://" in callback.filename:
+            return {"size": None}
         f = callback.csv_file
         if f is not None and not f.closed:
             f.flush()
@@ -92,6 +96,8 @@ def _csv_logger() -> Tuple[Getter, Setter]:
 
     def set_(callback, state: dict) -> None:
         f = callback.csv_file
+        if state["size"] is None or "://" in callback.filename:
+            return
         if callback.append:
             f.truncate(state["size"])
         elif state["text"]:
@@ -103,18 +109,20 @@ def _csv_logger() -> Tuple[Getter, Setter]:
     return get, set_
 
 
-# Keras' callbacks whose decisions depend on what earlier epochs saw, and their state.
+# Keras' callbacks whose decisions depend on what earlier epochs saw, and their state (the
+# private attributes among it: compat).
+_PRIVATE = compat.callback_state_attributes()
 _KERAS: Dict[type, Tuple[Getter, Setter]] = {
     keras.callbacks.EarlyStopping: _attributes(
         "wait", "stopped_epoch", "best", "best_epoch", numbers=("best",)),
     keras.callbacks.ReduceLROnPlateau: _attributes(
         "wait", "cooldown_counter", "best", numbers=("best",)),
     keras.callbacks.ModelCheckpoint: _attributes(
-        "best", "_batches_seen_since_last_saving", "_last_batch_seen", numbers=("best",)),
+        "best", *_PRIVATE[keras.callbacks.ModelCheckpoint], numbers=("best",)),
     keras.callbacks.History: _history(),
     keras.callbacks.CSVLogger: _csv_logger(),
-    keras.callbacks.TensorBoard: _attributes("_global_train_batch", "_global_test_batch"),
-    keras.callbacks.SwapEMAWeights: _attributes("_ema_weights_in_model"),
+    keras.callbacks.TensorBoard: _attributes(*_PRIVATE[keras.callbacks.TensorBoard]),
+    keras.callbacks.SwapEMAWeights: _attributes(*_PRIVATE[keras.callbacks.SwapEMAWeights]),
 }
 
 
