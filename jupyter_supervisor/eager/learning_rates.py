@@ -24,21 +24,18 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .variables import LEARNING_RATE, is_variable
+from .variables import is_variable
 
 logger = logging.getLogger("jupyter_supervisor")
 
 
 def _rates(objects: Dict[str, object]) -> Dict[str, object]:
-    """{name: learning-rate variable} of the tracked optimizers whose rate is a number (a
-    mixed-precision LossScaleOptimizer's is its inner optimizer's)."""
+    """{name: learning-rate variable} of the tracked optimizers whose rate is a number (Keras'
+    ``learning_rate`` is then the variable itself; a mixed-precision LossScaleOptimizer's is
+    its inner optimizer's)."""
     found = {}
     for name, obj in objects.items():
-        if not hasattr(obj, "apply_gradients"):
-            continue
-        while getattr(obj, "inner_optimizer", None) is not None:
-            obj = obj.inner_optimizer
-        rate = getattr(obj, LEARNING_RATE, None)
+        rate = getattr(obj, "learning_rate", None) if hasattr(obj, "apply_gradients") else None
         if rate is not None and is_variable(rate):
             found[name] = rate
     return found
