@@ -7,8 +7,9 @@ collected without releasing it. A holder on another host cannot be checked from 
 says how to remove its lock by hand.
 
 A stop asked for by the kernel's end (``note_stop``: SIGTERM, a restart) is noted in the lock
-file until the lock is released: a stale lock that still holds the note was left by a process
-that ended before its final checkpoint was written, and the next holder says so.
+file, with what gives that kind of end more time, until the lock is released: a stale lock that
+still holds the note was left by a process that ended before its final checkpoint was written,
+and the next holder says so.
 """
 import json
 import logging
