@@ -222,13 +222,15 @@ class CallbackStates:
         checkpoint's fit (``saved``; None: the checkpoint holds no callbacks' state). Returns
         what could not be matched, one note each."""
         if saved is None:
-            if not self._entries:
+            # (History alone decides nothing: it holds only this session's epochs then.)
+            deciding = [type(c).__name__ for _, c, _, _ in self._entries
+                        if not isinstance(c, keras.callbacks.History)]
+            if not deciding:
                 return []
             return ["The checkpoint holds no callbacks' state (it was written before that was "
-                    "saved), so these start afresh: " + ", ".join(
-                        type(c).__name__ for _, c, _, _ in self._entries)
-                    + ". This resumed fit may stop, decay the learning rate or pick a best "
-                    "model otherwise than an uninterrupted one."]
+                    "saved), so these start afresh: " + ", ".join(deciding) + ". This resumed "
+                    "fit may stop, decay the learning rate or pick a best model otherwise than "
+                    "an uninterrupted one."]
         notes = []
         unused = list(saved)
         for name, callback, _, set_ in self._entries:
