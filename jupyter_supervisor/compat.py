@@ -166,6 +166,58 @@ def _fit_local(model, name: str, argument: bool):
     return None
 
 
+def fit_callbacks(model):
+    """The ``CallbackList`` the ``model.fit`` call running now calls (its local ``callbacks``,
+    once fit made it; Keras gives a callback none of its siblings), or None."""
+    return _fit_local(model, "callbacks", argument=False)
+
+
+def fit_data_spec(model):
+    """The element spec of the data of ``model``'s running fit (``TFEpochIterator.
+    _distributed_dataset``: the dataset fit draws its batches from), or None outside fit."""
+    iterator = _fit_local(model, "epoch_iterator", argument=False)
+    if iterator is None:
+        return None
+    if not hasattr(iterator, "_distributed_dataset"):
+        raise _missing("keras TFEpochIterator._distributed_dataset", "Keras")
+    return iterator._distributed_dataset.element_spec  # pylint: disable=protected-access
+
+
+def compiled_unbuilt(model) -> bool:
+    """True when ``model``'s compiled metrics or loss (``Trainer._compile_metrics``,
+    ``_compile_loss``) have not made their variables yet (Keras makes them at the first step)."""
+    for name in ("_compile_metrics", "_compile_loss"):
+        if not hasattr(model, name):
+            raise _missing(f"keras.Model.{name}", "Keras")
+        part = getattr(model, name)
+        if part is not None and not part.built:
+            return True
+    return False
+
+
+def callback_state_attributes() -> dict:
+    """{Keras callback class: the private attributes that hold what it counted}: the batches
+    ``ModelCheckpoint`` saw since it saved (an integer ``save_freq``), ``TensorBoard``'s batch
+    steps, whether ``SwapEMAWeights`` left the averages in the model. A resume gives them
+    back (``eager/callback_state``)."""
+    import keras  # pylint: disable=import-outside-toplevel
+    return {keras.callbacks.ModelCheckpoint: ("_batches_seen_since_last_saving",
+                                              "_last_batch_seen"),
+            keras.callbacks.TensorBoard: ("_global_train_batch", "_global_test_batch"),
+            keras.callbacks.SwapEMAWeights: ("_ema_weights_in_model",)}
+
+
+def symbolic_build(model, data_batch) -> None:
+    """``Trainer._symbolic_build(data_batch=...)``: makes the variables of ``model``, its
+    compiled metrics and loss and its optimizer from symbolic inputs (``KerasTensor``s shaped
+    as a batch), as Keras does before a fit under a distribution strategy (without one, it
+    makes them while it traces the first training step)."""
+    method = getattr(model, "_symbolic_build", None)
+    if method is None:
+        raise _missing("keras.Model._symbolic_build", "Keras")
+    method(data_batch=data_batch)
+
+
 # The data position of a fit (``eager/data_position.py``): where Keras' fit is in its input,
 # which it keeps in its ``EpochIterator`` (``keras/src/trainers/epoch_iterator.py``, the
 # TensorFlow trainer's ``TFEpochIterator``) and its data adapters. Reading them degrades to a

@@ -7,8 +7,9 @@ collected without releasing it. A holder on another host cannot be checked from 
 says how to remove its lock by hand.
 
 A stop asked for by the kernel's end (``note_stop``: SIGTERM, a restart) is noted in the lock
-file until the lock is released: a stale lock that still holds the note was left by a process
-that ended before its final checkpoint was written, and the next holder says so.
+file, with what gives that kind of end more time, until the lock is released: a stale lock that
+still holds the note was left by a process that ended before its final checkpoint was written,
+and the next holder says so.
 """
 import json
 import logging
@@ -152,12 +153,13 @@ class LogdirLock:
                        os.path.dirname(self.path), FILENAME, who)
         why = holder.get("stopping") if holder else None
         if isinstance(why, str):
+            advice = holder.get("advice")
             logger.warning(
                 "The last run on %s was stopped (%s) but its process ended before the final "
                 "checkpoint was written: training resumes from the newest complete checkpoint. "
-                "To give a kernel restart more time, raise c.KernelManager.shutdown_wait_time "
-                "in the server's config (see docs/preemption.md).",
-                os.path.dirname(self.path), why)
+                "%s", os.path.dirname(self.path), why,
+                advice if isinstance(advice, str) and advice else
+                "To give the next stop more time, see docs/preemption.md.")
 
     def _held_message(self, holder: dict) -> str:
         logdir = os.path.dirname(self.path)
@@ -167,10 +169,11 @@ class LogdirLock:
                 f"If that process is gone for good, delete {self.path!r}.")
 
 
-def note_stop(logdir: str, why: str) -> bool:
+def note_stop(logdir: str, why: str, advice: str = "") -> bool:
     """Notes ``why`` in the lock this process holds on ``logdir`` (replacing the file whole,
-    so that a reader never sees half of it); True if it did. ``release()`` removes the file
-    with the note; a process that ends first leaves it for the next holder to report."""
+    so that a reader never sees half of it), with ``advice``: what gives such a stop more time;
+    True if it did. ``release()`` removes the file with the note; a process that ends first
+    leaves it for the next holder to report."""
     lock = LogdirLock(logdir)
     with _LIVE_LOCK:  # release() cannot remove the file between the check and the rewrite
         holder = lock._read_holder()  # pylint: disable=protected-access
@@ -178,6 +181,7 @@ def note_stop(logdir: str, why: str) -> bool:
                 or holder.get("token") not in _LIVE:
             return False
         holder["stopping"] = str(why)
+        holder["advice"] = str(advice)
         tmp = f"{lock.path}.{holder['token']}.stopping.tmp"
         try:
             with open(tmp, "w", encoding="utf-8") as f:

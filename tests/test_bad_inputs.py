@@ -309,10 +309,11 @@ model.compile({optimizer}, "mse")
 """
 
 
-def _fit(ctx, logdir, optimizer="'adam'", fit="epochs=1", before=""):
+def _fit(ctx, logdir, optimizer="'adam'", fit="epochs=1", before="", callbacks=""):
     ctx.run(before + KERAS_MODEL.format(optimizer=optimizer))
     return ctx.cell(f"--logdir {logdir} --wait",
-                    f"model.fit(x, y, batch_size=8, verbose=0, callbacks=[sv.callback], {fit})")
+                    f"model.fit(x, y, batch_size=8, verbose=0, "
+                    f"callbacks=[sv.callback{callbacks}], {fit})")
 
 
 def _kept_checkpoints(ctx, logdir):
@@ -337,6 +338,31 @@ def _(ctx):
 @scenario("optimizer-changed")
 def _(ctx):
     return _refit(ctx, "optimizer", {}, {"optimizer": "'sgd'"})
+
+
+@scenario("learning-rate-kind-changed")
+def _(ctx):
+    return _refit(ctx, "schedule", {}, {"optimizer": "keras.optimizers.Adam(keras.optimizers."
+                                                     "schedules.ExponentialDecay(0.01, 8, 0.5))"})
+
+
+@scenario("backup-and-restore-beside")
+def _(ctx):
+    with context.eager_mode():
+        return _fit(ctx, ctx.tmp / "backup", callbacks=", keras.callbacks.BackupAndRestore("
+                    f"{str(ctx.tmp / 'backup-dir')!r})")
+
+
+@scenario("callback-state-not-json")
+def _(ctx):
+    with context.eager_mode():
+        return _fit(ctx, ctx.tmp / "state", callbacks=", Mine()", before=(
+            "import keras\n"
+            "class Mine(keras.callbacks.Callback):\n"
+            "    def get_state(self):\n"
+            "        return {'at': (1, 2)}\n"
+            "    def set_state(self, state):\n"
+            "        pass\n"))
 
 
 @scenario("precision-changed")
@@ -594,9 +620,11 @@ def _(ctx):
         [sys.executable, "-c",
          "import os, sys\n"
          "from jupyter_supervisor.lockfile import LogdirLock, note_stop\n"
+         "from jupyter_supervisor.notebook.shutdown import cut_advice\n"
          "lock = LogdirLock(sys.argv[1])\n"
          "lock.acquire()\n"
-         "assert note_stop(sys.argv[1], 'the kernel received SIGTERM')\n"
+         "why = 'the kernel received SIGTERM'\n"
+         "assert note_stop(sys.argv[1], why, cut_advice(why))\n"
          "os._exit(0)\n", logdir], env=child_env(), check=True, timeout=DEADLINE)
     ctx.release(logdir)
     shown = ctx.ok(f"--logdir {logdir} --max-steps 30 --save-model-secs 0 --wait")

@@ -257,6 +257,56 @@ def test_random_nodes_reads_seeds_reshuffling_and_what_is_above():
         == [("random", True, True, False)]
 
 
+def test_fit_callbacks_and_data_spec_read_the_running_fit():
+    import keras  # pylint: disable=C0415
+    model = _tiny_model()
+    seen = {}
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen["callbacks"] = compat.fit_callbacks(self.model)
+            seen["spec"] = compat.fit_data_spec(self.model)
+
+    probe = Probe()
+    x, y = np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[probe])
+    assert isinstance(seen["callbacks"], keras.callbacks.CallbackList), \
+        "fit's local `callbacks` is no longer the CallbackList it calls"
+    assert probe in seen["callbacks"].callbacks
+    assert seen["spec"][0].shape.as_list()[-1] == 2
+    assert compat.fit_callbacks(model) is None and compat.fit_data_spec(model) is None
+
+
+def test_callback_state_attributes_are_the_callbacks():
+    import keras  # pylint: disable=C0415
+    made = {keras.callbacks.ModelCheckpoint: lambda: keras.callbacks.ModelCheckpoint("m.keras"),
+            keras.callbacks.TensorBoard: keras.callbacks.TensorBoard,
+            keras.callbacks.SwapEMAWeights: keras.callbacks.SwapEMAWeights}
+    for kind, names in compat.callback_state_attributes().items():
+        callback = made[kind]()
+        for name in names:
+            assert hasattr(callback, name), f"keras {kind.__name__}.{name} is gone"
+
+
+def test_symbolic_build_makes_a_subclassed_models_variables():
+    import keras  # pylint: disable=C0415
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Net()
+    model.compile("adam", "mse", metrics=["mae"])
+    assert compat.compiled_unbuilt(model)
+    compat.symbolic_build(model, (keras.KerasTensor((None, 3)), keras.KerasTensor((None, 2))))
+    assert model.built and len(model.weights) == 2 and model.optimizer.built
+    assert not compat.compiled_unbuilt(model)
+
+
 def test_parent_poller_module_and_its_os():
     from ipykernel import parentpoller  # pylint: disable=C0415
     app = types.SimpleNamespace(poller=parentpoller.ParentPollerUnix())

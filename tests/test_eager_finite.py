@@ -469,8 +469,10 @@ def test_a_lower_learning_rate_set_for_the_resume_is_kept(tmp_path, backends, ca
         sv2.save_now()
     assert float(lower.learning_rate.numpy()) == pytest.approx(0.001)
     assert int(lower.iterations) == 5  # the rest of the optimizer's state is restored
-    assert any("holds the learning rate 0.01 for 'optimizer'; the run keeps 0.001" in
-               r.getMessage() for r in caplog.records)
+    assert any(r.getMessage().startswith(
+        "The learning rate of 'optimizer' is 0.001, the code's: the checkpoint's run had "
+        "reached 0.01 from the 0.01 its code set, and the code (or an assignment) changed it "
+        "since.") for r in caplog.records)
     # Saved with the next checkpoint (here of the same step): a later resume finds it.
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path)))
     key = next(k for k in reader.get_variable_to_shape_map() if "learning_rate" in k)

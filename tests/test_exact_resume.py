@@ -329,3 +329,225 @@ def test_track_refuses_what_holds_no_variables(tmp_path, backends, value, shown)
                 r"trackable TensorFlow object that holds variables .*: a function or a number "
                 r"holds no state to checkpoint")):
             sv.track(fn=value)
+
+
+# ------------------------------------------------------- the training state beside the weights
+
+def val_data():
+    """Validation data the model fits worse as it learns: its best epoch is the first."""
+    x, y = data()
+    return x[:16], y[:16] - 3.0
+
+
+def fit_with(backends, logdir, make, callbacks, crash_at=None, **fit_kwargs):
+    """One session of ``make()`` fit with ``callbacks()`` (made anew, as a fresh kernel's cells
+    make them), crashed at batch ``crash_at``; returns (model, its History, the callbacks)."""
+    model = make()
+    made = callbacks()
+    sv = backends(logdir, save_model_secs=EVERY_STEP)
+    history = None
+    with _crashing(crash_at):
+        with sv.session():
+            history = model.fit(**arrays(**fit_kwargs), verbose=0,
+                                callbacks=[sv.callback, *made]
+                                + ([Crash(crash_at)] if crash_at else []))
+    sv.close()
+    return model, history, made
+
+
+def test_early_stopping_restores_the_best_weights_seen_before_the_crash(tmp_path, backends):
+    """restore_best_weights=True: the best epoch (the first) is before the crash; its weights
+    are in the checkpoint, and the resumed fit ends with them, as the uninterrupted one."""
+    def callbacks():
+        return [keras.callbacks.EarlyStopping(patience=3, restore_best_weights=True)]
+
+    kwargs = {"epochs": 30, "validation_data": val_data()}
+    make = lambda: build(dropout)  # noqa: E731
+    whole, _, (stopping,) = fit_with(backends, tmp_path / "whole", make, callbacks, **kwargs)
+    fit_with(backends, tmp_path / "crashed", make, callbacks, crash_at=20, **kwargs)
+    resumed, _, (resumed_stopping,) = fit_with(backends, tmp_path / "crashed", make, callbacks,
+                                               **kwargs)
+    assert stopping.best_epoch == resumed_stopping.best_epoch < 2 < stopping.stopped_epoch
+    assert_same(state(resumed), state(whole))
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_csv_logger_writes_the_uninterrupted_runs_rows(tmp_path, backends, append):
+    """The rows of the epochs after the checkpoint are not written twice, and those before it
+    are not lost (append=False empties the file when fit starts)."""
+    def logger_in(folder):
+        folder.mkdir(exist_ok=True)
+        (folder / "log.csv").write_text("earlier run\n" if append else "")
+        return lambda: [keras.callbacks.CSVLogger(str(folder / "log.csv"), append=append)]
+
+    make = lambda: build(plain)  # noqa: E731
+    fit_with(backends, tmp_path / "whole", make, logger_in(tmp_path / "w"), epochs=4)
+    crashed = logger_in(tmp_path / "c")
+    # Crashed in epoch 3, after the checkpoint of its batch 3 (its rows of epochs 1-2 written).
+    fit_with(backends, tmp_path / "crashed", make, crashed, crash_at=20, epochs=4)
+    fit_with(backends, tmp_path / "crashed", make,
+             lambda: [keras.callbacks.CSVLogger(str(tmp_path / "c" / "log.csv"), append=append)],
+             epochs=4)
+    whole = (tmp_path / "w" / "log.csv").read_text()
+    assert (tmp_path / "c" / "log.csv").read_text() == whole
+    # The header (or, appended to, the earlier run's line: Keras writes no header then), and
+    # the rows of the 4 epochs.
+    assert len(whole.splitlines()) == 5
+
+
+def test_a_fit_a_callback_ended_is_over_when_run_again(tmp_path, backends, caplog):
+    """EarlyStopping ended the fit before its epochs: re-running the cell trains nothing, and
+    the model is the one the fit ended with (the best weights restored again)."""
+    def callbacks():
+        return [keras.callbacks.EarlyStopping(patience=3, restore_best_weights=True)]
+
+    kwargs = {"epochs": 30, "validation_data": val_data()}
+    ended, history, _ = fit_with(backends, tmp_path, lambda: build(plain), callbacks, **kwargs)
+    assert len(history.epoch) < 30
+    with caplog.at_level("INFO", logger="jupyter_supervisor"):
+        again, history_again, _ = fit_with(backends, tmp_path, lambda: build(plain), callbacks,
+                                           **kwargs)
+    assert history_again.history == history.history
+    assert_same(state(again), state(ended))
+    assert f"This fit had ended at epoch {len(history.epoch)} of 30: a callback stopped it" \
+        in caplog.text
+
+
+def test_max_steps_at_an_epochs_last_batch_lets_that_epoch_end(tmp_path, backends):
+    """--max-steps 16 with 8 batches an epoch: epoch 2's validation and epoch-end callbacks run
+    (its batches are all trained); the checkpoint is at the start of epoch 3."""
+    model = build(plain)
+    sv = backends(tmp_path, max_steps=16)
+    with sv.session():
+        history = model.fit(**arrays(epochs=5, validation_data=val_data()), verbose=0,
+                            callbacks=[sv.callback])
+    assert history.epoch == [0, 1] and len(history.history["val_loss"]) == 2
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path)))
+    assert [int(reader.get_tensor(f"jupyter_supervisor/{n}/.ATTRIBUTES/VARIABLE_VALUE"))
+            for n in ("epoch", "batch")] == [2, 0]
+
+
+# ------------------------------------------------------- what cannot be exact is said, once
+
+class Mine(keras.callbacks.Callback):
+    """A callback of the user's, whose state is what ``state`` says."""
+
+    def __init__(self, state=None):
+        super().__init__()
+        self.state = state if state is not None else {"seen": 0}
+
+    def on_epoch_end(self, epoch, logs=None):
+        if isinstance(self.state, dict) and "seen" in self.state:
+            self.state["seen"] += 1
+
+    def get_state(self):
+        return self.state
+
+    def set_state(self, state):
+        self.state = state
+
+
+def test_a_callback_added_or_removed_since_the_checkpoint_is_said(tmp_path, backends, caplog):
+    fit_with(backends, tmp_path, lambda: build(plain),
+             lambda: [Mine(), keras.callbacks.ReduceLROnPlateau(monitor="loss")],
+             crash_at=12, epochs=2)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        _, _, (early, mine) = fit_with(
+            backends, tmp_path, lambda: build(plain),
+            lambda: [keras.callbacks.EarlyStopping(monitor="loss"), Mine()], epochs=2)
+    notes = [r.getMessage() for r in caplog.records]
+    assert notes.count("EarlyStopping has no state in the checkpoint (it was not among the "
+                       "callbacks of the fit that wrote it): it starts afresh.") == 1
+    assert notes.count("The checkpoint holds the state of a ReduceLROnPlateau callback, which "
+                       "this fit does not have: it is not used.") == 1
+    assert mine.state == {"seen": 2}   # one epoch before the crash, one after
+
+
+def test_a_checkpoint_without_the_training_state_is_said(tmp_path, backends, caplog):
+    """Written before the training state was saved (here: with it emptied): the callbacks and
+    the epoch's means start afresh, each said once; the code's learning rate is kept."""
+    supervised_fit(backends, tmp_path, lambda: build(plain), arrays(epochs=2), crash_at=12)
+    from jupyter_supervisor.eager.checkpointer import _RunState  # pylint: disable=C0415
+    path = tf.train.latest_checkpoint(str(tmp_path))
+    old = build(plain)
+    old.optimizer.build(old.trainable_variables)
+    root = tf.train.Checkpoint(model=old, optimizer=old.optimizer,
+                               jupyter_supervisor=_RunState({}))
+    root.read(path).expect_partial()
+    root.jupyter_supervisor.training.assign("")
+    old.optimizer.learning_rate.assign(0.02)   # one training had reached
+    root.write(path)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        model, _, _ = fit_with(backends, tmp_path, lambda: build(plain),
+                               lambda: [keras.callbacks.EarlyStopping(monitor="loss")], epochs=2)
+    notes = [r.getMessage() for r in caplog.records]
+    assert sum("holds no callbacks' state" in n for n in notes) == 1
+    assert sum("The running means of epoch 2" in n for n in notes) == 1
+    assert sum(n.startswith("The learning rate of 'optimizer' is 0.01, the code's: the "
+                            "checkpoint holds 0.02 but not the rate its code set") for n in notes) == 1
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.01)
+
+
+def test_the_learning_rate_training_reached_is_kept_across_kernels(tmp_path, backends, caplog):
+    """A rate changed during training (as ReduceLROnPlateau does) is restored in a fresh kernel,
+    also after a resume in the same kernel (which saves the code's rate of the first run)."""
+    class Lower(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.optimizer.learning_rate.assign(0.001)
+
+    model = build(plain)
+    sv = backends(tmp_path)
+    with sv.session():
+        model.fit(**arrays(epochs=1), verbose=0, callbacks=[sv.callback, Lower()])
+    sv = backends(tmp_path)
+    with sv.session():                            # the same kernel: nothing to decide
+        sv.track(model=model, optimizer=model.optimizer)
+        sv.save_now()
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.001)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        fresh, _, _ = fit_with(backends, tmp_path, lambda: build(plain), lambda: [], epochs=2)
+    assert float(fresh.optimizer.learning_rate) == pytest.approx(0.001)
+    assert [r.getMessage() for r in caplog.records if "learning rate" in r.getMessage()] == [
+        f"The learning rate of 'optimizer' is 0.001, restored from the checkpoint: training had "
+        f"changed it from the 0.01 the code sets (a callback such as ReduceLROnPlateau, or an "
+        f"assignment). To train at another rate, change it in the code. "
+        f"({tf.train.latest_checkpoint(str(tmp_path)).rsplit('-', 1)[0]}-8)"]
+
+
+def test_a_learning_rate_changed_between_a_number_and_a_schedule_is_refused(tmp_path, backends):
+    def scheduled():
+        model = keras.Sequential([keras.Input((4,)), *plain(), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.Adam(
+            keras.optimizers.schedules.ExponentialDecay(0.01, 8, 0.5)), "mse")
+        return model
+
+    fit_then(tmp_path, backends, lambda: build(plain), scheduled,
+             r"was written by an optimizer whose learning rate was a number, and the tracked one "
+             r"\(adam(_\d+)?\) has a schedule: Keras numbers an optimizer's variables after its "
+             r"learning rate, so the saved moment estimates cannot be restored into it\. Give "
+             r"the optimizer the kind of learning rate it was saved with \(a number\)")
+
+
+def test_a_callbacks_state_that_is_not_plain_json_is_refused_before_training(tmp_path,
+                                                                              backends):
+    model = build(plain)
+    sv = backends(tmp_path)
+    with pytest.raises(ValueError, match=(
+            r"Invalid value for argument `Mine\.get_state\(\)`\. Received: Mine\.get_state\(\)="
+            r"\{'at': \(1, 2\)\}\. Expected a dict of plain JSON values .*: it is saved as JSON "
+            r"with each checkpoint, and \(1, 2\) is none")):
+        with sv.session():
+            model.fit(**arrays(epochs=1), verbose=0, callbacks=[sv.callback, Mine({"at": (1, 2)})])
+    assert int(model.optimizer.iterations) == 0
+
+
+def test_backup_and_restore_beside_sv_callback_is_refused(tmp_path, backends):
+    model = build(plain)
+    sv = backends(tmp_path / "logdir")
+    with pytest.raises(ValueError, match=(
+            r"Invalid value for argument `callbacks`\. Received: callbacks=\['SupervisorCallback',"
+            r" 'BackupAndRestore', 'History'\]\. Expected sv\.callback without keras\.callbacks\."
+            r"BackupAndRestore: both restore the model")):
+        with sv.session():
+            model.fit(**arrays(epochs=1), verbose=0, callbacks=[
+                sv.callback, keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))])

@@ -122,6 +122,15 @@ def check_saved(workdir, before, why):
 
 # ------------------------------------------------------------------------------- signals
 
+def terminate(kernel):
+    """SIGTERM to the kernel's process, which ends as SIGTERM ends it (after the final
+    checkpoints)."""
+    process = kernel.km.provisioner.process
+    process.send_signal(signal.SIGTERM)
+    process.wait(DEADLINE)
+    assert process.returncode == -signal.SIGTERM
+
+
 def test_sigterm_saves_every_live_run_then_ends_the_kernel(tmp_path):
     kernel = Kernel(tmp_path)
     try:
@@ -129,15 +138,48 @@ def test_sigterm_saves_every_live_run_then_ends_the_kernel(tmp_path):
         assert kernel.value(f"(lambda signal: {HOOKED})(__import__('signal'))") == [False, False]
         before = start_runs(kernel)
         assert kernel.value(HOOKED) == [True, True]
-        process = kernel.km.provisioner.process
-        process.send_signal(signal.SIGTERM)
-        process.wait(DEADLINE)
-        # The kernel ended as SIGTERM ends it, after the final checkpoints.
-        assert process.returncode == -signal.SIGTERM
+        terminate(kernel)
     finally:
         kernel.kc.stop_channels()
         kernel.km.shutdown_kernel(now=True)
     check_saved(tmp_path, before, "the kernel received SIGTERM")
+
+
+LONG_VALIDATION = r'''
+import keras, eager_models
+x, y = eager_models.data(n=64)
+model = eager_models.make_model()
+endless = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
+
+class Validating(keras.callbacks.Callback):
+    def on_test_begin(self, logs=None):
+        pathlib.Path("validating").touch()
+'''
+
+
+def test_sigterm_during_a_validation_longer_than_the_deadline_keeps_the_step(tmp_path):
+    """A fit whose validation would run for days (longer than STOP_SECS): the stop's checkpoint
+    is written at the next validation batch, of the step the epoch ended at, and the kernel
+    ends with SIGTERM's own status."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    kernel = Kernel(tmp_path)
+    try:
+        kernel.ok(LONG_VALIDATION)
+        kernel.ok("%%supervise --logdir eager --save-model-secs 600\n"
+                  "model.fit(x, y, batch_size=8, epochs=3, verbose=0, validation_data=endless,"
+                  " validation_steps=10**9, callbacks=[sv.callback, Validating()])")
+        wait_for(lambda: (tmp_path / "validating").exists(), DEADLINE, what="the validation")
+        terminate(kernel)
+    finally:
+        kernel.kc.stop_channels()
+        kernel.km.shutdown_kernel(now=True)
+    path = tf.train.latest_checkpoint(str(tmp_path / "eager"))
+    assert path is not None and path.endswith("-8")   # the first epoch's 8 batches
+    reader = tf.train.load_checkpoint(path)
+    # Its batches all trained, its end (validation, callbacks) still to run on a resume.
+    assert [int(reader.get_tensor(f"jupyter_supervisor/{n}/.ATTRIBUTES/VARIABLE_VALUE"))
+            for n in ("epoch", "batch")] == [0, 8]
+    assert not (tmp_path / "eager" / "supervisor.lock").exists()
 
 
 def test_sighup_saves_every_live_run_then_calls_the_handler_installed_before(tmp_path):
@@ -378,3 +420,37 @@ def test_a_final_save_cut_by_sigkill_leaves_the_previous_checkpoint_latest(tmp_p
     lock.release()
     assert any("was stopped (the kernel received SIGTERM) but its process ended before the "
                "final checkpoint was written" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("why, knob", [
+    ("the kernel was restarted", "the client's KernelManager.shutdown_wait_time"),
+    ("the kernel was shut down", "the client's KernelManager.shutdown_wait_time"),
+    ("the kernel received SIGTERM", "After SIGTERM, the kernel gives its runs at most "
+     "jupyter_supervisor.notebook.shutdown.STOP_SECS (25 s by default), and whoever sent the "
+     "signal may kill it sooner (docker stop -t, Kubernetes' terminationGracePeriodSeconds"),
+    ("the server died", "The kernel gives its runs at most jupyter_supervisor.notebook."
+     "shutdown.STOP_SECS (25 s by default) before it ends: raise it")])
+def test_the_note_of_a_cut_stop_names_the_knob_of_how_the_kernel_ended(tmp_path, caplog, why,
+                                                                       knob):
+    """A stop noted in a lock its process left (it ended before the final checkpoint): the
+    next holder says so, with what gives that kind of end more time, and no other knob."""
+    from jupyter_supervisor.lockfile import LogdirLock  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.notebook.shutdown import cut_advice  # pylint: disable=C0415
+    subprocess.run(
+        [sys.executable, "-c",
+         "import os, sys\n"
+         "from jupyter_supervisor.lockfile import LogdirLock, note_stop\n"
+         "lock = LogdirLock(sys.argv[1])\n"
+         "lock.acquire()\n"
+         "assert note_stop(sys.argv[1], sys.argv[2], sys.argv[3])\n"
+         "os._exit(0)\n", str(tmp_path), why, cut_advice(why)],
+        env=child_env(), check=True, timeout=DEADLINE)
+    lock = LogdirLock(str(tmp_path))
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        lock.acquire()
+    lock.release()
+    notes = [r.getMessage() for r in caplog.records if "was stopped" in r.getMessage()]
+    assert len(notes) == 1 and f"was stopped ({why})" in notes[0] and knob in notes[0]
+    restart = "shutdown_wait_time" in knob
+    assert ("shutdown_wait_time" in notes[0]) == restart
+    assert ("STOP_SECS" in notes[0]) != restart

@@ -7,11 +7,12 @@ snapshot is ``snapshot``'s and the files are ``writer``'s; what a model that is 
 leads to is ``finite.Policy``'s, and the Checkpointer performs the rollback it is told to: the newest good
 checkpoint restored (model, optimizer, global step) at a step boundary of the training thread.
 """
+import json
 import logging
 import math
 import os
 import threading
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +22,7 @@ from ..checkpoints import restore_candidates
 from ..timer import Timer
 from . import restore as restoring
 from .data_position import InputState, SavedInput
+from .learning_rates import LearningRates
 from .reporting import Reporter, to_float
 from .variables import RANDOM_STATE, STATE_NAME, base_variable, is_variable
 from .writer import CheckpointWriter
@@ -31,9 +33,11 @@ logger = logging.getLogger("jupyter_supervisor")
 
 class _RunState(tf.Module):
     """What the run itself checkpoints: the global step, where a Keras fit is (the index
-    of the fit call in the cell body, the epoch, the batches done in that epoch), and the
-    random state that training advances outside the models' weights (``random``); and where
-    the fit's input is (``input``, ``data_position``)."""
+    of the fit call in the cell body, the epoch, the batches done in that epoch), the
+    random state that training advances outside the models' weights (``random``), where
+    the fit's input is (``input``, ``data_position``), and the training state that is no
+    variable (``training``: JSON). A checkpoint written before one of these existed restores
+    with that one at its initial value."""
 
     def __init__(self, random: Dict[str, object]):
         super().__init__(name=STATE_NAME)
@@ -46,6 +50,10 @@ class _RunState(tf.Module):
         # -- The position of a fit's input (data_position): which of fit's iterators of it the
         # next batch comes from, how far it was drawn, and what the input was.
         self.input = InputState()
+        # --
+        # -- The training state beside the variables: the learning rates the code set, the
+        # fit's callbacks and metrics, as one JSON text (``Checkpointer.parts``).
+        self.training = tf.Variable("", dtype=tf.string, trainable=False, name="training")
         # --
 
 
@@ -113,31 +121,6 @@ def _trainable_variables(objects) -> list:
     return found
 
 
-def _learning_rates(objects: Dict[str, object]) -> List[tuple]:
-    """[(name, variable, value now)] for the tracked optimizers whose learning rate is a
-    variable (a Keras optimizer given a number; a schedule is computed from the step)."""
-    found = []
-    for name, obj in objects.items():
-        rate = getattr(obj, "learning_rate", None) if hasattr(obj, "apply_gradients") else None
-        if rate is not None and is_variable(rate):
-            found.append((name, rate, float(np.asarray(rate.numpy()))))
-    return found
-
-
-def _keep_learning_rates(rates: List[tuple], path: str) -> None:
-    """After a restore from ``path``: puts back each learning rate of ``rates`` (from
-    ``_learning_rates`` before the restore) that the checkpoint changed. The rate in memory is
-    the one the notebook set (a lower one after a divergence, the usual fix) or the one
-    training reached; the checkpoint's would silently undo it."""
-    for name, variable, value in rates:
-        restored = float(np.asarray(variable.numpy()))
-        if restored != value:
-            variable.assign(value)
-            logger.warning("The checkpoint %s holds the learning rate %g for %r; the run keeps "
-                           "%g, the value the optimizer had (it is saved with the next "
-                           "checkpoint).", path, restored, name, value)
-
-
 class Checkpointer:
     """The checkpoints of one eager session (see the module docstring).
 
@@ -172,6 +155,14 @@ class Checkpointer:
         self.items: Optional[Dict[str, object]] = None
         self._state: Optional[_RunState] = None
         self._root = None                          # tf.train.Checkpoint for restoring
+        self._rates: Optional[LearningRates] = None
+        # The training state that is no variable, saved as JSON with each checkpoint: {key:
+        # a function giving the key's plain JSON value at the save}; and what the restored
+        # checkpoint held ({} when nothing, or a checkpoint written before it was saved).
+        self.parts: Dict[str, Callable[[], object]] = {}
+        self.restored_parts: Dict[str, object] = {}
+        self._restored_path: Optional[str] = None
+        self._arrays: Dict[str, tuple] = {}        # keep_arrays: name -> (arrays, variables)
         self.writer: Optional[CheckpointWriter] = None
 
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
@@ -183,18 +174,17 @@ class Checkpointer:
         self.items = dict(items)
         self._state = _RunState(_seed_states(self.items))
         self._root = tf.train.Checkpoint(**self.items, **{STATE_NAME: self._state})
+        self._rates = LearningRates(self.items)
+        self._rates.capture()
+        self.parts["learning_rates"] = lambda: self._rates.coded
         if not self._restore_dir or not newest:
             return None
         existing = restore_candidates(self._restore_dir, self._config.checkpoint_basename)
-        rates = _learning_rates(self.items)
         restored = restoring.restore_newest(self._root, self._restore_dir, existing,
                                             basename=self._config.checkpoint_basename,
                                             sweep_unlisted=self._sweeps)
         if restored is not None:
-            _keep_learning_rates(rates, restored)
-        if restored is not None:
-            self._where.step = int(self._state.step.numpy())
-            self.timer.last_step = self._where.step
+            self._restored_state(restored)
         if not self._logdir:
             return restored
         self.writer = CheckpointWriter(
@@ -212,13 +202,13 @@ class Checkpointer:
         (``%supervise list``), and a cell that builds its model again must free the model of
         its last run, with its accelerator memory."""
         with self._save_lock:  # a save asked from another thread sees all or nothing
-            self.items = self._root = self._state = self.writer = None
+            self.items = self._root = self._state = self.writer = self._rates = None
+            self.parts, self._arrays = {}, {}
 
     def restore(self, step: int) -> str:
         """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
         returns its path. RuntimeError when this process cannot read it."""
         path = os.path.join(self._restore_dir or "", f"{self._config.checkpoint_basename}-{step}")
-        rates = _learning_rates(self.items)
         try:
             restoring.restore(self._root, path)
         except (tf.errors.OpError, ValueError) as e:
@@ -227,10 +217,54 @@ class Checkpointer:
                 f"it at {path} ({type(e).__name__}: {e}). Every worker restores the chief's "
                 "checkpoint from the same --logdir: give each worker the same path on a file "
                 "system they share.") from e
-        _keep_learning_rates(rates, path)
+        self._restored_state(path)
+        return path
+
+    def _restored_state(self, path: str) -> None:
+        """After the restore of ``path``: the step, the training state's parts
+        (``restored_parts``) and the learning rates to train with."""
         self._where.step = int(self._state.step.numpy())
         self.timer.last_step = self._where.step
-        return path
+        text = self._state.training.numpy().decode("utf-8")
+        self.restored_parts = json.loads(text) if text else {}
+        self._restored_path = path
+        self._rates.settle(path, self.restored_parts.get("learning_rates"))
+
+    def keep_arrays(self, name: str, arrays: list) -> None:
+        """At a save (training thread), from ``parts``: ``arrays`` (NumPy arrays, such as the
+        best weights EarlyStopping keeps) go into this and the next checkpoints, as variables
+        of the run's state under ``name``. The same list again costs nothing."""
+        kept = self._arrays.get(name)
+        if kept is not None and kept[0] is arrays:
+            return
+        held = getattr(self._state, name, None)
+        if held is None or [tuple(v.shape) for v in held] != [np.shape(a) for a in arrays]:
+            held = [tf.Variable(a, trainable=False) for a in arrays]
+            setattr(self._state, name, held)
+            held = getattr(self._state, name)
+        else:
+            for variable, array in zip(held, arrays):
+                variable.assign(array)
+        self._arrays[name] = (arrays, held)
+
+    def restored_arrays(self, name: str) -> Optional[list]:
+        """The arrays ``keep_arrays`` saved under ``name`` in the restored checkpoint (None:
+        it holds none)."""
+        if self._restored_path is None:
+            return None
+        reader = tf.train.load_checkpoint(self._restored_path)
+        keys = reader.get_variable_to_shape_map()
+        found, prefix = [], f"{STATE_NAME}/{name}/"
+        while f"{prefix}{len(found)}/.ATTRIBUTES/VARIABLE_VALUE" in keys:
+            found.append(reader.get_tensor(f"{prefix}{len(found)}/.ATTRIBUTES/VARIABLE_VALUE"))
+        return found or None
+
+    def training_state(self) -> str:
+        """The JSON text of ``parts`` now (training thread, at a step boundary), and of the
+        restored checkpoint's parts that no part of this session replaces (a session that ran
+        no fit keeps the fit's)."""
+        return json.dumps({**self.restored_parts,
+                           **{key: part() for key, part in self.parts.items()}})
 
     @property
     def restored_position(self) -> tuple:
@@ -271,6 +305,12 @@ class Checkpointer:
         if request.error is not None:
             raise request.error
         return request.path
+
+    def state_changed(self) -> None:
+        """The training state moved on without a step (an epoch's end ran: the callbacks
+        decided, fit's position is the next epoch): the next save, due or final, writes it
+        even at the step of the newest checkpoint."""
+        self.timer.last_step = None
 
     def save_if_moved(self) -> None:
         """The checkpoint that ends a fit or the session, unless this step is saved; the
@@ -322,8 +362,9 @@ class Checkpointer:
                 if self._policy.pending is not None:
                     self._roll_back()
 
-    def save_at_boundary(self) -> None:
-        """Saves when a save is asked for, or is due. A due save is put off while the write
+    def save_at_boundary(self, due: bool = True) -> None:
+        """Saves when a save is asked for, or is due (unless not ``due``: a boundary whose
+        state a next one very soon supersedes). A due save is put off while the write
         before it runs (a write longer than the interval: a large model, a slow disk), to the
         first boundary after that write, for at most one more interval; then this thread
         waits for the write. So training does not wait for a write that ends within two
@@ -332,7 +373,7 @@ class Checkpointer:
         request = self._save_request
         if request is not None:
             self._save_at_boundary(request)
-        elif self.writer is not None and self.timer.due() and (
+        elif due and self.writer is not None and self.timer.due() and (
                 not self.writer.writing or self.timer.overdue()):
             self._save_at_boundary(None)
 
@@ -384,6 +425,7 @@ class Checkpointer:
             self._state.batch.assign(batch)
             source = self._where.input
             self._state.input.record(source(epoch, batch) if source is not None else None)
+            self._state.training.assign(self.training_state())
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
             path = self.writer.save(step, final=final)
             self.timer.last_step = step
@@ -464,13 +506,13 @@ class Checkpointer:
         metrics restart, or fit's mean loss would stay NaN until the epoch ends."""
         rollback = self._policy.take()
         paths = list(reversed(self.writer.kept))
-        rates = _learning_rates(self.items)
+        self._rates.capture()
         try:
             path = restoring.restore_newest(self._root, self._logdir, paths)
         except Exception as e:  # pylint: disable=broad-except
             raise self._policy.rollback_failed(
                 rollback._replace(path=paths[0] if paths else None), e) from e
-        _keep_learning_rates(rates, path)
+        self._rates.keep(path)
         self._where.step = int(self._state.step.numpy())
         self.timer.last_step = self._where.step
         self._where.scalars = {}

@@ -13,14 +13,14 @@ from tensorflow.python.util import object_identity
 
 from .. import checkpoints
 from ..checkpoints import CheckpointMismatchError
-from .variables import (INPUT_STATE, RANDOM_STATE, STATE_NAME, base_variable, is_variable,
+from .variables import (LEARNING_RATE, RANDOM_STATE, STATE_NAME, base_variable, is_variable,
                         live_variables, variable_name)
 
 logger = logging.getLogger("jupyter_supervisor")
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
-_RANDOM_PREFIX = f"{STATE_NAME}/{RANDOM_STATE}/"
-_INPUT_PREFIX = f"{STATE_NAME}/{INPUT_STATE}/"
+_STATE_PREFIX = f"{STATE_NAME}/"
+_RANDOM_PREFIX = f"{_STATE_PREFIX}{RANDOM_STATE}/"
 
 # What reading a damaged checkpoint raises (truncated or overwritten files): it falls back.
 UNREADABLE = (tf.errors.OpError, IndexError, message.DecodeError)
@@ -34,12 +34,16 @@ def object_graph(reader):
 
 
 def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
-           dropped: Optional[list] = None) -> Optional[str]:
+           dropped: Optional[list] = None, rate_changed: Optional[list] = None) -> Optional[str]:
     """Why the checkpoint of ``reader`` cannot restore the variables of ``root`` (the objects it
     has no value for, those whose shape changed), or None when it fits. The model's own
     (trainable) variables are named first, then the optimizer's. The run's random-layer states
     that it lacks are appended to ``unseeded`` instead; the values it holds under a tracked
-    optimizer that no variable of it takes (another optimizer's slots), to ``dropped``."""
+    optimizer that no variable of it takes (another optimizer's slots), to ``dropped``; the
+    tracked optimizers whose learning rate is a number where the checkpoint's was a schedule,
+    or the reverse, to ``rate_changed`` (as (name, True when the tracked one's is a number)).
+    Not a misfit: a variable of the run's own state that it lacks (added to the state since
+    that checkpoint was written: it keeps its initial value)."""
     graph = graph if graph is not None else object_graph(reader)
     shapes = reader.get_variable_to_shape_map()
     view = tf.train.TrackableView(root)
@@ -55,6 +59,10 @@ def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
         node = graph.nodes[node_id]
         if hasattr(obj, "apply_gradients"):
             optimizers.append(node_id)
+            saved_rate = any(c.local_name == LEARNING_RATE for c in node.children)
+            number = is_variable(view.children(obj).get(LEARNING_RATE))
+            if rate_changed is not None and saved_rate != number:
+                rate_changed.append((getattr(obj, "name", None) or type(obj).__name__, number))
         if is_variable(obj):
             keys = [a.checkpoint_key for a in node.attributes if a.name == "VARIABLE_VALUE"]
             if keys:
@@ -72,7 +80,7 @@ def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
         if key is None and path.startswith(_RANDOM_PREFIX) and unseeded is not None:
             unseeded.append(variable_name(var))
             continue
-        if key is None and path.startswith(_INPUT_PREFIX):
+        if key is None and path.startswith(_STATE_PREFIX):
             continue
         if key is None:
             missing.append(f"{path} ({variable_name(var)})")
@@ -181,7 +189,18 @@ def restore(root, path: str) -> None:
                                       f"objects: {precision}.")
     unseeded: list = []
     dropped: list = []
-    problem = misfit(reader, root, graph, unseeded, dropped)
+    rate_changed: list = []
+    problem = misfit(reader, root, graph, unseeded, dropped, rate_changed)
+    if rate_changed:
+        name, number = rate_changed[0]
+        kinds = ("a schedule", "a number") if number else ("a number", "a schedule")
+        raise CheckpointMismatchError(
+            f"The checkpoint {path} was written by an optimizer whose learning rate was "
+            f"{kinds[0]}, and the tracked one ({name}) has {kinds[1]}: Keras numbers an "
+            "optimizer's variables after its learning rate, so the saved moment estimates "
+            "cannot be restored into it. Give the optimizer the kind of learning rate it was "
+            f"saved with ({kinds[0]}), or train in a new logdir and warm-start the model in an "
+            f"init_fn: tf.train.Checkpoint(model=model).read({path!r}).expect_partial().")
     if problem is not None:
         renaming = _renaming(reader, root, graph)
         if renaming is not None:

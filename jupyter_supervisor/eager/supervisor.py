@@ -221,6 +221,7 @@ class EagerSupervisor:
         self._stop_reason: Optional[str] = None
         self._stop_exception: Optional[BaseException] = None
         self._stop_why: Optional[str] = None
+        self._max_steps_only = False               # the stop is max_steps', nobody asked
 
         # Written by the training thread only.
         self._thread: Optional[threading.Thread] = None
@@ -241,6 +242,7 @@ class EagerSupervisor:
                                           sweeps=self._lock is not None)
         self._last_progress: Optional[tuple] = None  # fit's position at the last boundary
         self._callback = None
+        self._finalizing: list = []   # the optimizers whose finalize_variable_values is ours
         self._notes: List[str] = []
         self._closed = False
 
@@ -303,7 +305,12 @@ class EagerSupervisor:
         """Ends the session at the next step boundary; ``ex`` fails the run (re-raised when the
         session ends), except OutOfRangeError, the normal end of the input. ``why`` (the first
         one given) is the msg of the event file's SessionLog.STOP and the Stopped's ``why``."""
+        self._ask_stop(ex, why, max_steps=False)
+
+    def _ask_stop(self, ex: Optional[BaseException], why: Optional[str], max_steps: bool) -> None:
         with self._mutex:
+            # A stop of max_steps only lets fit end the epoch whose batches are all trained.
+            self._max_steps_only = max_steps and (self._max_steps_only or not self._stop_asked)
             if why is not None and self._stop_why is None:
                 self._stop_why = str(why)
             if self._stop_asked:
@@ -401,10 +408,11 @@ class EagerSupervisor:
         models, layers, optimizers, tf.Variables, tf.Modules) and restores the newest checkpoint
         of the logdir into it; without one, calls ``init_fn()``. Returns the restored path, or
         None. A Keras model must be built (its variables exist); an unbuilt Keras optimizer is
-        built for the trainable variables of the tracked models. An optimizer keeps the
-        learning rate it has (a lower one set to get past a divergence), not the checkpoint's,
-        with a warning when they differ. Calling it again with the same objects does
-        nothing."""
+        built for the trainable variables of the tracked models. An optimizer takes the
+        checkpoint's learning rate (the one training reached) unless the code now sets
+        another than the checkpoint's run did (a lower one to get past a divergence): then
+        the code's; said when they differ (``learning_rates``). Calling it again with the same
+        objects does nothing."""
         self._check_active("sv.track()")
         return self._track(objects, "track")
 
@@ -452,7 +460,7 @@ class EagerSupervisor:
         self._fits += 1
         if self._checkpointer.items is None:
             optimizer = model.optimizer
-            if getattr(optimizer, "built", True) is False:
+            if getattr(optimizer, "built", True) is False and model.trainable_variables:
                 optimizer.build(model.trainable_variables)
             self._track({"model": model, "optimizer": optimizer}, "callback")
         elif not any(value is model for value in self._checkpointer.items.values()):
@@ -476,15 +484,52 @@ class EagerSupervisor:
         (``data_position.FitInput.saved``), until ``fit_end``."""
         self._where.input = record
 
-    def fit_batches(self, count: int, logs, progress: tuple) -> bool:
+    def fit_batches(self, count: int, logs, progress: tuple, due: bool = True) -> bool:
         """``count`` batches of fit ended (a step boundary; ``logs``: their scalars,
-        ``progress``: (epoch, epochs, batch, batches)). True: fit must stop."""
+        ``progress``: (epoch, epochs, batch, batches); not ``due``: a due checkpoint waits for
+        the next boundary, the epoch's validation or end). True: fit must stop."""
         self._where.step += count
         self._where.scalars = logs
-        return self._boundary(progress)
+        return self._boundary(progress, due)
+
+    def fit_paused(self, moved: bool = False) -> bool:
+        """A boundary of fit where no batch ended (in its validation; after an epoch's end,
+        ``moved``: the training state moved on without a step): a checkpoint asked for, or
+        due, is written. True: fit must stop."""
+        if moved:
+            self._checkpointer.state_changed()
+        self._checkpointer.at_boundary()
+        self._checkpointer.save_at_boundary()
+        return self._stop_requested
+
+    def stop_is_max_steps(self) -> bool:
+        """True when the run stops only because it reached max_steps (nobody asked)."""
+        return self._max_steps_only
+
+    def fit_final_save(self) -> None:
+        """A stop cut fit inside an epoch: the checkpoint that ends the fit, now."""
+        self._checkpointer.save_if_moved()
+
+    def fit_part(self, part) -> None:
+        """``part()`` gives the running fit's state (plain JSON) to every checkpoint."""
+        self._checkpointer.parts["fit"] = part
+
+    def restored_part(self, key: str) -> dict:
+        """The state of ``key`` in the restored checkpoint ({}: none)."""
+        return self._checkpointer.restored_parts.get(key) or {}
+
+    def keep_arrays(self, name: str, arrays: list) -> None:
+        """At a save: ``arrays`` go into the checkpoint under ``name`` (``Checkpointer``)."""
+        self._checkpointer.keep_arrays(name, arrays)
+
+    def restored_arrays(self, name: str) -> Optional[list]:
+        """The arrays the restored checkpoint holds under ``name``, or None."""
+        return self._checkpointer.restored_arrays(name)
 
     def fit_epoch_end(self, logs) -> None:
-        """An epoch ended: its ``logs`` are written as ``epoch_<name>`` scalars."""
+        """An epoch ended: its ``logs`` are written as ``epoch_<name>`` scalars. Called for a
+        complete epoch only (a stop cuts a half epoch before its end: ``keras_callback``), so
+        this is where "the epoch is complete, and these are its values" is known."""
         self._reporter.scalars(logs, self._where.step, prefix="epoch_")
 
     def fit_end(self) -> None:
@@ -528,6 +573,7 @@ class EagerSupervisor:
             replicas.attach(objects)
         restored = self._checkpointer.track(objects, newest=replicas is None or
                                             replicas.is_chief)
+        self._hook_finalize(objects)
         if replicas is not None:
             step = replicas.chief_restored(self._where.step if restored else None)
             if step is not None and not replicas.is_chief:
@@ -540,6 +586,31 @@ class EagerSupervisor:
         self._make_ready(restored)
         return restored
 
+    def _hook_finalize(self, objects: Dict[str, object]) -> None:
+        """The checkpoint that ends training is written before a tracked optimizer's
+        ``finalize_variable_values`` (which fit calls after its last epoch, and a loop may
+        call): that may swap values into the model (the averages of ``use_ema=True``), and the
+        checkpoint must hold the training state (the raw weights, the averages beside)."""
+        for obj in objects.values():
+            original = getattr(obj, "finalize_variable_values", None)
+            if original is None or not hasattr(obj, "apply_gradients"):
+                continue
+
+            def finalize(var_list, _original=original):
+                if self.trains_here():
+                    if self._callback is not None:
+                        self._callback.before_final_save()
+                    self._checkpointer.save_if_moved()
+                return _original(var_list)
+
+            obj.finalize_variable_values = finalize
+            self._finalizing.append(obj)
+
+    def _unhook_finalize(self) -> None:
+        for obj in self._finalizing:
+            vars(obj).pop("finalize_variable_values", None)
+        self._finalizing = []
+
     def _make_ready(self, restored: Optional[str]) -> None:
         self._ready = True
         self._restored_from = restored
@@ -548,19 +619,19 @@ class EagerSupervisor:
         if self._config.max_steps is not None and self._where.step >= self._config.max_steps:
             logger.info("The restored step %d is at or past max_steps=%d: nothing to train.",
                         self._where.step, self._config.max_steps)
-            self.request_stop()
+            self._ask_stop(None, None, max_steps=True)
             with self._mutex:  # every worker restored this step, and stops at it
                 self._stop_requested = True
 
-    def _boundary(self, progress: Optional[tuple] = None) -> bool:
+    def _boundary(self, progress: Optional[tuple] = None, due: bool = True) -> bool:
         """The step boundary (training thread): max_steps, the curves' points, progress, due
-        or asked saves. Returns True when the loop must stop."""
+        (unless not ``due``) or asked saves. Returns True when the loop must stop."""
         if progress is not None:
             self._last_progress = progress
         self._checkpointer.at_boundary()
         self._reporter.boundary(self._where.step, self._where.scalars, progress)
         try:
-            self._checkpointer.save_at_boundary()
+            self._checkpointer.save_at_boundary(due)
         except Exception as e:  # pylint: disable=broad-except
             if self._replicas is None:
                 raise
@@ -570,7 +641,7 @@ class EagerSupervisor:
         if max_steps is not None and self._where.step >= max_steps:
             self._checkpointer.take_pending_verdict()
             if self._where.step >= max_steps:
-                self.request_stop()
+                self._ask_stop(None, None, max_steps=True)
         if self._replicas is not None:
             self._agree_on_stop()
         return self._stop_requested
@@ -601,6 +672,7 @@ class EagerSupervisor:
                 error = lost
         if self._callback is not None:  # a fit that raised leaves its train_function wrapped
             self._callback.uninstall()
+        self._unhook_finalize()
         try:
             self._checkpointer.set_stepping(False, error)
             if error is None:

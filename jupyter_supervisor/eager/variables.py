@@ -16,6 +16,9 @@ RANDOM_STATE = "random_state"
 # The record of fit's input in it (data_position): a checkpoint written before it restores
 # without (the resume then says it may not be exact).
 INPUT_STATE = "input"
+# Where a Keras optimizer keeps its learning rate: a variable for a number, none for a schedule
+# (and then its other variables are numbered one lower).
+LEARNING_RATE = "_learning_rate"
 
 
 def is_variable(obj) -> bool:

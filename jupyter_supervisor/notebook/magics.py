@@ -139,13 +139,17 @@ class SuperviseMagics(Magics):
             model.fit(x, y, epochs=50, callbacks=[sv.callback])
 
         (re-running the cell resumes at the checkpoint's epoch and batch, with the optimizer's
-        state, the random layers' seed states and the input's position: the input the cell
+        state (the learning rate training reached, unless the code now sets another), the
+        callbacks' state (EarlyStopping, ReduceLROnPlateau, ModelCheckpoint, History,
+        CSVLogger; one of yours with get_state() and set_state(state)), the epoch's running
+        metrics, the random layers' seed states and the input's position: the input the cell
         builds again is replayed to where the run's was, a tf.data shuffle's order of that
         epoch, a generator's earlier draws, a PyDataset's on_epoch_end; initial_epoch is where
         the first run started. With keras.utils.set_random_seed(...) and deterministic ops the
         resumed run equals an uninterrupted one bit for bit; an order that cannot be replayed
         (shuffle=True or Dataset.shuffle with no seed) or an input that changed since (another
-        batch_size) is said in the run's output. See docs/resume.md. A fit without
+        batch_size) is said in the run's output. A stop inside an epoch saves at once, and that
+        half epoch's validation and on_epoch_end do not run. See docs/resume.md. A fit without
         sv.callback saves nothing, and the run's output says so). A custom loop names what to
         checkpoint (a tf.random.Generator too) and reports each step:
 

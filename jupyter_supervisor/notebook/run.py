@@ -441,7 +441,7 @@ class TrainingRun:
                 raise RunStateError(f"Run {self.name!r} is {self._status}: nothing to stop.")
         if why is not None and self.logdir is not None:
             # Cleared with the lock: a lock file still holding it says this stop was cut.
-            note_stop(self.logdir, why)
+            note_stop(self.logdir, why, shutdown.cut_advice(why))
         if backend is not None:
             backend.request_stop(why=why)
         if not wait:

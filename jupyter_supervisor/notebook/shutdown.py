@@ -44,8 +44,13 @@ logger = logging.getLogger("jupyter_supervisor")
 # Seconds the live runs get to write their final checkpoints when the kernel is asked to end:
 # within the 30 s a cloud preemption (GCE, Kubernetes' default grace period) leaves before its
 # SIGKILL. A kernel restart from the page is cut sooner, by the client's SIGKILL at
-# KernelManager.shutdown_wait_time (5 s by default).
+# KernelManager.shutdown_wait_time (5 s by default). Read at each stop: a notebook may set it.
 STOP_SECS = 25.0
+
+# Why a run stopped, as the kernel's end says it (the run's stop_reason).
+RESTARTED, SHUT_DOWN = "the kernel was restarted", "the kernel was shut down"
+SIGNALLED = "the kernel received "   # + the signal's name
+SERVER_DIED, EXITED = "the server died", "the Python process exited"
 
 # The signals that end a kernel from outside; SIGINT keeps its meaning (interrupt the cell).
 SIGNALS = ("SIGTERM", "SIGHUP")
@@ -83,7 +88,7 @@ class _SignalHook:
                 signal.signal(number, previous if previous is not None else signal.SIG_DFL)
 
     def _on_signal(self, number, frame) -> None:
-        self._stop_runs(f"the kernel received {signal.Signals(number).name}")
+        self._stop_runs(SIGNALLED + signal.Signals(number).name)
         with self._lock:
             previous = self._previous.get(number, signal.SIG_DFL)
         if callable(previous):
@@ -119,7 +124,7 @@ class _PollerHook:
             return
         if isinstance(module.os, compat.PollerOs):
             return  # hooked by another owner: theirs to put back
-        module.os = compat.PollerOs(module.os, lambda: self._stop_runs("the server died"))
+        module.os = compat.PollerOs(module.os, lambda: self._stop_runs(SERVER_DIED))
         self._module = module
 
     def uninstall(self) -> None:
@@ -165,7 +170,7 @@ class _ShutdownRequestHook:
     def _handler(self, original):
         async def shutdown_request(stream, ident, parent):
             restart = bool(parent.get("content", {}).get("restart"))
-            why = "the kernel was restarted" if restart else "the kernel was shut down"
+            why = RESTARTED if restart else SHUT_DOWN
             # In the control thread's loop: its other messages wait while the runs stop.
             await asyncio.get_running_loop().run_in_executor(None, self._stop_runs, why)
             result = original(stream, ident, parent)
@@ -192,7 +197,7 @@ class _AtExitHook:
             self._installed = False
 
     def _on_exit(self) -> None:
-        self._stop_runs("the Python process exited")
+        self._stop_runs(EXITED)
 
 
 class _KernelEnd:
@@ -235,10 +240,12 @@ class _KernelEnd:
         if loop is not None:
             loop.add_callback(self.release)
 
-    def stop_runs(self, why: str, timeout: float = STOP_SECS) -> None:
+    def stop_runs(self, why: str, timeout: Optional[float] = None) -> None:
         """Asks the live runs to stop (``why`` is what they record) and waits for their final
-        checkpoints, at most ``timeout`` seconds. The waiting happens in a thread of its own:
-        the caller may be a signal handler that interrupted the main thread inside a lock."""
+        checkpoints, at most ``timeout`` seconds (default ``STOP_SECS``). The waiting happens in
+        a thread of its own: the caller may be a signal handler that interrupted the main
+        thread inside a lock."""
+        timeout = STOP_SECS if timeout is None else timeout
         with self._lock:
             stop, live = self._stop, self._live
         if stop is None or not live():
@@ -258,6 +265,26 @@ class _KernelEnd:
             names = ", ".join(repr(r.name) for r in late) or "some runs"
             logger.warning("%s did not write a final checkpoint within %g s; the newest "
                            "complete checkpoint stays the latest.", names, timeout)
+
+def cut_advice(why: Optional[str]) -> str:
+    """What gives the live runs more time to write their final checkpoints when the kernel
+    ends for ``why`` (a stop_reason), for the note of a stop that was cut ("" for a stop that
+    is not the kernel's end: nothing cuts it)."""
+    if why in (RESTARTED, SHUT_DOWN):
+        return ("A restart or shutdown from the page ends the kernel after the client's "
+                "KernelManager.shutdown_wait_time (5 s by default): raise it in the server's "
+                "config (see docs/preemption.md).")
+    if why is not None and why.startswith(SIGNALLED):
+        return (f"After {why[len(SIGNALLED):]}, the kernel gives its runs at most "
+                "jupyter_supervisor.notebook.shutdown.STOP_SECS (25 s by default), and whoever "
+                "sent the signal may kill it sooner (docker stop -t, Kubernetes' "
+                "terminationGracePeriodSeconds, a cloud's preemption notice): give both more "
+                "time, and keep --save-model-secs short (see docs/preemption.md).")
+    if why in (SERVER_DIED, EXITED):
+        return ("The kernel gives its runs at most jupyter_supervisor.notebook.shutdown."
+                "STOP_SECS (25 s by default) before it ends: raise it (see "
+                "docs/preemption.md).")
+    return ""
 
 
 def _kernel_app():
