@@ -87,15 +87,16 @@ class SummaryService(tf.compat.v1.train.LooperThread):
 
 
 class StepCounterService(tf.compat.v1.train.LooperThread):
-    """Measures steps per second of the global step and writes it as ``<step op name>/sec``,
-    as TensorFlow's does, from the session's first step on (TensorFlow's writes a 0 as it
-    starts, measured over no time, which would draw a drop at every resume); and when it stops,
-    once more for the steps since its last record, so that a session shorter than ``interval``
-    has a rate too (the Supervisor stops it before the final checkpoint, which it does not
-    measure)."""
+    """Measures steps per second of the global step and writes it as ``<step op name>/sec``, as
+    TensorFlow's does. With ``complete`` (the notebook's runs): from the session's first step
+    on (TensorFlow's writes a 0 as it starts, measured over no time, which would draw a drop at
+    every resume), and when it stops, once more for the steps since its last record, so that a
+    session shorter than ``interval`` has a rate too (the Supervisor stops it before the final
+    checkpoint, which it does not measure)."""
 
     def __init__(self, coord, interval: float, tag: str, read: Callable[[], int],
-                 writer, hub: events.EventHub, clock: Callable[[], float] = time.time):
+                 writer, hub: events.EventHub, clock: Callable[[], float] = time.time,
+                 complete: bool = False):
         super().__init__(coord, interval)
         self.name = "jupyter_supervisor-step-counter"
         self._tag = tag
@@ -103,9 +104,10 @@ class StepCounterService(tf.compat.v1.train.LooperThread):
         self._writer = writer
         self._hub = hub
         self._clock = clock
+        self._complete = complete
         self._last_time = 0.0
         self._last_step = 0
-        self._before_first_step = True   # until then nothing is written
+        self._before_first_step = True   # with ``complete``, until then nothing is written
 
     def start_loop(self):
         self._last_time = self._clock()
@@ -116,6 +118,8 @@ class StepCounterService(tf.compat.v1.train.LooperThread):
         self._record(self._read())
 
     def stop_loop(self):
+        if not self._complete:
+            return
         step = self._read()
         if step > self._last_step:
             self._record(step)
@@ -123,13 +127,15 @@ class StepCounterService(tf.compat.v1.train.LooperThread):
     def _record(self, step: int) -> None:
         now = self._clock()
         elapsed = now - self._last_time
-        if step < self._last_step or elapsed <= 0 or (self._before_first_step and step == self._last_step):
-            # A rollback (or a restore) took the step back, no time was measured, or no step
-            # was made since the start: measured from here.
+        if step < self._last_step or (self._complete and (
+                elapsed <= 0 or (self._before_first_step and step == self._last_step))):
+            # A rollback (or a restore) took the step back; with ``complete``, no time was
+            # measured, or no step was made since the start: measured from here.
             self._last_step, self._last_time = step, now
             return
         self._before_first_step = False
-        rate = float(np.float32((step - self._last_step) / elapsed))  # as the file holds it
+        rate = (step - self._last_step) / elapsed if elapsed > 0 else float("inf")
+        rate = float(np.float32(rate))  # as the event file holds it
         self._last_step, self._last_time = step, now
         self._writer.add_summary(
             _Summary(value=[_Summary.Value(tag=self._tag, simple_value=rate)]), step)

@@ -326,9 +326,9 @@ def test_ipython_and_matplotlib_entries():
     """The kernel's display publisher, IPython's post-execute callbacks, matplotlib-inline's
     flush and pyplot's figure managers, in a real InteractiveShell with the inline backend."""
     import matplotlib  # pylint: disable=C0415
-    from IPython.testing.globalipapp import get_ipython  # pylint: disable=C0415
+    from IPython.core.interactiveshell import InteractiveShell  # pylint: disable=C0415
     from matplotlib_inline import backend_inline  # pylint: disable=C0415
-    shell = get_ipython()
+    shell = InteractiveShell.instance()  # the suite's one shell (conftest's ``ip``)
     assert compat.kernel_display_publisher(types.SimpleNamespace(display_pub=None)) is None
     assert isinstance(compat.post_execute_callbacks(shell), list)
     assert compat.is_inline_flush(backend_inline.flush_figures)

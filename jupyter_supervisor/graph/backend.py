@@ -100,7 +100,8 @@ class GraphBackend:
                 init_fn=cfg.init_fn,
                 save_on_stop=True,
                 on_nan=cfg.on_nan,
-                max_rollbacks=cfg.max_rollbacks)
+                max_rollbacks=cfg.max_rollbacks,
+                complete_curves=True)
 
     # --------------------------------------------------------------------- the Backend API
 

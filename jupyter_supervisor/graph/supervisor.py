@@ -4,10 +4,12 @@ Code written for ``tf.compat.v1.train.Supervisor`` runs unchanged with ``Supervi
 constructor keywords and defaults, properties and methods, graph mode). Beyond it:
 
 * a clean stop writes a final checkpoint, so stopping loses no work (``save_on_stop``);
-* every session's end writes a last summary and step rate, whatever ended it, so that its
-  last step is on the curves (a session shorter than ``save_summaries_secs`` included); a
-  session's SessionLog.START is at the step after the restored one (``events.START_AFTER``),
-  so that TensorBoard keeps the last values the session before recorded;
+* with ``complete_curves`` (what ``%%supervise`` uses), every session's end writes a last
+  summary and step rate, whatever ended it, so that its last step is on the curves (a session
+  shorter than ``save_summaries_secs`` included), one summary per step; a session's
+  SessionLog.START is at the step after the restored one (``events.START_AFTER``), so that
+  TensorBoard keeps the last values the session before recorded. Without it (the default) the
+  event files are TensorFlow's, record for record;
 * one chief per logdir: a second live chief on a logdir is refused (``LogdirLockedError``);
 * an unreadable newest checkpoint falls back to the next older one;
 * the global step may have shape [] or [1] (TensorFlow's reader breaks on [1] with NumPy 2);
@@ -155,7 +157,8 @@ class Supervisor:
 
     The API and behaviour of ``tf.compat.v1.train.Supervisor``; see the module docstring for what
     it adds. Keyword-only ``save_on_stop`` (default True): a clean stop writes a final checkpoint
-    unless the newest checkpoint already holds the current step.
+    unless the newest checkpoint already holds the current step. Keyword-only
+    ``complete_curves`` (default False: TensorFlow's event files): see the module docstring.
 
     Keyword-only ``on_nan`` says what happens when a checkpoint is due and the model is not
     finite (checked before every save, in one fused TensorFlow op built here): ``"stop"``
@@ -193,7 +196,8 @@ class Supervisor:
                  *,
                  save_on_stop=True,
                  on_nan=finite.STOP,
-                 max_rollbacks=finite.DEFAULT_MAX_ROLLBACKS):
+                 max_rollbacks=finite.DEFAULT_MAX_ROLLBACKS,
+                 complete_curves=False):
         _check_arguments(logdir, saver, is_chief, checkpoint_basename, init_fn, on_nan,
                          max_rollbacks, save_summaries_secs=save_summaries_secs,
                          save_model_secs=save_model_secs,
@@ -221,6 +225,7 @@ class Supervisor:
         self._init_fn = init_fn
         self._local_init_run_options = local_init_run_options
         self._save_on_stop = save_on_stop
+        self._complete_curves = bool(complete_curves)
         self._hub = events.EventHub()
 
         self._logdir = None
@@ -520,8 +525,8 @@ class Supervisor:
             return None
         if self._global_step is not None and self._summary_writer:
             step = services.read_step(sess, self._global_step)
-            self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.START),
-                                                 step + events.START_AFTER)
+            start = step + events.START_AFTER if self._complete_curves else step
+            self._summary_writer.add_session_log(_SessionLog(status=_SessionLog.START), start)
         threads = []
         writer = self._summary_writer
         if self._summary_timer.enabled and writer:
@@ -535,7 +540,7 @@ class Supervisor:
                     self._coord, self._summary_timer.secs,
                     tag=self._global_step.op.name + names.RATE_SUFFIX,
                     read=lambda: services.read_step(sess, self._global_step),
-                    writer=writer, hub=self._hub))
+                    writer=writer, hub=self._hub, complete=self._complete_curves))
         if self._saver and self._save_timer.enabled:
             threads.append(services.CheckpointService(
                 self._coord, self._save_timer.secs, save=lambda: self._save_if_moved(sess)))
@@ -559,7 +564,7 @@ class Supervisor:
     def _write_summary(self, summary, step):
         """The summary service's summary, unless the step has one (training paused, or the
         restored step): one point per step, as the eager backend writes them."""
-        if step is not None and step == self._summary_step:
+        if self._complete_curves and step is not None and step == self._summary_step:
             return
         self._summary_writer.add_summary(summary, step)
         self._summary_step = step
@@ -570,7 +575,8 @@ class Supervisor:
         one is of that step. A summary op that reads the input cannot run once the input ended
         (or, after a failure, in a broken session): then the session ends without it."""
         sess, self._summarized = self._summarized, None
-        if sess is None or getattr(sess, "_closed", False) or not self._summary_writer:
+        if not self._complete_curves or sess is None or getattr(sess, "_closed", False) or \
+                not self._summary_writer:
             return
         try:
             step = self._read_step_quietly()
