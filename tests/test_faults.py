@@ -631,10 +631,10 @@ class _GatedSaver(v1.train.Saver):
             return super().save(*args, **kwargs)
 
 
-def _supervised(logdir, make_saver=None):
+def _supervised(logdir, make_saver=None, save_model_secs=0.2):
     graph, _, train_op, saver = trainer.build_model(make_saver)
     with graph.as_default():
-        sv = Supervisor(graph=graph, logdir=logdir, saver=saver, save_model_secs=0.2,
+        sv = Supervisor(graph=graph, logdir=logdir, saver=saver, save_model_secs=save_model_secs,
                         save_summaries_secs=0.1)
     recorder = Recorder()
     sv.add_listener(recorder)
@@ -771,8 +771,9 @@ def test_disk_full_error_says_what_failed_and_what_is_safe(tmp_path, request):
 # --------------------------------------------------------------------- the state file broken
 
 def _two_checkpoints(logdir):
-    """A logdir whose state file lists checkpoints at steps 5 and 10 (the newest)."""
-    sv, train_op, _, _ = _supervised(logdir)
+    """A logdir whose state file lists checkpoints at steps 5 and 10 (the newest). No periodic
+    save: on a loaded machine one fell between them (at step 9)."""
+    sv, train_op, _, _ = _supervised(logdir, save_model_secs=0)
     with sv.managed_session() as sess:
         for _ in range(5):
             sess.run(train_op)
