@@ -521,14 +521,18 @@ def _set_settings(page, view) -> None:
         "aria-pressed", "false")
     if view.locator(".jsv-history").evaluate("d => d.open"):
         view.locator(".jsv-history summary").click()
-    box = view.locator(".jsv-chart[data-tag='loss'] .jsv-canvas-box")
+    _drag_zoom(page, view.locator(".jsv-chart[data-tag='loss'] .jsv-canvas-box"))
+    expect(view.locator(".jsv-chart[data-tag='loss']")).to_have_attribute("data-zoomed", "true")
+
+
+def _drag_zoom(page, box, to=0.6) -> None:
+    """A drag across ``box`` from near its left edge to ``to`` of its width (flat: x only)."""
     box.scroll_into_view_if_needed()
     area = box.bounding_box()
     page.mouse.move(area["x"] + 70, area["y"] + 40)
     page.mouse.down()
-    page.mouse.move(area["x"] + area["width"] * 0.6, area["y"] + 40, steps=4)
+    page.mouse.move(area["x"] + area["width"] * to, area["y"] + 40, steps=5)
     page.mouse.up()
-    expect(view.locator(".jsv-chart[data-tag='loss']")).to_have_attribute("data-zoomed", "true")
 
 
 def _has_settings(view) -> None:
@@ -695,12 +699,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     assert chart.get_attribute("data-y-ticks") != linear_ticks
     live.locator(".jsv-log input").uncheck()
     whole = chart.get_attribute("data-x-domain")
-    box.scroll_into_view_if_needed()
-    area = box.bounding_box()
-    page.mouse.move(area["x"] + 70, area["y"] + 40)
-    page.mouse.down()
-    page.mouse.move(area["x"] + area["width"] * 0.5, area["y"] + 40, steps=5)
-    page.mouse.up()
+    _drag_zoom(page, box, to=0.5)
     expect(chart).to_have_attribute("data-zoomed", "true")
     zoomed = [float(v) for v in chart.get_attribute("data-x-domain").split(",")]
     full = [float(v) for v in whole.split(",")]

@@ -422,7 +422,8 @@ class View {
     // follow the system's colour scheme.
     this.onTheme = () => this.readTheme();
     this.themeWatch = new MutationObserver(this.onTheme);
-    this.themeWatch.observe(document.body, {attributes: true});
+    this.themeWatch.observe(document.body, {attributes: true, attributeFilter: [
+      "data-jp-theme-name", "data-jp-theme-light", "class", "style"]});
     this.schemeWatch = window.matchMedia("(prefers-color-scheme: dark)");
     this.schemeWatch.addEventListener("change", this.onTheme);
     // The notebook's shortcuts (command mode: arrows, Space, Enter, letters) must not take the

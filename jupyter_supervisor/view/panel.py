@@ -45,7 +45,7 @@ from .. import names
 from . import plots
 from .output_area import OutputArea
 from .text import (PALETTE, VALUE_DIGITS, best_values, image_tags, panel_state, record_heading,
-                   record_html, text_status, text_summary)
+                   record_html, status_label, text_status, text_summary)
 from .widget import INSTALL_HINT, SeriesFeed, ipywidgets, view_class
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -128,7 +128,7 @@ class _LiveView:
     """A view widget kept up to date: pushed by one refresher thread while a run it shows is
     live (throttled ticks, series deltas, the heartbeat), answered when a view asks (on the
     comm thread), and closed. Subclasses build the widget and say what a view shows
-    (``_body``, ``_runs``, ``_live``) and what else a tick does (``_extra``)."""
+    (``_body_of``, ``_runs``, ``_live``) and what else a tick does (``_extra``)."""
 
     def __init__(self, clock, interval, plot_interval, beat_interval, pull_interval):
         _check_seconds(interval=interval, plot_interval=plot_interval,
@@ -496,7 +496,7 @@ class Panel(_LiveView):
         updates every display's. Under _tick_lock."""
         heading, error = record_heading(self._run, snap)
         if snap.active:
-            key = (snap.status, heading.split(" | ")[1], error)
+            key = (snap.status, status_label(snap), error)
         else:
             key = (snap.status, heading, error, snap.checkpoint_count, snap.scalars_version)
         if self._record is not None and self._record[0] == key:
@@ -591,7 +591,7 @@ class Comparison(_LiveView):
 _shown: Dict[str, Panel] = {}
 _shown_lock = threading.Lock()
 _comparisons: List[Comparison] = []
-_cell_hooks: list = []   # (event, callback) registered with IPython's events
+_cell_hooks: list = []   # (shell, event, callback) registered with IPython's events
 
 
 def _on_cell(kind: str) -> None:

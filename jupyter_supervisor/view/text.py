@@ -163,7 +163,7 @@ def _step_text(step: Optional[int]) -> str:
     return "-" if step is None else f"{step:,}"
 
 
-def _label(snap) -> str:
+def status_label(snap) -> str:
     """The status as the header says it: before the session is ready, what it waits for; a
     stall."""
     if snap.active and not snap.ready:
@@ -206,7 +206,7 @@ def text_status(run, snap=None, elapsed: Optional[float] = None) -> str:
     """One line: name, status (or its stall), step (of max), fit's position at that step,
     rate, elapsed time and, for a task of a cluster, its role and master."""
     snap = snap or run.history.snapshot()
-    text = f"{run.name}: {_label(snap)}"
+    text = f"{run.name}: {status_label(snap)}"
     if snap.step is not None:
         text += f" at step {snap.step:,}"
         if run.max_steps is not None:
@@ -403,7 +403,7 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
     ``alerts``: what a view may notify of)."""
     running = _running(run, snap)
     state = {
-        "name": str(run.name), "status": snap.status, "label": _label(snap),
+        "name": str(run.name), "status": snap.status, "label": status_label(snap),
         "tone": _TONES[names.STOPPING] if snap.stalled else _TONES.get(snap.status, "muted"),
         "active": snap.active,
         "step": snap.step, "step_text": "" if snap.step is None else f"{snap.step:,}",
@@ -446,7 +446,7 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
 def record_heading(run, snap) -> Tuple[str, str]:
     """(the run's name, status, step, fit's position and time, one line; the error's last line
     or ''): what the record and its image say first."""
-    parts = [str(run.name), _label(snap)]
+    parts = [str(run.name), status_label(snap)]
     if snap.step is not None:
         parts.append(f"step {snap.step:,}" + (f" of {run.max_steps:,}" if run.max_steps else ""))
     parts += [text for text in (_fit_text(snap.progress), format_duration(snap.elapsed),
