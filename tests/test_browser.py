@@ -347,10 +347,26 @@ def _position(step: int, epochs: int) -> str:
     return f"epoch {epoch + 1}/{epochs}, batch {step - epoch * BATCHES}/{BATCHES}"
 
 
+# The browser's own Notification, each one shown also noted in window.jsvShown.
+NOTED_NOTIFICATIONS_JS = """
+window.jsvShown = [];
+if (window.Notification) {
+    const Shown = window.Notification;
+    window.Notification = class extends Shown {
+        constructor(title, options) { super(title, options); window.jsvShown.push(title); }
+    };
+}
+"""
+
+
 def _browser(playwright, height=1800):
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    # Tall enough that a whole panel fits in its screenshot.
-    page = browser.new_page(viewport={"width": 1280, "height": height})
+    # Tall enough that a whole panel fits in its screenshot; notifications allowed (a user's
+    # answer to the panel's request).
+    context = browser.new_context(viewport={"width": 1280, "height": height},
+                                  permissions=["notifications"])
+    context.add_init_script(NOTED_NOTIFICATIONS_JS)
+    page = context.new_page()
     page.set_default_timeout(WAIT_MS)
     expect.set_options(timeout=WAIT_MS)
     return browser, page
@@ -533,6 +549,16 @@ def _drag_zoom(page, box, to=0.6) -> None:
     page.mouse.down()
     page.mouse.move(area["x"] + area["width"] * to, area["y"] + 40, steps=5)
     page.mouse.up()
+
+
+def _plain(view) -> None:
+    """Undoes SETTINGS and the zoom in ``view`` (what its screenshot shows)."""
+    view.locator(".jsv-tag", has_text="epoch_loss").click()
+    view.locator(".jsv-log input").uncheck()
+    view.locator(".jsv-xaxis select").select_option("step")
+    view.locator(".jsv-chart[data-tag='loss'] .jsv-canvas-box").dblclick()
+    if not view.locator(".jsv-history").evaluate("d => d.open"):
+        view.locator(".jsv-history summary").click()
 
 
 def _has_settings(view) -> None:
@@ -768,8 +794,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     _ended_record(saved, notebook, "boom", f"boom | failed | step {boom_step:,}", "failed")
     assert "ValueError: boom at the batch the test chose" in saved.records(notebook, "boom")[0][
         "text/html"]
-    boom.locator(".jsv-tag", has_text="epoch_loss").click()         # the settings of the shot
-    boom.locator(".jsv-log input").uncheck()
+    _plain(boom)
     _shot(page, boom, "panel-failed-light.png")
 
     # nbconvert's HTML of each save says how each run ended, as text.
@@ -806,14 +831,16 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     assert page.evaluate(UNCHANGED_JS) == {"removed": [], "kept": True}
     for view in lives.all():
         _has_settings(view)
-    live.locator(".jsv-tag", has_text="epoch_loss").click()         # the settings of the shot
-    live.locator(".jsv-log input").uncheck()
-    live.locator(".jsv-xaxis select").select_option("step")
+    _plain(live)
     _shot(page, live, "panel-resumed-light.png")
     _theme(page, "dark")
     _shot(page, live, "panel-resumed-dark.png")
     _shot(page, boom, "panel-failed-dark.png")
     _readable(page, boom.locator(".jsv-view"), "dark (a failure)")
+
+    # Notifications asked for by a click (the browser allows them here).
+    live.locator("button.jsv-notify").click()
+    expect(live.locator("button.jsv-notify")).to_have_attribute("aria-pressed", "true")
 
     # A kernel restart: every old panel says the kernel is gone, its buttons disabled.
     page.get_by_role("menuitem", name="Kernel", exact=True).click()
@@ -825,6 +852,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     expect(live.locator("button.jsv-resume")).to_be_disabled()
     expect(boom.locator(".jsv-dead")).to_be_visible(timeout=30_000)  # an ended run's too
     expect(boom.locator("button.jsv-resume")).to_be_disabled()
+    page.wait_for_function("window.jsvShown.includes('live: kernel gone')")  # notified
     _readable(page, live.locator(".jsv-view"), "dark (kernel gone)")
     _shot(page, live, "panel-kernel-gone-dark.png")
     _theme(page, "light")
@@ -880,6 +908,13 @@ def _by_keyboard(page, live) -> None:
     expect(chart).to_have_attribute("data-xaxis", "relative")
     page.keyboard.press("ArrowUp")
     expect(chart).to_have_attribute("data-xaxis", "step")
+    page.keyboard.press("Tab")
+    expect(live.locator(".jsv-filter input")).to_be_focused()
+    page.keyboard.type("^loss$")                      # letters: command mode's keys too
+    expect(live.locator(".jsv-chart")).to_have_count(1)
+    for _ in range(6):
+        page.keyboard.press("Backspace")
+    expect(live.locator(".jsv-chart")).to_have_count(3)
     page.keyboard.press("Tab")
     first_chip = live.locator(".jsv-tag").first
     expect(first_chip).to_be_focused()
@@ -1265,3 +1300,86 @@ def test_kernel_gone_only_when_its_requests_go_unanswered_busy_while_a_cell_runs
     expect(view).to_have_attribute("data-jsv-health", "alive")
     assert view.get_attribute("data-jsv-offline") is None
     page.evaluate("healthView.destroy()")
+
+
+def test_many_tags_a_regex_filter_groups_by_prefix_and_compact_best_values(module_page):
+    page = module_page
+    tags = ([f"train/m{i:02d}" for i in range(20)] + [f"val/m{i:02d}" for i in range(19)]
+            + ["loss"])
+    state = dict(MODULE_STATE, best=[[tag, "0.5 (min) at step 2"] for tag in tags])
+    view = _mount(page, "tags", state=state)
+    _series(page, "tags", [(tag, 1, 0, [1.0, 2.0], [1.0, 0.5], [1e9, 1e9 + 1]) for tag in tags])
+    # Grouped by prefix: the tags without one first, then each prefix, collapsible.
+    assert view.locator(".jsv-group").evaluate_all("gs => gs.map(g => g.dataset.group)") == [
+        "", "train", "val"]
+    assert view.locator(".jsv-group > summary").all_inner_texts() == ["train (20)", "val (19)"]
+    expect(view.locator(".jsv-chart")).to_have_count(40)
+    # The best values take a few lines, not forty.
+    rows = view.locator(".jsv-best li").evaluate_all(
+        "items => new Set(items.map(i => i.offsetTop)).size")
+    assert view.locator(".jsv-best li").count() == 40 and rows <= 12, rows
+    # A regular expression (case-insensitive, as TensorBoard's) keeps one tag of forty.
+    view.locator(".jsv-filter input").fill("VAL/m07$")
+    expect(view.locator(".jsv-chart")).to_have_count(1)
+    expect(view.locator(".jsv-chart")).to_have_attribute("data-tag", "val/m07")
+    expect(view.locator(".jsv-tag")).to_have_count(1)
+    expect(view.locator(".jsv-filter-count")).to_have_text("1 of 40")
+    expect(view.locator(".jsv-best li")).to_have_text(["val/m07: 0.5 (min) at step 2"])
+    assert page.evaluate("tags.traits.settings.filter") == "VAL/m07$"
+    view.locator(".jsv-filter input").fill("m0(")                   # not a regex: no filter
+    expect(view.locator(".jsv-filter input")).to_have_attribute("aria-invalid", "true")
+    expect(view.locator(".jsv-chart")).to_have_count(40)
+    view.locator(".jsv-filter input").fill("")
+    # A closed group draws nothing until it opens again; the view keeps it closed.
+    view.locator(".jsv-group[data-group='train'] > summary").click()
+    page.wait_for_function("tags.traits.settings.closedGroups.join() === 'train'")
+    chart = view.locator(".jsv-chart[data-tag='train/m03']")
+    draws = chart.get_attribute("data-draws")
+    _series(page, "tags", [("train/m03", 1, 2, [3.0], [0.25], [1e9 + 2])])
+    assert chart.get_attribute("data-draws") == draws
+    view.locator(".jsv-group[data-group='train'] > summary").click()
+    page.wait_for_function("tags.traits.settings.closedGroups.length === 0")
+    expect(chart).to_have_attribute("data-points", "3")
+    page.evaluate("tagsView.destroy()")
+
+
+# The browser's Notification, as a page at an http origin has it, recording what it shows
+# (about:blank, this page's origin, has none).
+NOTIFICATIONS_JS = """() => {
+    window.shown = [];
+    window.Notification = class {
+        constructor(title, options) { window.shown.push([title, options.body, options.tag]); }
+        static requestPermission() { Notification.permission = 'granted';
+                                     return Promise.resolve('granted'); }
+    };
+    Notification.permission = 'default';
+}"""
+
+
+def test_notifications_are_asked_for_by_a_click_and_tell_each_alert_once(module_page):
+    page = module_page
+    page.evaluate(NOTIFICATIONS_JS)
+    ended = {"id": "finished@1.000", "kind": "finished", "title": "fit: finished",
+             "text": "finished at step 1,200"}
+    stall = {"id": "stalled@0.500", "kind": "stalled", "title": "fit: stalled",
+             "text": "stalled since 03:12"}
+    view = _mount(page, "bell", state=dict(MODULE_STATE, alerts=[stall]))
+    page.evaluate("() => { bellSecond = mount(bell); }")   # a second view of the same run
+    page.evaluate("() => bell.emit({type: 'answer', id: bell.sent.at(-1).id, parts: []}, [])")
+    button = view.locator("button.jsv-notify")
+    button.click()                                          # the permission, on a click
+    page.wait_for_function("bell.traits.settings.notify === true")
+    expect(button).to_have_attribute("aria-pressed", "true")
+    page.evaluate("s => bell.change('state', s)",
+                  dict(MODULE_STATE, seq=2, status="finished", alerts=[stall, ended]))
+    # The alert there before notifications were on is not told; the new one once, not twice.
+    assert page.evaluate("shown") == [["fit: finished", "finished at step 1,200",
+                                       "jsv-k1-finished@1.000"]]
+    expect(view.locator(".jsv-dead")).to_be_visible()       # nothing answers any more
+    page.wait_for_function("shown.length === 2")
+    assert page.evaluate("shown[1][0]") == "fit: kernel gone"
+    page.evaluate("s => bell.change('state', s)", dict(MODULE_STATE, seq=3, alerts=[stall, ended]))
+    assert page.evaluate("shown.length") == 2
+    button.click()                                          # off
+    page.wait_for_function("bell.traits.settings.notify === false")
+    page.evaluate("() => { bellView.destroy(); bellSecond.destroy(); delete window.Notification; }")

@@ -19,7 +19,9 @@
 //   which state and points it holds (have: {run: {tag: [gen, n, last step, last wall]}}), and
 //   {type: "button", name, ...the same} for Stop, Resume and Save.
 // A part that does not fit what a view holds (a push it missed) is skipped and the view asks at
-// once. The view says "kernel gone" when its requests went unanswered and nothing came for
+// once. With "Notify me" on, the view shows a browser notification for each of the state's
+// `alerts` it had not seen ({id, kind, title, text}: a run's end, a stall...) and when the kernel
+// is gone. The view says "kernel gone" when its requests went unanswered and nothing came for
 // timing.dead_after_ms, and "kernel busy" when they wait while the kernel is heard from or runs
 // a cell (comm messages wait for the running cell where the frontend has no kernel subshells).
 
@@ -42,6 +44,9 @@ const CSS = `
 .jsv-view .jsv-muted { color: var(--jp-ui-font-color2, inherit); }
 .jsv-view details { margin: 4px 0; }
 .jsv-view .jsv-timeline, .jsv-view .jsv-best { margin: 2px 0; padding-left: 22px; }
+.jsv-view .jsv-best { display: flex; flex-wrap: wrap; column-gap: 1.5em; list-style: none; }
+.jsv-view .jsv-best-tag { font-weight: bold; }
+.jsv-view .jsv-filter input[aria-invalid="true"] { outline: 2px solid var(--jp-error-color1, #d32f2f); }
 .jsv-view .jsv-controls, .jsv-view .jsv-tools { display: flex; flex-wrap: wrap; gap: 6px;
   align-items: center; margin: 6px 0; }
 .jsv-view .jsv-tags { display: flex; flex-wrap: wrap; gap: 4px; margin: 4px 0; }
@@ -50,7 +55,8 @@ const CSS = `
   background: var(--jp-layout-color1, transparent); }
 .jsv-view .jsv-tag[aria-pressed="false"] { color: var(--jp-ui-font-color2, inherit);
   text-decoration: line-through; border-style: dashed; }
-.jsv-view .jsv-charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
+.jsv-view .jsv-group > summary { font-weight: bold; margin: 6px 0 2px; cursor: pointer; }
+.jsv-view .jsv-group-charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
   gap: 8px; }
 .jsv-view .jsv-chart { border: 1px solid var(--jp-border-color2, rgba(128, 128, 128, 0.3));
   padding: 4px; min-width: 0; }
@@ -205,6 +211,8 @@ class Link {
     this.missed = false;           // a part did not fit: ask at once
     this.noKernel = false;         // a notebook's saved widget state: nothing to ask
     this.health = "waiting";       // alive | busy | gone | waiting (never answered yet)
+    this.notified = null;          // the alert ids seen (null: none looked at yet)
+    this.goneNotified = false;     // "kernel gone" was notified (until it answers again)
     this.onState = () => this.take(model.get("state"));
     this.onMsg = (msg, buffers) => this.receive(msg, buffers);
     model.on("change:state", this.onState);
@@ -396,7 +404,8 @@ const BUTTONS = [["stop", "Stop", "Stop gracefully: write a final checkpoint, th
 const HEADER_PARTS = [["step", "jsv-step"], ["rate", "jsv-rate"], ["position", "jsv-fit"],
                       ["elapsed", "jsv-elapsed"], ["role", "jsv-role"]];
 const DEFAULT_SETTINGS = {log: false, smoothing: 0.6, xAxis: "step", ignoreOutliers: true,
-                          hidden: [], hiddenRuns: [], zoom: {}, timeline: true};
+                          hidden: [], hiddenRuns: [], zoom: {}, timeline: true, filter: "",
+                          closedGroups: [], notify: false};
 // The settings the charts read as view.options (chart.js).
 const CHART_OPTIONS = ["log", "smoothing", "xAxis", "ignoreOutliers", "hiddenRuns"];
 
@@ -409,6 +418,7 @@ class View {
     this.compare = model.get("compare");
     this.charts = new Map();
     this.chips = new Map();
+    this.groups = new Map();               // prefix -> {el, box, charts}
     this.options = {};                     // what the charts read: the settings they use
     root.classList.add("jsv-view");
     this.build();
@@ -503,6 +513,11 @@ class View {
       this.buttons[name] = b;
       this.controls.append(b);
     }
+    this.notifyButton = el("button", "jsv-notify jupyter-button", "Notify me");
+    this.notifyButton.title = "Browser notifications when the run ends, fails, stops on a " +
+      "value that is not finite or stalls, and when the kernel is gone";
+    this.notifyButton.addEventListener("click", () => this.toggleNotify());
+    this.controls.append(this.notifyButton);
     this.messageEl = el("span", "jsv-message");
     this.messageEl.setAttribute("role", "status");
     this.controls.append(this.messageEl);
@@ -552,7 +567,15 @@ class View {
     this.outliersBox.addEventListener("change", () => this.change(
       {ignoreOutliers: this.outliersBox.checked}));
     outliers.append(this.outliersBox, " ignore outliers");
-    tools.append(log, outliers, smoothLabel, axisLabel, el(
+    const filter = el("label", "jsv-filter", "tags ");
+    this.filterBox = el("input");
+    this.filterBox.type = "search";
+    this.filterBox.placeholder = "filter (regex)";
+    this.filterBox.spellcheck = false;
+    this.filterBox.addEventListener("input", () => this.change({filter: this.filterBox.value}));
+    this.filterCount = el("output", "jsv-filter-count");
+    filter.append(this.filterBox, " ", this.filterCount);
+    tools.append(log, outliers, smoothLabel, axisLabel, filter, el(
       "span", "jsv-muted",
       "drag to zoom, double-click to reset; on a chart: ←/→ step, +/− zoom, 0 reset"));
     return tools;
@@ -602,6 +625,9 @@ class View {
     setText(this.smoothingEl, String(s.smoothing));
     if (this.axisSelect.value !== this.options.xAxis) this.axisSelect.value = this.options.xAxis;
     if (this.historyEl.open !== s.timeline) this.historyEl.open = s.timeline;
+    if (this.filterBox.value !== s.filter) this.filterBox.value = s.filter;
+    this.notifyButton.setAttribute("aria-pressed", String(this.notifying()));
+    this.renderBest();
     if (this.compare) this.renderLegend();
     this.renderCharts();
   }
@@ -630,12 +656,13 @@ class View {
     setText(this.warningEl, s.warning || "");
     syncList(this.checkpointEl, s.checkpoint || [], "div");
     syncList(this.timelineEl, (s.timeline || []).map(([when, text]) => `${when}  ${text}`), "li");
-    syncList(this.bestEl, s.best || [], "li");
+    this.renderBest();
     showIf(this.historyEl, (s.timeline || []).length > 0);
     showIf(this.errorEl, !!s.error);
     setText(this.errorTextEl, s.error || "");
     setText(this.messageEl, s.message || "");
     this.renderButtons();
+    this.notifyAlerts(s.alerts || []);
   }
 
   renderHeader(s) {
@@ -690,6 +717,13 @@ class View {
     if (health === "gone" && this.link.answered === null) this.root.dataset.jsvOffline = "";
     else if (this.link.answered !== null) delete this.root.dataset.jsvOffline;
     showIf(this.deadEl, health === "gone");
+    // Once per loss of the kernel, by one view of the model.
+    if (health !== "gone") this.link.goneNotified = false;
+    else if (!this.link.goneNotified && this.link.answered !== null && this.notifying()) {
+      this.link.goneNotified = true;
+      this.notify(`${this.link.state.name || "run"}: kernel gone`,
+                  "The kernel no longer answers: re-run the cell to resume.", "kernel-gone");
+    }
     showIf(this.busyEl, health === "busy");
     if (!this.compare) {
       this.renderHeader(this.link.state);
@@ -710,26 +744,163 @@ class View {
     return this.compare ? this.model.get("runs") : Array.from(this.link.runs.keys());
   }
 
+  // -- notifications ---------------------------------------------------------------------------
+
+  notifying() {
+    return this.settings().notify && typeof Notification !== "undefined" &&
+      Notification.permission === "granted";
+  }
+
+  // A click asks the browser's permission (only a user's gesture may), then keeps the choice
+  // with the settings.
+  async toggleNotify() {
+    if (this.notifying()) {
+      this.change({notify: false});
+      return;
+    }
+    if (typeof Notification === "undefined") {
+      setText(this.messageEl, "This browser shows no notifications here (it needs https or " +
+              "localhost).");
+      return;
+    }
+    const permission = Notification.permission === "granted" ? "granted"
+      : await Notification.requestPermission();
+    if (permission === "granted") this.change({notify: true});
+    else setText(this.messageEl, "Notifications are blocked for this page in the browser.");
+  }
+
+  // Each alert once per model (the views of a model share what was notified), from the moment
+  // notifications are on: the alerts there already are seen, not notified.
+  notifyAlerts(alerts) {
+    const link = this.link;
+    const fresh = alerts.filter((a) => !link.notified || !link.notified.has(a.id));
+    if (!link.notified || !this.notifying()) {
+      link.notified = new Set([...(link.notified || []), ...alerts.map((a) => a.id)]);
+      return;
+    }
+    for (const alert of fresh) {
+      link.notified.add(alert.id);
+      this.notify(alert.title, alert.text, alert.id);
+    }
+  }
+
+  // One notification; `tag` makes the same one from two views (or two pages) replace itself.
+  notify(title, body, tag) {
+    try {
+      new Notification(title, {body, tag: `jsv-${this.link.state.key || ""}-${tag}`});
+    } catch (error) {  // a browser that allows them only from a service worker
+      setText(this.messageEl, `${title}: ${body}`);
+    }
+  }
+
   // -- tags and charts: created once per tag, drawn when what they show changed --------------
+
+  // The tag filter (a regular expression, as TensorBoard's): a test of a tag, and whether the
+  // filter reads as one.
+  tagFilter() {
+    const source = this.settings().filter || "";
+    try {
+      const pattern = new RegExp(source, "i");
+      return {valid: true, test: (tag) => pattern.test(tag)};
+    } catch (error) {
+      return {valid: false, error: error.message, test: () => true};
+    }
+  }
+
+  // The best values, compactly: one item per metric, those the tag filter keeps.
+  renderBest() {
+    const filter = this.tagFilter();
+    const best = (this.link.state.best || []).filter(([tag]) => filter.test(tag));
+    while (this.bestEl.children.length > best.length) this.bestEl.lastElementChild.remove();
+    best.forEach(([tag, text], i) => {
+      if (i >= this.bestEl.children.length) {
+        const item = el("li");
+        item.append(el("span", "jsv-best-tag"), el("span", "jsv-best-value"));
+        this.bestEl.append(item);
+      }
+      const [name, value] = this.bestEl.children[i].children;
+      setText(name, `${tag}:`);
+      setText(value, ` ${text}`);
+    });
+  }
 
   renderCharts() {
     const tags = new Set();
     for (const run of this.runNames()) {
       for (const tag of this.link.runs.get(run)?.keys() || []) tags.add(tag);
     }
-    const sorted = Array.from(tags).sort();
-    const hidden = new Set(this.settings().hidden);
-    const zooms = this.settings().zoom;
+    const all = Array.from(tags).sort();
+    const settings = this.settings();
+    const hidden = new Set(settings.hidden);
+    const filter = this.tagFilter();
+    this.filterBox.setAttribute("aria-invalid", String(!filter.valid));
+    this.filterBox.title = filter.valid ? "" : `Not a regular expression: ${filter.error}`;
+    const sorted = all.filter(filter.test);
+    setText(this.filterCount, settings.filter && all.length ? `${sorted.length} of ${all.length}`
+      : "");
     this.syncChildren(this.tagsEl, this.chips, sorted, (tag) => this.makeChip(tag));
     for (const [tag, chip] of this.chips) {
       const pressed = hidden.has(tag) ? "false" : "true";
       if (chip.getAttribute("aria-pressed") !== pressed) chip.setAttribute("aria-pressed", pressed);
     }
     showIf(this.tagsEl, sorted.length > 1);
+    // Charts grouped by the tag's prefix (train/loss: "train"), as TensorBoard groups them;
+    // tags without one come first, in a group without a heading.
     const wanted = sorted.filter((tag) => !hidden.has(tag));
-    this.syncChildren(this.chartsEl, this.charts, wanted, (tag) => new Chart(this, tag));
-    for (const [tag, chart] of this.charts) chart.zoom = zooms[tag] || null;
+    const byGroup = new Map();
+    for (const tag of wanted) {
+      const prefix = tag.includes("/") ? tag.slice(0, tag.indexOf("/")) : "";
+      if (!byGroup.has(prefix)) byGroup.set(prefix, []);
+      byGroup.get(prefix).push(tag);
+    }
+    const prefixes = Array.from(byGroup.keys()).sort();
+    this.syncChildren(this.chartsEl, this.groups, prefixes, (prefix) => this.makeGroup(prefix));
+    const closed = new Set(settings.closedGroups);
+    for (const [prefix, group] of this.groups) {
+      const members = byGroup.get(prefix);
+      if (group.summary) {
+        setText(group.summary, `${prefix} (${members.length})`);
+        if (group.el.open === closed.has(prefix)) group.el.open = !closed.has(prefix);
+      }
+      this.syncChildren(group.box, group.charts, members, (tag) => {
+        const chart = new Chart(this, tag);
+        this.charts.set(tag, chart);
+        return chart;
+      });
+    }
+    for (const [tag, chart] of this.charts) {
+      if (!wanted.includes(tag)) this.charts.delete(tag);
+      else chart.zoom = settings.zoom[tag] || null;
+    }
     this.updateCharts();
+  }
+
+  // A group of charts: a collapsible section named by the prefix (its state kept with the
+  // settings), or, for the tags without a prefix, a plain one.
+  makeGroup(prefix) {
+    const group = {charts: new Map(), box: el("div", "jsv-group-charts")};
+    if (prefix) {
+      group.el = el("details", "jsv-group");
+      group.el.open = true;
+      group.summary = el("summary");
+      group.el.append(group.summary, group.box);
+      group.el.addEventListener("toggle", () => {
+        const closed = new Set(this.settings().closedGroups);
+        if (group.el.open === !closed.has(prefix)) return;
+        if (group.el.open) closed.delete(prefix); else closed.add(prefix);
+        this.change({closedGroups: Array.from(closed).sort()});
+        this.updateCharts();
+      });
+    } else {
+      group.el = el("div", "jsv-group jsv-group-plain");
+      group.el.append(group.box);
+    }
+    group.el.dataset.group = prefix;
+    group.remove = () => {
+      for (const chart of group.charts.values()) chart.remove();
+      group.el.remove();
+    };
+    return group;
   }
 
   makeChip(tag) {
@@ -761,10 +932,14 @@ class View {
     }
   }
 
+  // Draws the charts whose points or settings changed; those of a closed group when it opens.
   updateCharts() {
     const started = performance.now();
     let drawn = 0;
-    for (const chart of this.charts.values()) if (chart.update()) drawn += 1;
+    for (const group of this.groups.values()) {
+      if (group.el.open === false) continue;
+      for (const chart of group.charts.values()) if (chart.update()) drawn += 1;
+    }
     if (drawn) this.chartsEl.dataset.drawMs = String(performance.now() - started);
   }
 

@@ -353,8 +353,8 @@ def alerts(run, snap) -> List[dict]:
     return out
 
 
-def best_values(snap) -> List[str]:
-    """The best value of each metric with its step: 'loss: 0.0123 (min) at step 1,200'."""
+def best_entries(snap) -> List[Tuple[str, str]]:
+    """The best value of each metric with its step, as (tag, '0.0123 (min) at step 1,200')."""
     out = []
     for tag, series in snap.scalars.items():
         if names.is_rate(tag) or not len(series.steps):
@@ -365,9 +365,14 @@ def best_values(snap) -> List[str]:
         if not len(finite):
             continue
         pick = finite[(np.argmax if higher else np.argmin)(envelope[finite])]
-        out.append(f"{tag}: {format_value(float(envelope[pick]))} "
-                   f"({'max' if higher else 'min'}) at step {int(series.steps[pick]):,}")
+        out.append((tag, f"{format_value(float(envelope[pick]))} "
+                         f"({'max' if higher else 'min'}) at step {int(series.steps[pick]):,}"))
     return out
+
+
+def best_values(snap) -> List[str]:
+    """The best value of each metric with its step: 'loss: 0.0123 (min) at step 1,200'."""
+    return [f"{tag}: {text}" for tag, text in best_entries(snap)]
 
 
 def text_summary(run, snap=None, *, with_error: bool = True) -> str:
@@ -416,7 +421,7 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
             "since": snap.stalled.since, "step": snap.stalled.step,
             "text": stalled_text(snap.stalled)},
         "alerts": alerts(run, snap),
-        "best": best_values(snap),
+        "best": [[tag, text] for tag, text in best_entries(snap)],
         "error": "",
         "message": message,
         "buttons": {"stop": bool(run.can_stop), "resume": bool(run.can_resume),
