@@ -456,7 +456,8 @@ THEME_READ_JS = """() => Array.from(document.querySelectorAll('.jsv-view')).ever
         const c = getComputedStyle(e).backgroundColor;
         if (c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent') { bg = c; break; }
     }
-    return bg === null || view.dataset.jsvBackground.replace('rgba', 'rgb').replace(', 1)', ')') === bg;
+    const drawnOn = view.dataset.jsvBackground.replace('rgba', 'rgb').replace(', 1)', ')');
+    return bg === null || drawnOn === bg;
 })"""
 
 # The text of a view and its contrast on what is behind it (WCAG, alpha composited), for each
@@ -466,12 +467,19 @@ CONTRAST_JS = """(views) => {
     const rgba = (css) => {
         probe.fillStyle = '#010203'; probe.fillStyle = css;
         const t = probe.fillStyle;
-        if (t.startsWith('#')) return [1, 3, 5].map((i) => parseInt(t.slice(i, i + 2), 16)).concat([1]);
+        if (t.startsWith('#')) {
+            return [1, 3, 5].map((i) => parseInt(t.slice(i, i + 2), 16)).concat([1]);
+        }
         const p = t.slice(t.indexOf('(') + 1, -1).split(',').map(Number);
         return p.length === 4 ? p : p.concat([1]);
     };
-    const over = (top, under) => [0, 1, 2].map((i) => top[i] * top[3] + under[i] * (1 - top[3])).concat([1]);
-    const lum = (c) => c.slice(0, 3).map((x) => { x /= 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; })
+    const over = (top, under) => [0, 1, 2].map(
+        (i) => top[i] * top[3] + under[i] * (1 - top[3])).concat([1]);
+    const linear = (x) => {
+        x /= 255;
+        return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+    };
+    const lum = (c) => c.slice(0, 3).map(linear)
         .reduce((s, x, i) => s + x * [0.2126, 0.7152, 0.0722][i], 0);
     const behind = (e) => {
         const layers = [];
@@ -495,7 +503,8 @@ CONTRAST_JS = """(views) => {
             const what = (e.className || e.tagName) + ': ' + e.textContent.trim().slice(0, 30);
             out.push([what, ratio(rgba(getComputedStyle(e).color), behind(e))]);
         }
-        out.push(['canvas ticks', ratio(rgba(view.dataset.jsvInk), rgba(view.dataset.jsvBackground))]);
+        const ink = rgba(view.dataset.jsvInk), paper = rgba(view.dataset.jsvBackground);
+        out.push(['canvas ticks', ratio(ink, paper)]);
     }
     return out;
 }"""
@@ -1077,7 +1086,9 @@ MODULE_HARNESS = """async (source) => {
             get: (k) => traits[k],
             set(k, v) { traits[k] = v; fire("change:" + k); },
             on: (event, f) => (handlers[event] = handlers[event] || []).push(f),
-            off: (event, f) => { handlers[event] = (handlers[event] || []).filter((g) => g !== f); },
+            off: (event, f) => {
+                handlers[event] = (handlers[event] || []).filter((g) => g !== f);
+            },
             send(msg) { this.sent.push(msg); },
             save_changes() { this.saved += 1; },
             emit(msg, arrays) {   // a custom message from the kernel
@@ -1160,8 +1171,10 @@ def test_only_the_charts_whose_points_changed_are_drawn_again(module_page):
     view = _mount(page, "many")
     tags = [f"m{i:02d}" for i in range(41)]
     _series(page, "many", [(tag, 1, 0, [1.0, 2.0], [1.0, 0.5], [1e9, 1e9 + 1]) for tag in tags])
-    draws = lambda: dict(zip(tags, (int(d) for d in view.locator(".jsv-chart").evaluate_all(  # noqa: E731
-        "charts => charts.map(c => c.dataset.draws)"))))
+    def draws():
+        counts = view.locator(".jsv-chart").evaluate_all("cs => cs.map(c => c.dataset.draws)")
+        return dict(zip(tags, (int(d) for d in counts)))
+
     before = draws()
     for k in range(5):   # five pushes of one tag's newest point
         _series(page, "many", [("m07", 1, 2 + k, [3.0 + k], [0.25], [1e9 + 2 + k])])
@@ -1217,7 +1230,8 @@ def test_what_the_user_set_is_in_the_model_for_every_view_and_a_new_one(module_p
     assert request["type"] == "pull" and request["have"] == {}    # it asks for every point
     page.evaluate("id => kept.emit({type: 'answer', id, parts: [{run: 'fit', tag: 'loss', gen: 1,"
                   " from: 0, n: 3}, {run: 'fit', tag: 'acc', gen: 1, from: 0, n: 3}]}, "
-                  "[[1, 2, 3], [1, .5, .2], [1e9, 1e9, 1e9], [1, 2, 3], [1, .5, .2], [1e9, 1e9, 1e9]])",
+                  "[[1, 2, 3], [1, .5, .2], [1e9, 1e9, 1e9], "
+                  "[1, 2, 3], [1, .5, .2], [1e9, 1e9, 1e9]])",
                   request["id"])
     expect(again.locator(".jsv-chart")).to_have_attribute("data-yscale", "log")
     expect(again.locator(".jsv-tag", has_text="acc")).to_have_attribute("aria-pressed", "false")
@@ -1244,7 +1258,8 @@ def test_a_state_changes_the_view_in_place_and_the_header_reads_with_separators(
                    timeline=MODULE_STATE["timeline"] + [["10:01:00", "stopped at step 1,070"]],
                    error="Traceback\nValueError: x")
     page.evaluate("s => place.change('state', s)", stopped)
-    assert view.locator(".jsv-header-line").inner_text() == "fit | stopped | step 1,070 | 1 min 05 s"
+    assert view.locator(".jsv-header-line").inner_text() == (
+        "fit | stopped | step 1,070 | 1 min 05 s")
     assert view.locator(".jsv-timeline li").count() == 2
     expect(view.locator(".jsv-error")).to_contain_text("ValueError: x")
     assert page.evaluate("removed") == []                     # nothing replaced

@@ -29,7 +29,8 @@ const CSS = `
 .jsv-view { font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px;
   color: var(--jp-ui-font-color1, currentColor); }
 .jsv-view [hidden] { display: none !important; }
-.jsv-view :focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: 1px; }
+.jsv-view :focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2);
+  outline-offset: 1px; }
 .jsv-view .jsv-sep { color: var(--jp-ui-font-color2, inherit); }
 .jsv-view .jsv-name, .jsv-view .jsv-status { font-weight: bold; }
 .jsv-view .jsv-status { color: var(--jsv-tone, inherit); }
@@ -46,7 +47,8 @@ const CSS = `
 .jsv-view .jsv-timeline, .jsv-view .jsv-best { margin: 2px 0; padding-left: 22px; }
 .jsv-view .jsv-best { display: flex; flex-wrap: wrap; column-gap: 1.5em; list-style: none; }
 .jsv-view .jsv-best-tag { font-weight: bold; }
-.jsv-view .jsv-filter input[aria-invalid="true"] { outline: 2px solid var(--jp-error-color1, #d32f2f); }
+.jsv-view .jsv-filter input[aria-invalid="true"] {
+  outline: 2px solid var(--jp-error-color1, #d32f2f); }
 .jsv-view .jsv-controls, .jsv-view .jsv-tools { display: flex; flex-wrap: wrap; gap: 6px;
   align-items: center; margin: 6px 0; }
 .jsv-view .jsv-tags { display: flex; flex-wrap: wrap; gap: 4px; margin: 4px 0; }
@@ -56,7 +58,8 @@ const CSS = `
 .jsv-view .jsv-tag[aria-pressed="false"] { color: var(--jp-ui-font-color2, inherit);
   text-decoration: line-through; border-style: dashed; }
 .jsv-view .jsv-group > summary { font-weight: bold; margin: 6px 0 2px; cursor: pointer; }
-.jsv-view .jsv-group-charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
+.jsv-view .jsv-group-charts { display: grid;
+  grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
   gap: 8px; }
 .jsv-view .jsv-chart { border: 1px solid var(--jp-border-color2, rgba(128, 128, 128, 0.3));
   padding: 4px; min-width: 0; }
@@ -115,7 +118,10 @@ function over(top, under) {
 }
 
 function luminance([r, g, b]) {
-  const lin = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); };
+  const lin = (c) => {
+    c /= 255;
+    return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
+  };
   return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
 }
 
@@ -547,7 +553,8 @@ class View {
     this.slider.type = "range";
     this.slider.min = "0"; this.slider.max = "0.99"; this.slider.step = "0.01";
     this.smoothingEl = el("output", "jsv-smoothing-value");
-    this.slider.addEventListener("input", () => this.change({smoothing: Number(this.slider.value)}));
+    this.slider.addEventListener("input",
+                                 () => this.change({smoothing: Number(this.slider.value)}));
     smoothLabel.append(this.slider, " ", this.smoothingEl);
     const axisLabel = el("label", "jsv-xaxis", "x axis ");
     this.axisSelect = el("select");
