@@ -1,27 +1,36 @@
-"""The panel in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright.
+"""The panel in a real browser: JupyterLab 4 and Notebook 7 in headless Chromium, driven by
+Playwright, and the front end's module alone in a blank page.
 
-One Lab session, one notebook, several runs of a small Keras model in one kernel, each ending
-another way, read from the page as a user sees it:
-- "short" reaches --max-steps 25 under --wait: 'finished', step 25, fit's real epoch/batch,
-  100 %, no ETA; the notebook saved afterwards stores its final text and an image;
-- "boom" raises in its body: 'failed', its error, the failure in the timeline;
-- "cmd" is stopped by `%supervise stop`: 'stopped' at the newest checkpoint's step, with the
-  epoch/batch of that step;
-- "live" (verbose=1) trains while the curves are explored: the value under the mouse as text,
-  the log scale, drag-zoom and double-click reset; its output shows no escape characters; then
-  the Stop button: 'stopped' at the newest checkpoint's step; Resume: 'running' again, the
-  timeline saying from which checkpoint;
-- `%supervise compare short cmd` overlays two runs with a legend and a two-line readout;
-- a reloaded page shows the panels again with their timelines and every point;
-- a kernel restart turns the old panels visibly dead within seconds, buttons disabled.
+JupyterLab: one session, one notebook, runs of small Keras models and a custom loop in one
+kernel, each ending another way, read from the page as a user sees it:
+- "demo" (a classifier's custom loop, 4,000 steps) reaches --max-steps under --wait: finished,
+  exact step, 100 %, no ETA, its header's parts separated in its text; the README's picture;
+- "cmd" is stopped by `%supervise stop`: stopped at the newest checkpoint's step and position;
+- "live" (shown twice: its cell and `%supervise show live`) trains while the page is read in
+  the light, dark and high-contrast themes (every text at 4.5:1, measured), its curves are
+  explored (readout, log scale, zoom, text alternative), a tag chip is clicked 30 times and
+  every control is used by keyboard in command mode;
+- each end (live's Stop button, "fin"'s body returning, "boom"'s failure, both at the test's
+  word) keeps what the user set in every view of the run, replaces no element of them, and a
+  save right then stores the run's record (text, HTML, image), which nbconvert's HTML shows;
+- a reloaded page shows the panels again with what was set, every point and the timeline;
+  Resume brings "live" back with its settings; a kernel restart turns the old panels dead
+  within seconds (buttons disabled, a notification when asked for); reloaded without that
+  kernel, each run's record shows instead of "model not found";
+- screenshots of each state in the light and the dark theme go to test-artifacts/.
+Notebook 7, with the kernel's messages from background threads dropped (as Colab is reported
+to drop them) and comms without subshells: the panel keeps updating from the answers to its
+requests, says "kernel busy" while a cell holds the kernel, and its keys and Stop work.
+The module alone (a stand-in for anywidget's model): number format, drawing only what changed,
+a missed push asked for, settings in the model, in-place states, a chart by keyboard, kernel
+gone and busy, the tag filter and groups, notifications.
 
-The server is our own: a free loopback port, a random token, config/runtime/data/settings/
+The servers are our own: a free loopback port, a random token, config/runtime/data/settings/
 workspace folders under the test's tmp_path, and a kernelspec of its own that runs this very
 Python (``sys.executable``, where jupyter_supervisor is installed). Kernels and server are stopped
 by PID at the end, also when the test is killed with SIGTERM. Every wait is on a condition in the
-page, with a timeout. Screenshots of each state go to test-artifacts/ (panel-failure.png on
-failure); with JSV_UPDATE_DOCS=1 the finished run's one also becomes docs/panel.png, the
-README's picture.
+page, with a timeout (panel-failure.png on failure); with JSV_UPDATE_DOCS=1 the finished run's
+screenshot also becomes docs/panel.png, the README's picture.
 """
 import json
 import os
