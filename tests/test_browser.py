@@ -979,19 +979,23 @@ NOTEBOOK7_READY_JS = """() => {
     const e = document.querySelector('.jp-Notebook-ExecutionIndicator');
     return !!e && e.dataset.status === 'idle';
 }"""
-# Drops every comm message the package's threads send (the refresher's pushes: state, points,
-# beats); what the comm thread sends (the answers to the views' requests) goes through.
+# Drops every comm message and display update the package's threads send (the refresher's
+# pushes: state, points, beats; the records' updates); what the comm thread sends (the answers
+# to the views' requests) goes through.
 DROP_CELL = """\
 import threading
 from ipykernel.comm.comm import BaseComm as comm_class   # what comm.create_comm makes
 dropped = []
-_publish = comm_class.publish_msg
-def _publish_unless_from_a_thread(self, *args, **kwargs):
-    if threading.current_thread().name.startswith("jupyter_supervisor-"):
-        dropped.append(args[0])
-        return
-    return _publish(self, *args, **kwargs)
-comm_class.publish_msg = _publish_unless_from_a_thread
+def unless_from_a_thread(send):
+    def maybe(self, *args, **kwargs):
+        if threading.current_thread().name.startswith("jupyter_supervisor-"):
+            dropped.append(args[:1])
+            return None
+        return send(self, *args, **kwargs)
+    return maybe
+comm_class.publish_msg = unless_from_a_thread(comm_class.publish_msg)
+publisher = type(get_ipython().display_pub)
+publisher.publish = unless_from_a_thread(publisher.publish)
 """
 # A foreground cell that, run again once the test asked (FLAGS/hold), holds the kernel until
 # the test lets it go.
@@ -1066,11 +1070,19 @@ def test_without_pushes_and_subshells_in_notebook_7(lab, tmp_path):
             step = int(live.locator(".jsv-step").get_attribute("data-step"))
             page.wait_for_function(f"s => Number(s.dataset.step) > {step}",
                                    arg=live.locator(".jsv-step").element_handle())
-            # Stop: clicked, answered on the comm thread, shown from the answers.
+            # Stop: clicked, answered on the comm thread, shown from the answers; the record
+            # of the end reaches the notebook from the comm thread too.
             live.locator("button.jsv-stop").click()
             expect(live.locator(".jsv-status")).to_have_text("stopped")
             expect(live.locator(".jsv-timeline")).to_contain_text("stopped at step")
             _shot(page, live, "notebook7-stopped.png")
+            step = int(live.locator(".jsv-step").get_attribute("data-step"))
+            _command(page, "docmanager:save")
+            page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')")
+            saved = nbformat.read(str(lab.root / "panel.ipynb"), as_version=4)
+            [record] = [o.data for cell in saved.cells for o in cell.get("outputs", [])
+                        if 'class="jsv-record"' in o.get("data", {}).get("text/html", "")]
+            assert f"live | stopped | step {step:,}" in record["text/html"], record["text/plain"]
         except BaseException:
             _keep_evidence(page, [], lab)
             raise

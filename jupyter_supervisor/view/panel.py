@@ -324,6 +324,7 @@ class _LiveView:
         try:
             with self._tick_lock:
                 state = self._state(self._clock())
+                self._answered()
                 parts, buffer = self._feed.answer(self._runs(), request.get("have"))
         except Exception as error:  # pylint: disable=broad-except
             logger.info("Answering a view failed.", exc_info=True)
@@ -334,6 +335,9 @@ class _LiveView:
         if request.get("seq") != state["seq"]:
             reply["state"] = state
         self._view.send(reply, [buffer])
+
+    def _answered(self) -> None:
+        """What else an answer brings up to date, on the comm thread (the records)."""
 
     def _on_button(self, name: str) -> None:  # pylint: disable=unused-argument
         return
@@ -387,6 +391,7 @@ class Panel(_LiveView):
         self._snap_clock = 0.0
         self._records: list = []       # the DisplayHandle of each display's record
         self._record = None            # (key, bundle) the records show
+        self._record_answered = None   # the key of the record last sent with an answer
         self._renderer = None          # the record's image, once a run ended
         self._error_in_cell: Optional[str] = None   # an error whose traceback a cell shows
 
@@ -513,8 +518,19 @@ class Panel(_LiveView):
         bundle["text/html"] = record_html(self._run, snap, key=self._key, image=image,
                                           image_tags=tags)
         self._record = (key, bundle)
+        self._send_record()
+
+    def _send_record(self) -> None:
+        _, bundle = self._record
         for handle in self._records:
             handle.update(bundle, raw=True)
+
+    def _answered(self) -> None:
+        # The refresher's updates of the records may be dropped where a frontend drops what
+        # background threads send (Colab): each record also goes out once from the comm thread.
+        if self._record is not None and self._record[0] != self._record_answered:
+            self._record_answered = self._record[0]
+            self._send_record()
 
     # -- buttons (the comm thread) ----------------------------------------------------------------
 
