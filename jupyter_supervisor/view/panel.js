@@ -395,10 +395,10 @@ function showIf(e, shown) {
 }
 
 // Makes `parent`'s children show `items` (strings), reusing the children it has.
-function syncList(parent, items, tag, className) {
+function syncList(parent, items, tag) {
   while (parent.children.length > items.length) parent.lastElementChild.remove();
   items.forEach((text, i) => {
-    if (i >= parent.children.length) parent.append(el(tag, className));
+    if (i >= parent.children.length) parent.append(el(tag));
     setText(parent.children[i], text);
   });
 }
