@@ -77,11 +77,14 @@ class Traffic:
 
 
 class FakeRun:
-    """The duck-typed run the panel shows (see view/panel.py's docstring)."""
+    """The run the panel shows (what view/text.py's PanelRun declares)."""
+
+    class config:  # pylint: disable=invalid-name,too-few-public-methods
+        init_fn = None
 
     def __init__(self, history, max_steps=None):
         self.name, self.logdir, self.max_steps = "bench", "/tmp/bench-logdir", max_steps
-        self.role, self.master = "local", ""
+        self.role, self.role_text, self.master = "local", "", ""
         self.history = history
         self.can_stop, self.can_resume, self.can_save = True, False, True
 
@@ -169,11 +172,13 @@ def long_history():
 
 
 def measure_open_new(history):
-    """What a view opening on ``history`` gets: the full-series message (JSON + buffer)."""
+    """What a view opening on ``history`` gets: the answer to its first request, holding
+    nothing (JSON + buffer)."""
     from jupyter_supervisor.view.widget import SeriesFeed  # pylint: disable=C0415
-    content, buffers = SeriesFeed("bench").message(history.snapshot().scalars, full=True)
-    return {"bytes": len(json.dumps(content)) + len(buffers[0]), "content": content,
-            "buffer": base64.b64encode(buffers[0]).decode()}
+    parts, buffer = SeriesFeed.answer({"bench": history.snapshot().scalars}, {})
+    content = {"type": "answer", "id": 1, "parts": parts}
+    return {"bytes": len(json.dumps(content)) + len(buffer), "content": content,
+            "buffer": base64.b64encode(buffer).decode()}
 
 
 def measure_open_old(history):
@@ -199,7 +204,7 @@ PAGE_NEW = """
 <html><body style="width:1200px"><div id="root"></div><script type="module">
 const module = await import("data:text/javascript;base64,%s");
 const handlers = {};
-const state = {state: {}, compare: false, runs: ["bench"], smoothing: 0.6};
+const state = {state: {}, settings: {}, compare: false, runs: ["bench"]};
 const model = {get: (k) => state[k], on: (e, f) => { (handlers[e] ||= []).push(f); },
                off: () => {}, send: () => {}};
 module.default.render({model, el: document.getElementById("root")});

@@ -282,7 +282,10 @@ def test_a_resume_says_how_many_steps_were_lost_since_its_checkpoint(namespace, 
 # -- stalls ------------------------------------------------------------------------------------
 
 class FakeRun:
-    """What text.panel_state reads of a run."""
+    """What text.panel_state reads of a run (text.PanelRun)."""
+
+    class config:  # pylint: disable=invalid-name,too-few-public-methods
+        init_fn = None
 
     def __init__(self, history, name="fit", max_steps=None):
         self.history, self.name, self.max_steps = history, name, max_steps

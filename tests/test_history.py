@@ -112,7 +112,7 @@ def test_elapsed_counts_only_active_time():
     history.set_status("stopped", active=False)
     clock.now = 150.0                                   # stopped: the clock runs, elapsed not
     snap = history.snapshot()
-    assert snap.elapsed == 10.0 and not snap.is_active
+    assert snap.elapsed == 10.0 and not snap.active
     assert snap.elapsed_at(500.0) == 10.0
     history.set_status("running", active=True)                       # resumed
     clock.now = 155.0
@@ -202,7 +202,6 @@ def test_stopped_with_an_exception_shows_its_traceback_unless_an_error_is_set():
     history.on_event(events.Stopped(reason=events.ERROR, exception=failure, step=7,
                                     wall_time=0.0))
     snap = history.snapshot()
-    assert snap.stop_reason == events.ERROR
     assert "Traceback" in snap.error and "ValueError: loader died" in snap.error
     history.set_error("the run's own traceback, pointing at the cell")
     assert history.snapshot().error == "the run's own traceback, pointing at the cell"
@@ -252,6 +251,30 @@ def test_text_arguments_must_be_str():
         history.append_output(b"bytes")
     with pytest.raises(TypeError, match="`text`"):
         history.set_error(None)
+
+
+def test_watchers_hear_each_change_of_status_after_it_and_cannot_undo_it(caplog):
+    history = RunHistory(clock=FakeClock())
+    heard = []
+
+    def watcher(status):
+        heard.append((status, history.snapshot().status))   # outside the lock: no deadlock
+
+    def broken(_status):
+        raise RuntimeError("a broken watcher")
+
+    history.watch(broken)
+    history.watch(watcher)
+    history.set_status("running", active=True)
+    history.set_status("running", active=True)               # no change: no call
+    history.unwatch(broken)
+    history.set_status("stopped", active=False)
+    history.unwatch(watcher)
+    history.unwatch(watcher)                                 # not watching: ignored
+    history.set_status("starting", active=True, new_session=True)
+    assert heard == [("running", "running"), ("stopped", "stopped")]
+    assert history.snapshot().status == "starting"
+    assert "A watcher of the run's status failed at 'running'" in caplog.text
 
 
 def test_a_status_is_the_runs_word_and_its_changes_make_the_timeline():

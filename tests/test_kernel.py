@@ -6,6 +6,7 @@ restarts the shared one if an earlier test switched it to graph mode. Waiting is
 messages, on kernel-side conditions or on files, each with a deadline; nothing sleeps for a
 fixed time.
 """
+import queue
 import re
 import time
 import uuid
@@ -553,10 +554,44 @@ def test_rerunning_a_cell_keeps_one_panel_and_unload_closes_it(kernel, logdir):
     name = logdir.rsplit("/", 1)[-1]
     for limit in range(10, 70, 10):  # six re-runs, each continuing the last
         kernel.ok(f"%%supervise --logdir {logdir} --max-steps {limit} --wait\n{LOOP}")
+    assert kernel.value("list(jupyter_supervisor.view.panel._shown)").count(name) == 1
+    assert kernel.value(PANEL_THREADS) == []          # every run ended: no refresher
+    kernel.ok(f"%%supervise --logdir {logdir}\n{LOOP}")   # a seventh, live
+    kernel.wait_until(f"get_run({name!r}).status == 'running'", "the seventh run")
     assert kernel.value(PANEL_THREADS) == [f"jupyter_supervisor-panel-{name}"]
     kernel.ok("%unload_ext jupyter_supervisor")
     assert kernel.value(PANEL_THREADS) == []
     kernel.ok("%load_ext jupyter_supervisor")
+
+
+def test_ended_runs_leave_no_thread_and_send_nothing(kernel, logdir):
+    """A panel whose run ended has no refresher and no heartbeat: 20 ended runs, each shown,
+    leave no thread of the package and send no message while nothing asks."""
+    kernel.model()
+    ours = ("sorted(t.name for t in threading.enumerate() "
+            "if t.name.startswith('jupyter_supervisor'))")
+    before = kernel.value(ours)
+    threads = kernel.value("threading.active_count()")
+    for i in range(20):
+        kernel.ok(f"%%supervise --logdir {logdir}-{i} --max-steps 5 --wait\n{LOOP}")
+    assert kernel.value("sum(p.run.status == 'finished' for p in "
+                        "jupyter_supervisor.view.panel._shown.values())") >= 20
+    # Each backend's event dispatcher ends after a few idle seconds (events.EventHub); those of
+    # an earlier test's runs may still be there at the start.
+    kernel.wait_until(f"len({ours}) <= {len(before)} and not [n for n in {ours} "
+                      "if n.startswith('jupyter_supervisor-panel')]",
+                      "the threads of the ended runs to end")
+    assert kernel.value("threading.active_count()") - threads < 20   # none left per run
+    # What the kernel sends meanwhile, over three of the panels' beat intervals.
+    heard = []
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        try:
+            heard.append(kernel.kc.get_iopub_msg(timeout=0.2))
+        except queue.Empty:
+            pass
+    kernel.iopub += heard
+    assert [m["msg_type"] for m in heard if m["msg_type"] != "status"] == []
 
 
 # -- stopping never hangs the kernel ----------------------------------------------------------

@@ -1,6 +1,7 @@
-"""Panel: the state it derives at each transition of a run, the series as deltas, the heartbeat,
-the buttons, the bounded output, the text forms, the refresher thread, and show() and the
-saved-notebook fallback in a real kernel."""
+"""Panel: the state it derives at each transition of a run, the series as deltas (pushed, and
+answered to a view's request), the heartbeat while a run is live, the buttons, the bounded
+output, the text forms and the record, the refresher thread that lives with the run, and show()
+with its records in a real kernel."""
 import collections
 import re
 import textwrap
@@ -11,11 +12,11 @@ import numpy as np
 import pytest
 
 from jupyter_supervisor import events
-from jupyter_supervisor.view import output_area, panel as panel_module
+from jupyter_supervisor.view import output_area, panel as panel_module, text
 from jupyter_supervisor.view.history import RunHistory
 from jupyter_supervisor.view.panel import Panel, show
 from jupyter_supervisor.view.text import best_values, text_status, text_summary, timeline
-from jupyter_supervisor.view.widget import SeriesFeed, decode_series
+from jupyter_supervisor.view.widget import SeriesFeed
 
 from helpers import FakeClock, run_isolated
 
@@ -23,16 +24,17 @@ WALL0 = 1_000_000.0
 
 
 class FakeRun:
-    """The attributes and methods of a TrainingRun that the panel reads (its module docstring
-    lists them), and nothing else. Its flags follow the history's status as the run's do."""
+    """What the panel reads of a run (text.PanelRun), and nothing else. Its flags follow the
+    history's status as the run's do."""
 
     def __init__(self, history, *, name="mnist", logdir="/logs/mnist", max_steps=None,
-                 role="local", master=""):
+                 role="local", role_text=""):
         self.name = name
         self.logdir = logdir
         self.max_steps = max_steps
         self.role = role
-        self.master = master
+        self.role_text = role_text
+        self.config = collections.namedtuple("Config", "init_fn")(None)
         self.history = history
         self.calls = []
         self.failures = {}      # method name -> exception it raises
@@ -120,8 +122,22 @@ def comm_log(monkeypatch):
     return log
 
 
+def decode(parts, buffer):
+    """The parts of a series message or answer as {(run, tag): (gen, from, steps, values,
+    walls)}, as panel.js reads them."""
+    data = np.frombuffer(buffer, dtype="<f8")
+    out, at = {}, 0
+    for part in parts:
+        n = part["n"]
+        steps, values, walls = (data[at + i * n:at + (i + 1) * n] for i in range(3))
+        at += 3 * n
+        out[(part["run"], part["tag"])] = (part["gen"], part["from"], steps, values, walls)
+    assert at == len(data)
+    return out
+
+
 def customs(log, kind=None):
-    """The custom messages (series, beats) the view got, as (content, buffers)."""
+    """The custom messages (series, beats, answers) the view got, as (content, buffers)."""
     out = []
     for m in log:
         if m.msg_type == "comm_msg" and m.data.get("method") == "custom":
@@ -244,7 +260,7 @@ def test_a_failure_is_named_with_its_error_once(make_panel, clock):
     status(run.history, "failed")
     panel.tick(force=True)
     state = panel.widgets["view"].state
-    assert state["label"] == "failed" and state["tone"] == "#c62828"
+    assert state["label"] == "failed" and state["tone"] == "error"
     assert state["error"].endswith("ZeroDivisionError: division by zero\n")   # no escapes
     assert state["timeline"][-1][1] == "failed at step 7: ZeroDivisionError: division by zero"
 
@@ -283,34 +299,62 @@ def test_best_values_and_the_timeline_of_rollbacks(clock):
 
 def test_series_travel_as_deltas_and_a_change_of_shape_resends_from_zero(clock):
     history = RunHistory(max_points=4, clock=clock)
-    feed = SeriesFeed("r")
+    feed = SeriesFeed()
+    runs = lambda: {"r": history.snapshot().scalars}  # noqa: E731
     history.on_event(events.SummaryWritten(1, {"loss": 1.0}, WALL0 + 1))
-    content, (buffer,) = feed.message(history.snapshot().scalars)
-    assert content["parts"] == [{"tag": "loss", "from": 0, "n": 1}]
-    start, steps, values, walls = decode_series(content, buffer)["loss"]
+    parts, buffer = feed.push(runs())
+    gen = parts[0]["gen"]
+    assert parts == [{"run": "r", "tag": "loss", "gen": gen, "from": 0, "n": 1}]
+    _, _, steps, values, walls = decode(parts, buffer)[("r", "loss")]
     assert (steps.tolist(), values.tolist(), walls.tolist()) == ([1], [1.0], [WALL0 + 1])
-    assert feed.message(history.snapshot().scalars) is None      # nothing new: nothing sent
+    assert feed.push(runs()) is None                     # nothing new: nothing sent
 
     for step in (2, 3):
         history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step}, WALL0 + step))
-    content, (buffer,) = feed.message(history.snapshot().scalars)
-    # Only the last sent bucket (it may have grown) and the new ones travel.
-    assert content["parts"] == [{"tag": "loss", "from": 0, "n": 3}]
-    assert decode_series(content, buffer)["loss"][1].tolist() == [1, 2, 3]
+    parts, buffer = feed.push(runs())
+    # Only the new buckets travel (the last one sent did not change).
+    assert parts == [{"run": "r", "tag": "loss", "gen": gen, "from": 1, "n": 2}]
+    assert decode(parts, buffer)[("r", "loss")][2].tolist() == [2, 3]
     history.on_event(events.SummaryWritten(4, {"loss": 0.25}, WALL0 + 4))
-    content, (buffer,) = feed.message(history.snapshot().scalars)
-    assert content["parts"] == [{"tag": "loss", "from": 2, "n": 2}]
-    assert decode_series(content, buffer)["loss"][1].tolist() == [3, 4]
+    parts, buffer = feed.push(runs())
+    assert parts == [{"run": "r", "tag": "loss", "gen": gen, "from": 3, "n": 1}]
 
     history.on_event(events.SummaryWritten(5, {"loss": 0.2}, WALL0 + 5))   # merged in pairs
-    content, (buffer,) = feed.message(history.snapshot().scalars)
-    assert content["parts"][0]["from"] == 0 and not content["reset"]
+    parts, _ = feed.push(runs())
+    assert parts[0]["from"] == 0 and parts[0]["gen"] != gen
     history.on_event(events.SessionReady(step=1, restored_from="/l/model.ckpt-1",
                                          is_chief=True, wall_time=WALL0))    # a restore
-    content, _ = feed.message(history.snapshot().scalars)
-    assert content["parts"] == [{"tag": "loss", "from": 0, "n": 0}]         # all dropped
-    content, _ = feed.message(history.snapshot().scalars, full=True)
-    assert content["reset"] is True
+    parts, _ = feed.push(runs())
+    assert parts == [{"run": "r", "tag": "loss", "gen": 0, "from": 0, "n": 0}]  # all dropped
+
+
+def test_an_answer_carries_what_the_view_says_it_lacks(clock):
+    history = RunHistory(max_points=100, clock=clock)
+    for step in range(1, 11):
+        history.on_event(events.SummaryWritten(step, {"loss": 1.0 / step, "acc": step / 10},
+                                               WALL0 + step))
+    runs = {"r": history.snapshot().scalars}
+    parts, buffer = SeriesFeed.answer(runs, None)          # a view that holds nothing
+    got = decode(parts, buffer)
+    assert sorted(got) == [("r", "acc"), ("r", "loss")]
+    gen, start, steps, _, walls = got[("r", "loss")]
+    assert start == 0 and steps.tolist() == list(range(1, 11))
+    holds = {"r": {"loss": [gen, 10, 10.0, walls[-1]],          # all of it
+                   "acc": [got[("r", "acc")][0], 6, 6.0, WALL0 + 6],  # six points
+                   "gone": [gen, 3, 3.0, WALL0 + 3]}}           # a tag the run no longer has
+    parts, buffer = SeriesFeed.answer(runs, holds)
+    got = decode(parts, buffer)
+    assert got[("r", "acc")][1] == 6 and got[("r", "acc")][2].tolist() == [7, 8, 9, 10]
+    assert got[("r", "gone")][1] == 0 and len(got[("r", "gone")][2]) == 0
+    assert ("r", "loss") not in got
+    # A view whose last point is not the kernel's (the bucket grew) gets that point again.
+    holds["r"]["acc"] = [got[("r", "acc")][0], 10, 10.0, WALL0 + 9.5]
+    parts, _ = SeriesFeed.answer(runs, holds)
+    assert [(p["tag"], p["from"], p["n"]) for p in parts] == [("acc", 9, 1), ("gone", 0, 0)]
+    # What does not read as a view's holdings is sent again in full, not an error.
+    for garbage in ("x", {"r": [1]}, {"r": {"loss": "?"}}, {"r": {"loss": [1, 2]}}):
+        parts, _ = SeriesFeed.answer(runs, garbage)
+        assert {(p["tag"], p["from"]) for p in parts} == {("acc", 0), ("loss", 0)}
 
 
 def test_a_million_steps_travel_in_one_message_under_a_megabyte(clock):
@@ -318,14 +362,20 @@ def test_a_million_steps_travel_in_one_message_under_a_megabyte(clock):
     for step in range(0, 1_000_000, 10):
         history.on_event(events.SummaryWritten(step, {f"tag{i:02d}": step * 1e-6 + i
                                                       for i in range(12)}, WALL0 + step))
-    content, (buffer,) = SeriesFeed("r").message(history.snapshot().scalars, full=True)
-    assert len(content["parts"]) == 12
+    parts, buffer = SeriesFeed.answer({"r": history.snapshot().scalars}, {})
+    assert len(parts) == 12
     assert len(buffer) <= 1_000_000
-    decoded = decode_series(content, buffer)["tag03"]
-    assert decoded[1][-1] == 999_990 and np.all(np.diff(decoded[1]) > 0)
+    steps = decode(parts, buffer)[("r", "tag03")][2]
+    assert steps[-1] == 999_990 and np.all(np.diff(steps) > 0)
 
 
-def test_the_panel_sends_new_points_a_hello_gets_everything_and_beats_keep_coming(
+def pull(panel, have=None, seq=None, request_id=1):
+    """A view's request, as panel.js sends it, handled as the comm thread would."""
+    panel._on_view_message(None, {"type": "pull", "id": request_id, "seq": seq,
+                                  "have": have or {}}, [])
+
+
+def test_the_panel_pushes_new_points_answers_a_view_and_beats_while_the_run_lives(
         comm_log, make_panel, clock):
     panel, run = make_panel()
     ready(run.history)
@@ -340,11 +390,19 @@ def test_the_panel_sends_new_points_a_hello_gets_everything_and_beats_keep_comin
     panel.tick()                                   # no new point: no series message
     assert len(customs(comm_log, "series")) == before
 
-    panel._on_view_message(None, {"type": "hello"}, [])    # a view (re)opened
-    panel.tick()
-    content, buffers = customs(comm_log, "series")[-1]
-    assert content["reset"] is True
-    assert decode_series(content, buffers[0])["loss"][1].tolist() == [10, 20, 30]
+    pull(panel)                                    # a view (re)opened: it holds nothing
+    answer, buffers = customs(comm_log, "answer")[-1]
+    assert answer["id"] == 1 and answer["state"]["seq"] == panel.widgets["view"].state["seq"]
+    assert answer["state"]["step"] == 30
+    gen, _, steps, _, walls = decode(answer["parts"], buffers[0])[("mnist", "loss")]
+    assert steps.tolist() == [10, 20, 30]
+    assert set(answer["state"]["timing"]) == {"pull_ms", "beat_ms", "dead_after_ms"}
+    assert answer["state"]["format"] == {"digits": 5}
+    assert answer["state"]["palette"][0] == "#1f77b4" and len(answer["state"]["palette"]) == 10
+    pull(panel, seq=answer["state"]["seq"], request_id=2,
+         have={"mnist": {"loss": [gen, 3, 30.0, walls[-1]]}})
+    again, buffers = customs(comm_log, "answer")[-1]
+    assert again["id"] == 2 and "state" not in again and again["parts"] == []  # nothing new
 
     beats = len(customs(comm_log, "beat"))
     for _ in range(6):
@@ -353,7 +411,7 @@ def test_the_panel_sends_new_points_a_hello_gets_everything_and_beats_keep_comin
     assert len(customs(comm_log, "beat")) - beats == 3       # one a second
 
 
-def test_an_unchanged_run_sends_only_its_heartbeat(comm_log, make_panel, clock):
+def test_an_ended_run_sends_nothing_unless_a_view_asks(comm_log, make_panel, clock):
     panel, run = make_panel()
     status(run.history, "stopped")
     clock.now += 1
@@ -362,25 +420,39 @@ def test_an_unchanged_run_sends_only_its_heartbeat(comm_log, make_panel, clock):
     for _ in range(20):
         clock.now += 0.6
         panel.tick()
-    kinds = {(m.data.get("method"), m.data.get("content", {}).get("type"))
-             for m in comm_log[before:]}
-    assert kinds == {("custom", "beat")}
+    assert comm_log[before:] == []                           # no heartbeat, nothing
     run.history.note_step(42)
     clock.now += 0.6
     panel.tick()
     updates = [m for m in comm_log if m.data.get("method") == "update"]
     assert updates[-1].data["state"]["state"]["step"] == 42
+    pull(panel)
+    assert customs(comm_log, "answer")[-1][0]["state"]["step"] == 42
 
 
-def test_buttons_call_the_run_and_a_failure_is_shown_not_raised(make_panel, clock):
+def test_the_views_hear_of_a_cell_only_when_they_asked_lately(comm_log, make_panel, clock):
+    panel, _run = make_panel()
+    panel.notify_cell("busy")
+    assert customs(comm_log, "busy") == []                   # no view asked: none to tell
+    pull(panel)
+    panel.notify_cell("busy")
+    panel.notify_cell("idle")
+    assert len(customs(comm_log, "busy")) == len(customs(comm_log, "idle")) == 1
+    clock.now += panel.widgets["view"].state["timing"]["dead_after_ms"] / 1000 + 1
+    panel.notify_cell("busy")
+    assert len(customs(comm_log, "busy")) == 1               # its views are gone
+
+
+def test_buttons_call_the_run_and_the_answer_shows_a_failure(comm_log, make_panel, clock):
     panel, run = make_panel()
-    panel._on_view_message(None, {"type": "button", "name": "stop"}, [])
+    panel._on_view_message(None, {"type": "button", "name": "stop", "id": 7}, [])
     assert run.calls == [("stop", False)]
+    assert customs(comm_log, "answer")[-1][0]["id"] == 7
     run.failures["resume"] = RuntimeError("nothing to resume")
-    panel._on_view_message(None, {"type": "button", "name": "resume"}, [])
-    panel.tick()
-    assert panel.widgets["view"].state["message"] == \
-        "Resume failed: RuntimeError: nothing to resume"
+    panel._on_view_message(None, {"type": "button", "name": "resume", "id": 8}, [])
+    answer = customs(comm_log, "answer")[-1][0]
+    assert answer["id"] == 8 and \
+        answer["state"]["message"] == "Resume failed: RuntimeError: nothing to resume"
     panel._on_view_message(None, {"type": "button", "name": "rm -rf"}, [])   # ignored
     assert run.calls == [("stop", False), ("resume",)]
 
@@ -438,6 +510,26 @@ def test_text_summary_tells_what_happened(clock):
         text_summary(run)
 
 
+def test_the_record_says_the_outcome_as_text_and_html(clock):
+    history = make_history(clock)
+    run = FakeRun(history, max_steps=500)
+    ready(history)
+    status(history, "running")
+    history.on_event(events.SummaryWritten(123, {"loss": 123456.0}, WALL0))
+    history.set_error("Traceback (most recent call last):\n\x1b[31mValueError\x1b[0m: <b>oom\n")
+    status(history, "failed")
+    snap = history.snapshot()
+    assert text.record_heading(run, snap) == (
+        "mnist | failed | step 123 of 500 | 0 s", "ValueError: <b>oom")
+    page = text.record_html(run, snap, key="k1", image=b"PNG", image_tags=["loss"])
+    assert page.startswith('<div class="jsv-record" data-jsv-key="k1">')
+    assert "<strong>mnist | failed | step 123 of 500 | 0 s</strong>" in page
+    assert "ValueError: &lt;b&gt;oom" in page and "<b>oom" not in page    # escaped
+    assert 'src="data:image/png;base64,UE5H" alt="Curves of loss (x: step)"' in page
+    assert "best: loss: 1.2346e+05 (min) at step 123" in page
+    assert 'jsv-view[data-jsv-key="k1"]' in page                          # hides itself
+
+
 def test_the_panel_text_form_is_its_status_line_not_a_widget_repr(make_panel, clock):
     panel, run = make_panel()
     bundle = panel.widgets["root"]._repr_mimebundle_()
@@ -485,17 +577,43 @@ def test_only_the_refresher_sends_while_a_run_trains(comm_log, wait_for, capsys)
             trainer.join(timeout=30)
         sent_by = {m.thread for m in comm_log[displayed:]}
         assert sent_by and all(name.startswith("jupyter_supervisor-panel") for name in sent_by)
+        refresher = panel._thread
     finally:
         panel.close()
-    assert panel._thread is not None and not panel._thread.is_alive()
+    assert not refresher.is_alive() and panel._thread is None
+
+
+def test_the_refresher_lives_with_the_run_and_a_runs_end_waits_for_it_to_show_it(
+        comm_log, wait_for):
+    history = RunHistory()
+    run = FakeRun(history, max_steps=100)
+    panel = Panel(run, interval=600, beat_interval=600, plot_interval=600)
+    try:
+        panel.display()
+        thread = panel._thread
+        assert thread.is_alive()
+        history.on_event(events.SummaryWritten(7, {"loss": 0.5}, 0.0))
+        status(history, "finished")        # returns once the refresher showed the end
+        assert panel.widgets["view"].state["status"] == "finished"
+        assert not thread.is_alive() and panel._thread is None
+        pushed = customs(comm_log, "series")[-1][0]["parts"]     # its last points too,
+        assert pushed[0]["tag"] == "loss"                        # without their interval
+        status(history, "starting")        # resumed: a refresher again
+        wait_for(lambda: panel._thread is not None and panel._thread.is_alive(),
+                 what="a new refresher")
+        status(history, "failed")
+        assert panel._thread is None and panel.widgets["view"].state["status"] == "failed"
+    finally:
+        panel.close()
 
 
 def test_close_wakes_a_sleeping_refresher():
-    panel = Panel(FakeRun(RunHistory()), interval=600, idle_interval=600, beat_interval=600)
+    panel = Panel(FakeRun(RunHistory()), interval=600, beat_interval=600)
     panel.display()
+    refresher = panel._thread
     started = time.monotonic()
     panel.close()
-    assert not panel._thread.is_alive()
+    assert not refresher.is_alive()
     assert time.monotonic() - started < 10              # woken, not waiting out the interval
 
 
@@ -517,9 +635,11 @@ def test_display_refuses_a_background_thread():
 ISOLATED_RUN = """
 from jupyter_supervisor.view.history import RunHistory
 class Run:
-    name, logdir, max_steps, role, master = "r", None, None, "local", ""
+    name, logdir, max_steps, role, role_text = "r", None, None, "local", ""
     can_stop = can_resume = can_save = False
     history = RunHistory()
+    class config:
+        init_fn = None
 """
 
 
@@ -555,15 +675,17 @@ def test_panel_imports_no_tensorflow_and_no_pyplot():
 # -- a real kernel -----------------------------------------------------------------------------
 
 
-def test_in_a_kernel_the_panel_is_a_widget_and_its_end_updates_the_saved_fallback():
+def test_in_a_kernel_each_display_is_the_widget_and_a_record_updated_before_the_end_shows():
     from jupyter_client.manager import start_new_kernel
 
     code = textwrap.dedent("""
+        import collections, threading
         from jupyter_supervisor import events
         from jupyter_supervisor.view.history import RunHistory
         from jupyter_supervisor.view import panel
         class Run:
-            name, logdir, max_steps, role, master = "mnist", "/tmp/x", 500, "local", ""
+            name, logdir, max_steps, role, role_text = "mnist", "/tmp/x", 500, "local", ""
+            config = collections.namedtuple("Config", "init_fn")(None)
             can_stop, can_resume, can_save = True, False, False
             history = RunHistory()
             def stop(self, wait=False): pass
@@ -574,28 +696,29 @@ def test_in_a_kernel_the_panel_is_a_widget_and_its_end_updates_the_saved_fallbac
         again = panel.show(run)              # %supervise show: the same panel, one more view
         print(type(shown).__name__, again is shown, shown._thread.is_alive())
         run.history.on_event(events.SummaryWritten(500, {"loss": 0.5}, 1.0))
-        run.history.set_status("finished", active=False)
-        panel.finish(run)
+        # The end, from another thread (as the training thread's): set_status returns once
+        # the panel showed it.
+        ender = threading.Thread(target=run.history.set_status, args=("finished",),
+                                 kwargs={"active": False})
+        ender.start()
+        ender.join()
+        print(shown.widgets["view"].state["status"], shown._thread)
         panel.close_all()
-        print(shown.closed, shown._thread.is_alive())
+        print(shown.closed)
     """)
     manager, client = start_new_kernel(kernel_name="python3", startup_timeout=60)
     try:
         msg_id = client.execute(code)
-        displays, updates, streams, comm_opens, errors = [], [], [], [], []
+        seen, streams, errors = [], [], []
         while True:
             msg = client.get_iopub_msg(timeout=60)
+            kind, content = msg["msg_type"], msg["content"]
+            if kind in ("display_data", "update_display_data", "comm_open", "comm_msg"):
+                seen.append((kind, content))
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "display_data":
-                displays.append(content)
-            elif kind == "update_display_data":
-                updates.append(content)
-            elif kind == "stream":
+            if kind == "stream":
                 streams.append(content["text"])
-            elif kind == "comm_open":
-                comm_opens.append(content["target_name"])
             elif kind == "error":
                 errors.append("\n".join(content["traceback"]))
             elif kind == "status" and content["execution_state"] == "idle":
@@ -604,19 +727,33 @@ def test_in_a_kernel_the_panel_is_a_widget_and_its_end_updates_the_saved_fallbac
         client.stop_channels()
         manager.shutdown_kernel(now=True)
     assert not errors, errors[0]
-    assert "".join(streams) == "Panel True True\nTrue False\n"
-    assert len(displays) == 2
-    for content in displays:
+    assert "".join(streams) == "Panel True True\nfinished None\nTrue\n"
+    displays = [content for kind, content in seen if kind == "display_data"]
+    assert len(displays) == 4                         # two displays: the widget, its record
+    widgets, records = displays[0::2], displays[1::2]
+    for content in widgets:
         assert "application/vnd.jupyter.widget-view+json" in content["data"]
+        assert content["data"]["text/plain"] == ""    # the record below says it
+        assert "display_id" not in content.get("transient", {})   # never updated
+    for content in records:
         assert re.fullmatch(r"mnist: starting \(\d+ s\)", content["data"]["text/plain"])
-    ids = {content["transient"]["display_id"] for content in displays}
+        assert content["data"]["text/html"].startswith('<div class="jsv-record"')
+        assert "application/vnd.jupyter.widget-view+json" not in content["data"]
+    ids = {content["transient"]["display_id"] for content in records}
     assert len(ids) == 2
-    assert {content["transient"]["display_id"] for content in updates} == ids
-    for content in updates:
-        assert content["data"]["text/plain"].startswith("mnist: finished at step 500 of 500")
+    updates = [(i, content) for i, (kind, content) in enumerate(seen)
+               if kind == "update_display_data"]
+    assert {content["transient"]["display_id"] for _, content in updates} == ids
+    final = [(i, content) for i, content in updates
+             if content["data"]["text/plain"].startswith("mnist: finished at step 500 of 500")]
+    assert len(final) == 2
+    for _, content in final:
         assert content["data"]["image/png"]
-        assert "application/vnd.jupyter.widget-view+json" in content["data"]
-    assert set(comm_opens) == {"jupyter.widget"}
+        assert "<strong>mnist | finished | step 500 of 500" in content["data"]["text/html"]
+    # The records of the end went out before any state that says the run finished.
+    finished = [i for i, (kind, content) in enumerate(seen) if kind == "comm_msg"
+                and content["data"].get("state", {}).get("state", {}).get("status") == "finished"]
+    assert finished and max(i for i, _ in final) < min(finished)
 
 
 def test_a_failure_raised_into_the_cell_is_not_repeated_in_the_panel(make_panel, clock):
@@ -644,8 +781,9 @@ def test_a_comparison_sends_each_runs_series_under_its_name(comm_log, clock):
         assert comparison.widgets["view"].compare is True
         assert comparison.widgets["view"].runs == ["lr-0.1", "lr-0.01"]
         comparison.tick(force=True)
-        sent = {content["run"]: decode_series(content, buffers[0])["loss"][2].tolist()
-                for content, buffers in customs(comm_log, "series")}
+        (content, buffers), = customs(comm_log, "series")
+        sent = {run: got[3].tolist() for (run, _tag), got in
+                decode(content["parts"], buffers[0]).items()}
         assert sent == {"lr-0.1": [1.0], "lr-0.01": [2.0]}
     finally:
         comparison.close()

@@ -23,6 +23,11 @@ def series(steps, values, mins=None, maxs=None):
             values if maxs is None else np.asarray(maxs, dtype=float))
 
 
+def figure_of(renderer):
+    """The renderer's one Figure (no public accessor: only tests look inside it)."""
+    return renderer._figure  # pylint: disable=protected-access
+
+
 def size_of(png):
     assert png.startswith(PNG_MAGIC)
     with Image.open(io.BytesIO(png)) as image:
@@ -34,24 +39,24 @@ def test_one_plot_per_tag_in_a_grid_of_the_configured_size():
     scalars = {tag: series([0, 10, 20], [3.0, 2.0, 1.0]) for tag in ("c", "a", "b")}
     png = renderer.render(scalars)
     assert size_of(png) == (600, 300)                   # 3 tags, 2 columns: 2 rows
-    visible = [ax for ax in renderer.figure.axes if ax.get_visible()]
+    visible = [ax for ax in figure_of(renderer).axes if ax.get_visible()]
     assert [ax.get_title(loc="left").split(" =")[0] for ax in visible] == ["a", "b", "c"]
     assert size_of(renderer.render(scalars, tags=["b"])) == (600, 150)
 
 
 def test_the_same_figure_is_reused_and_only_data_changes():
     renderer = plots.PlotRenderer()
-    figure = renderer.figure
+    figure = figure_of(renderer)
     scalars = {"loss": series([0, 1], [1.0, 0.5])}
     renderer.render(scalars)
     axes = list(figure.axes)
     scalars = {"loss": series([0, 1, 2], [1.0, 0.5, 0.25])}
     renderer.render(scalars)
-    assert renderer.figure is figure
+    assert figure_of(renderer) is figure
     assert list(figure.axes) == axes                    # same tags: same axes
     (line,) = axes[0].get_lines()
     assert list(line.get_xdata()) == [0, 1, 2]
-    assert axes[0].get_title(loc="left") == "loss = 0.25  (step 2)"
+    assert axes[0].get_title(loc="left") == "loss = 0.25 (step 2)"
     renderer.render({"loss": scalars["loss"], "acc": series([2], [0.9])})
     assert len([ax for ax in figure.axes if ax.get_visible()]) == 2
 
@@ -59,19 +64,34 @@ def test_the_same_figure_is_reused_and_only_data_changes():
 def test_the_envelope_is_shaded_only_where_points_were_merged():
     renderer = plots.PlotRenderer()
     renderer.render({"raw": series([0, 1, 2], [1.0, 2.0, 3.0])})
-    assert not [c for c in renderer.figure.axes[0].collections if isinstance(c, PolyCollection)]
+    assert not [c for c in figure_of(renderer).axes[0].collections if isinstance(c, PolyCollection)]
     renderer.render({"raw": series([0, 1, 2], [1.0, 2.0, 3.0], [0.5, 1.5, 2.5],
                                    [1.5, 2.5, 3.5])})
-    bands = [c for c in renderer.figure.axes[0].collections if isinstance(c, PolyCollection)]
+    bands = [c for c in figure_of(renderer).axes[0].collections if isinstance(c, PolyCollection)]
     assert len(bands) == 1                              # replaced, not piled up
-    low, high = renderer.figure.axes[0].get_ylim()
+    low, high = figure_of(renderer).axes[0].get_ylim()
     assert low <= 0.5 and high >= 3.5                   # the band is in view
+
+
+def test_a_heading_and_an_error_line_head_the_image_in_the_panels_colour():
+    renderer = plots.PlotRenderer(width_px=600, row_height_px=150)
+    scalars = {"loss": series([0, 1_000], [1.0, 123456.0])}
+    plain = size_of(renderer.render(scalars))
+    png = renderer.render(scalars, heading="fit | failed | step 1,000", error="ValueError: boom")
+    assert size_of(png) == (plain[0], plain[1] + 2 * plots._HEADING_PX)
+    texts = [t.get_text() for t in figure_of(renderer).texts]
+    assert texts == ["fit | failed | step 1,000", "ValueError: boom"]
+    ax = figure_of(renderer).axes[0]
+    assert ax.get_title(loc="left") == "loss = 1.2346e+05 (step 1,000)"  # as panel.js writes it
+    assert ax.get_lines()[0].get_color() == text.PALETTE[0]
+    assert size_of(renderer.render(scalars, heading="fit | finished")) == (
+        plain[0], plain[1] + plots._HEADING_PX)
 
 
 def test_x_is_the_global_step():
     renderer = plots.PlotRenderer()
     renderer.render({"loss": series([1_000_000, 2_000_000], [1.0, 0.5])})
-    ax = renderer.figure.axes[0]
+    ax = figure_of(renderer).axes[0]
     low, high = ax.get_xlim()
     assert low <= 1_000_000 and high >= 2_000_000
     assert ax.get_xlabel() == "step"
@@ -82,7 +102,7 @@ def test_nothing_to_draw_says_so():
     renderer = plots.PlotRenderer(width_px=300, row_height_px=100)
     png = renderer.render({"empty": series([], [])})
     assert size_of(png) == (300, 100)
-    assert "No scalar summaries yet" in [t.get_text() for t in renderer.figure.texts]
+    assert "No scalar summaries yet" in [t.get_text() for t in figure_of(renderer).texts]
 
 
 def test_nan_and_inf_do_not_break_a_render():

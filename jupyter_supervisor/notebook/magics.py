@@ -629,7 +629,7 @@ def _stop(training, interrupted=False) -> None:
         print(_still_stopping(training))
         return
     if panel.widget_frontend_available():
-        panel.finish(training)  # the display's saved fallback, while this cell executes
+        panel.finish(training)  # its records brought up to date while this cell executes
     print(_stopped_line(training, interrupted))
 
 
@@ -662,11 +662,11 @@ def _stopped_line(training, interrupted) -> str:
 
 
 def _end_summary(training) -> None:
-    # A live panel shows the end, but a saved notebook (nbconvert, papermill) keeps the panel's
-    # text form as it was at display time: one line says how the run ended. Where no widget
-    # can show (a terminal), the whole summary.
+    # The panel and its record show the end; one line in the cell's own output says it too
+    # (what a reader of the cell, and nbval, sees first). Where no widget can show (a
+    # terminal), the whole summary.
     if panel.widget_frontend_available():
-        # The display's saved fallback, while this cell executes; a failure's traceback is
+        # Its records, brought up to date while this cell executes; a failure's traceback is
         # raised into this cell next, so the panel does not show it a second time.
         panel.finish(training, error_in_cell=training.status == names.FAILED)
         print(text.text_status(training))

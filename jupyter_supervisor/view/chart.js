@@ -11,7 +11,12 @@
 //   (run i takes series[i % series.length])}, read from the page's CSS; FALLBACK_THEME where
 //   the View has none;
 // - the state's `format.digits`: the significant digits of a value, as the kernel writes it
-//   (Python's format "g"); DEFAULT_VALUE_DIGITS before a state says.
+//   (Python's format "g"); DEFAULT_VALUE_DIGITS before a state says;
+// - view.zoomed(tag, zoom): a drag, a double click or a key changed the chart's zoom (the View
+//   keeps it with what the user set, and sets chart.zoom).
+// The View calls update(), which draws only when what is drawn changed (each series carries a
+// version). A chart can be focused: its keys move the readout's point and zoom (onKey), and
+// its canvas has a text alternative (describe).
 
 const DEFAULT_VALUE_DIGITS = 5;
 const FALLBACK_THEME = {
@@ -329,6 +334,8 @@ class Chart {
     this.zoom = null;       // {x: [lo, hi], y: [lo, hi] | null} in data units, or null
     this.hover = null;      // the mouse's x in pixels
     this.pin = null;        // {axis, x}: where the readout is pinned (x axis, data units)
+    this.cursor = null;     // the keyboard's point: an index into the first curve's points
+    this.drawn = null;      // what the canvas shows (drawKey)
     this.scene = null;
     this.el = element("div", "jsv-chart");
     this.el.dataset.tag = tag;
@@ -348,11 +355,16 @@ class Chart {
     head.append(this.title, actions);
     this.notice = element("div", "jsv-chart-notice");
     this.box = element("div", "jsv-canvas-box");
+    // Focusable, with its text alternative (set at each draw) and its keys (onKey).
+    this.box.tabIndex = 0;
+    this.box.setAttribute("role", "img");
+    this.box.setAttribute("aria-roledescription", "chart");
     this.canvas = element("canvas");
     this.zoomBox = element("div", "jsv-zoom-box");
     this.box.append(this.canvas, this.zoomBox);
     this.readout = element("div", "jsv-readout");
     this.readout.dataset.pinned = "false";
+    this.readout.setAttribute("aria-live", "polite");
     this.hint = element("div", "jsv-readout-hint");
     this.el.append(head, this.notice, this.box, this.readout, this.hint);
     this.listen();
@@ -385,7 +397,84 @@ class Chart {
       this.zoomBox.style.display = "none";
       if (this.frame) this.release(start, local(e));
     });
-    box.addEventListener("dblclick", () => { this.zoom = null; this.draw(); });
+    box.addEventListener("dblclick", () => this.setZoom(null));
+    box.addEventListener("keydown", (e) => this.onKey(e));
+    box.addEventListener("blur", () => {
+      if (this.cursor === null) return;
+      this.cursor = null;
+      this.paint();
+    });
+  }
+
+  setZoom(zoom) {
+    this.zoom = zoom;
+    this.view.zoomed(this.tag, zoom);
+    this.update();
+  }
+
+  // The keys of a focused chart: arrows move the readout's point (with Shift, a tenth of the
+  // points), Home / End go to the first / last; + and - zoom the x axis in and out around it,
+  // 0 shows everything again.
+  onKey(e) {
+    const s = this.scene;
+    if (!s) return;
+    const xs = s.lines[0].xs, last = xs.length - 1;
+    const at = this.cursor === null ? last : Math.min(this.cursor, last);
+    const stride = e.shiftKey ? Math.max(1, Math.round(xs.length / 10)) : 1;
+    const moves = {ArrowLeft: at - stride, ArrowRight: at + stride, Home: 0, End: last};
+    if (e.key in moves) {
+      this.cursor = Math.max(0, Math.min(last, moves[e.key]));
+      this.paint();
+    } else if (e.key === "+" || e.key === "=" || e.key === "-") {
+      const full = padded(bounds(s.lines.flatMap((l) => l.xs)),
+                          this.view.options.xAxis === "step");
+      const half = ((s.x[1] - s.x[0]) / 2) * (e.key === "-" ? 2 : 0.5);
+      this.cursor = at;
+      this.setZoom(e.key === "-" && 2 * half >= full[1] - full[0] ? null
+        : {x: [Math.max(full[0], xs[at] - half), Math.min(full[1], xs[at] + half)], y: null});
+    } else if (e.key === "0") {
+      this.setZoom(null);
+    } else {
+      return;
+    }
+    e.preventDefault();
+  }
+
+  // What the canvas shows depends on: each curve's points (their version), the options, the
+  // zoom, the number format, the theme and the size (the mouse, the pin and the keyboard's
+  // point only repaint).
+  drawKey() {
+    const versions = this.view.runNames().map(
+      (run) => this.view.store.runs.get(run)?.get(this.tag)?.version ?? 0);
+    return JSON.stringify([versions, this.view.options, this.zoom, digitsOf(this.view),
+                           themeOf(this.view).key, this.box.clientWidth,
+                           window.devicePixelRatio || 1]);
+  }
+
+  // Draws if anything drawn changed; true if it drew.
+  update() {
+    const key = this.drawKey();
+    if (key === this.drawn) return false;
+    this.draw();
+    this.drawn = key;
+    this.el.dataset.draws = String(Number(this.el.dataset.draws || 0) + 1);
+    return true;
+  }
+
+  // The chart's text alternative: its tag, and for each curve its last value and its range.
+  describe(lines, digits) {
+    if (!lines.length) return `${this.tag}: no points yet`;
+    const step = (v) => v.toLocaleString("en-US");
+    const curves = lines.map((l) => {
+      const s = l.series, last = s.values.length - 1;
+      const [lo, hi] = bounds(s.values);
+      const run = lines.length > 1 || this.view.compare ? `${l.run}: ` : "";
+      const range = Number.isFinite(lo)
+        ? `, from ${formatValue(lo, digits)} to ${formatValue(hi, digits)}` : "";
+      return `${run}last ${formatValue(s.values[last], digits)} at step ${step(s.steps[last])}` +
+             `${range} over steps ${step(s.steps[0])} to ${step(s.steps[last])}`;
+    });
+    return `${this.tag}: ${curves.join("; ")}`;
   }
 
   // A press released: a drag zooms into its box (only x where it was flat), a click unpins
@@ -403,8 +492,7 @@ class Chart {
     }
     const ys = Math.abs(y - start[1]) < 5 ? null
       : [f.yValue(Math.max(y, start[1])), f.yValue(Math.min(y, start[1]))];
-    this.zoom = {x: [f.xData(Math.min(x, start[0])), f.xData(Math.max(x, start[0]))], y: ys};
-    this.draw();
+    this.setZoom({x: [f.xData(Math.min(x, start[0])), f.xData(Math.max(x, start[0]))], y: ys});
   }
 
   // A pin holds on the x axis it was made on.
@@ -439,6 +527,7 @@ class Chart {
     const lines = this.curves();
     const digits = digitsOf(this.view);
     this.writeTitle(lines, digits);
+    this.box.setAttribute("aria-label", this.describe(lines, digits));
     this.el.dataset.points = String(lines.reduce((n, l) => n + l.xs.length, 0));
     this.el.dataset.runs = lines.map((l) => l.run).join(",");
     this.scene = lines.length ? this.scale(lines, digits) : null;
@@ -534,13 +623,15 @@ class Chart {
     this.paintReadout(ctx, s, f, theme);
   }
 
-  // The value of each run at the pinned x, else under the mouse: marked on the canvas and
-  // written as text below it.
+  // The value of each run at the pinned x, else under the mouse, else at the keyboard's point:
+  // marked on the canvas and written as text below it.
   paintReadout(ctx, s, f, theme) {
     const pinned = this.pinned();
     const hovering = this.hover !== null && this.hover >= PAD.left && this.hover <= PAD.left + f.w;
-    if (!pinned && !hovering) { this.writeReadout("", false); return; }
-    const target = pinned ? this.pin.x : f.xData(this.hover);
+    if (!pinned && !hovering && this.cursor === null) { this.writeReadout("", false); return; }
+    const xs = s.lines[0].xs;
+    const target = pinned ? this.pin.x : hovering ? f.xData(this.hover)
+      : xs[Math.min(this.cursor, xs.length - 1)];
     const smoothing = this.view.options.smoothing > 0;
     if (pinned && target >= s.x[0] && target <= s.x[1]) {
       ctx.strokeStyle = theme.frame;

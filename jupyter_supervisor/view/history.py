@@ -4,7 +4,9 @@
 (status, error, output, step); what the run printed and displayed is its ``outputs`` (an
 ``output_area.OutputLog``). Readers take ``snapshot()``: an immutable view whose ``version``
 bumps on every change, so a refresher can tell cheaply whether anything is new (``version`` is
-also a property of the history itself, readable without building a snapshot).
+also a property of the history itself, readable without building a snapshot). Whoever must act
+at a change of status (the panel: its refresher lives while the run does, and a run's end is
+shown in full before the run reports it) ``watch``es it.
 
 Memory stays flat however long the run: each scalar tag keeps at most ``max_points`` buckets
 (``series.Series``, with their min/max envelope).
@@ -30,6 +32,7 @@ the timeline records when it was raised and when the steps came again.
 """
 import collections
 import dataclasses
+import logging
 import os
 import statistics
 import threading
@@ -43,6 +46,8 @@ from .._validate import check_number, invalid
 from . import eventfiles
 from .output_area import OutputLog
 from .series import ScalarSeries, Series
+
+logger = logging.getLogger("jupyter_supervisor")
 
 # The newest checkpoints kept in the history; the panel shows the newest and what the Saver keeps.
 MAX_CHECKPOINTS = 64
@@ -105,7 +110,6 @@ class HistorySnapshot:
     active: bool
     step: Optional[int]
     steps_per_sec: Optional[float]
-    started: float
     active_secs: float
     active_since: Optional[float]
     taken_at: float
@@ -116,7 +120,6 @@ class HistorySnapshot:
     error: str
     waiting_for_chief: bool
     restored_from: Optional[str]
-    stop_reason: Optional[str]
     kept: Tuple[str, ...] = ()
     progress: Optional[events.Progress] = None
     ready: bool = False
@@ -136,11 +139,6 @@ class HistorySnapshot:
         if self.active_since is None:
             return self.active_secs
         return self.active_secs + max(0.0, now - self.active_since)
-
-    @property
-    def is_active(self) -> bool:
-        """True while the run is active (its status says so: starting, running, stopping)."""
-        return self.active
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -194,9 +192,8 @@ class RunHistory:
         self._steps_per_sec: Optional[float] = None
         self._rate_samples: "collections.deque[Tuple[float, int]]" = collections.deque(
             maxlen=_RATE_SAMPLES)
-        self._started = clock()
         self._active_secs = 0.0
-        self._active_since: Optional[float] = self._started
+        self._active_since: Optional[float] = clock()
         self._series: Dict[str, Series] = {}
         self._checkpoints: "collections.deque[events.CheckpointSaved]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
@@ -221,9 +218,9 @@ class RunHistory:
         self._moves = 0
         self._step_times: "collections.deque[float]" = collections.deque(maxlen=STEP_TIMES)
         self._stalled: Optional[Stalled] = None
-        self._stop_reason: Optional[str] = None
         self._rollbacks: "collections.deque[events.RolledBack]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
+        self._watchers: Tuple[Callable[[str], None], ...] = ()
 
     @property
     def max_points(self) -> int:
@@ -260,7 +257,6 @@ class RunHistory:
                 self._on_rolled_back(event)
             elif isinstance(event, events.Stopped):
                 self._note_step(event.step)
-                self._stop_reason = event.reason
                 self._timeline.append(event)
                 if event.exception is not None and not self._error:
                     self._set_failure(event.exception)
@@ -304,7 +300,6 @@ class RunHistory:
                               else int(event.step) + events.START_AFTER)
         self._restored_from = event.restored_from
         self._rollbacks.clear()  # counted per session
-        self._stop_reason = None
         self._rate_samples.clear()
         self._steps_per_sec = None
         self._positioned = False
@@ -440,12 +435,25 @@ class RunHistory:
 
     # -- status ------------------------------------------------------------------------------
 
+    def watch(self, callback: Callable[[str], None]) -> None:
+        """Calls ``callback(status)`` after each change of status, on the thread that made it
+        and outside the history's lock, until ``unwatch``. What it raises is logged: a change
+        of status is never undone by a watcher."""
+        with self._lock:
+            self._watchers += (callback,)
+
+    def unwatch(self, callback: Callable[[str], None]) -> None:
+        """Stops calling ``callback`` (a callback not watching is ignored)."""
+        with self._lock:
+            self._watchers = tuple(w for w in self._watchers if w != callback)
+
     def set_status(self, status: str, *, active: bool, new_session: bool = False,
                    step: Optional[int] = None) -> None:
         """Sets the run's status (the run's vocabulary: any non-empty name). ``active``: the run
         is working (its elapsed time counts); ``new_session``: a session starts, not restored
         or initialized yet. Each change goes into the timeline, at ``step`` (default: the
-        header's; a stop request gives the step at which it was made)."""
+        header's; a stop request gives the step at which it was made), then the watchers hear
+        of it."""
         if not isinstance(status, str) or not status:
             raise ValueError(invalid("status", status, "a non-empty str"))
         if step is not None:
@@ -453,27 +461,39 @@ class RunHistory:
         with self._lock:
             if status == self._status and not new_session:
                 return
-            now = self._clock()
-            if self._active and not active:
-                self._active_secs += max(0.0, now - self._active_since)
-                self._active_since = None
-            elif active and not self._active:
-                self._active_since = now
-            if new_session:
-                self._ready = False
-                self._restored_from = None
-                self._progress = None
-            self._rate_samples.clear()  # a new period starts a new estimate
-            self._steps_per_sec = None
-            self._status = status
-            self._active = bool(active)
-            if status == names.RUNNING:
-                self._restart_stall_clock(self._moved_step)
-            else:
-                self._end_stall(None)
-            self._timeline.append(StatusChanged(status, self._step if step is None else step,
-                                                self._wall_clock()))
-            self._version += 1
+            self._change_status(status, active, new_session, step)
+            watchers = self._watchers
+        for callback in watchers:
+            try:
+                callback(status)
+            except Exception:  # pylint: disable=broad-except
+                logger.warning("A watcher of the run's status failed at %r.", status,
+                               exc_info=True)
+
+    def _change_status(self, status: str, active: bool, new_session: bool,
+                       step: Optional[int]) -> None:
+        # Under the lock.
+        now = self._clock()
+        if self._active and not active:
+            self._active_secs += max(0.0, now - self._active_since)
+            self._active_since = None
+        elif active and not self._active:
+            self._active_since = now
+        if new_session:
+            self._ready = False
+            self._restored_from = None
+            self._progress = None
+        self._rate_samples.clear()  # a new period starts a new estimate
+        self._steps_per_sec = None
+        self._status = status
+        self._active = bool(active)
+        if status == names.RUNNING:
+            self._restart_stall_clock(self._moved_step)
+        else:
+            self._end_stall(None)
+        self._timeline.append(StatusChanged(status, self._step if step is None else step,
+                                            self._wall_clock()))
+        self._version += 1
 
     def set_restoring(self, path: Optional[str]) -> None:
         """The checkpoint the starting session is about to restore (None: none)."""
@@ -521,6 +541,11 @@ class RunHistory:
         return self._step
 
     @property
+    def active(self) -> bool:
+        """True while the run's status is an active one (cheap: no snapshot is built)."""
+        return self._active
+
+    @property
     def error(self) -> str:
         """The error shown for the run ('' when there is none)."""
         return self._error
@@ -542,7 +567,6 @@ class RunHistory:
                 active=self._active,
                 step=self._step,
                 steps_per_sec=self._steps_per_sec,
-                started=self._started,
                 active_secs=self._active_secs,
                 active_since=self._active_since,
                 taken_at=self._clock(),
@@ -555,7 +579,6 @@ class RunHistory:
                 error=self._error,
                 waiting_for_chief=self._waiting_for_chief,
                 restored_from=self._restored_from,
-                stop_reason=self._stop_reason,
                 kept=self._kept,
                 progress=self._progress,
                 ready=self._ready,

@@ -274,10 +274,11 @@ class OutputArea:
         self._seen = 0
         self._next = float("-inf")
 
-    def update(self, now: float) -> bool:
-        """Brings the widget up to date; True if it changed."""
+    def update(self, now: float, force: bool = False) -> bool:
+        """Brings the widget up to date; True if it changed. ``force``: also sooner than
+        ``interval`` after the last update (a run's end)."""
         version = self._log.version
-        if version == self._seen or now < self._next:
+        if version == self._seen or (now < self._next and not force):
             return False
         self._seen = version
         self._next = now + self._interval

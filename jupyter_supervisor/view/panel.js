@@ -1,97 +1,383 @@
 // The front end of jupyter_supervisor's panel and comparison chart: the View (its header,
-// controls, tags, timeline and the charts of chart.js, joined before this file into one
-// anywidget ES module by widget.py).
+// progress, notices, timeline, tools, tag chips, error and buttons), the Link to the kernel that
+// the views of one model share, and the theme; the charts are chart.js's, joined before this
+// file into one anywidget ES module by widget.py.
 //
-// The kernel sends small state in the `state` trait (the header, progress, checkpoint line,
-// timeline, best values, which buttons work) and the points of each series as custom messages:
-// {type: "series", run, reset, parts: [{tag, from, n}]} with one buffer holding, for each part,
-// n steps, n values and n wall times (float64). A part replaces the points from index `from`
-// on. A view that opens asks for every series once ({type: "hello"}, again until the answer
-// came); the kernel also sends {type: "beat"} every second, and a view that hears none for
-// DEAD_AFTER_MS says that the kernel is gone and disables its buttons.
-
-const DEAD_AFTER_MS = 5000;
-// A hello can be lost (JupyterLab drops a comm message sent over a subshell the kernel no
-// longer knows, seen after a page reload): a view asks again until its full series came.
-const HELLO_AGAIN_MS = 2000;
+// What travels (the kernel's side: panel.py):
+// - the `state` trait: what the panel says (header, progress, checkpoint line, timeline, best
+//   values, which buttons work), numbered by `seq`, with what both sides must agree on: the
+//   number format, the palette and the timing of the link;
+// - the `settings` trait: what the user set (log scale, smoothing, x axis, hidden tags, zooms,
+//   the timeline open), written by the views and kept by the kernel, so that every view of the
+//   model, and one re-created after a page reload, shows it;
+// - custom messages from the kernel: {type: "series", parts} pushed while a run is live, with
+//   one buffer holding, for each part {run, tag, gen, from, n}, n steps, n values and n wall
+//   times (float64), which replace that series' points from index `from` on; {type: "beat"}
+//   while a run is live; {type: "busy"} / {type: "idle"} around each cell; and
+//   {type: "answer", id, state?, parts} to a view's request;
+// - custom messages from a view: {type: "pull", id, seq, have} every timing.pull_ms, saying
+//   which state and points it holds (have: {run: {tag: [gen, n, last step, last wall]}}), and
+//   {type: "button", name, ...the same} for Stop, Resume and Save.
+// A part that does not fit what a view holds (a push it missed) is skipped and the view asks at
+// once. With "Notify me" on, the view shows a browser notification for each of the state's
+// `alerts` it had not seen ({id, kind, title, text}: a run's end, a stall...) and when the kernel
+// is gone. The view says "kernel gone" when its requests went unanswered and nothing came for
+// timing.dead_after_ms, and "kernel busy" when they wait while the kernel is heard from or runs
+// a cell (comm messages wait for the running cell where the frontend has no kernel subshells).
 
 const CSS = `
 .jsv-view { font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px;
-  color: var(--jp-ui-font-color1, #222); }
-.jsv-view .jsv-header-line > span + span::before { content: " | "; color: #9e9e9e; }
-.jsv-view .jsv-progress { display: inline-block; width: 50%; height: 8px; background: #e0e0e0;
-  border-radius: 4px; overflow: hidden; vertical-align: middle; margin-right: 6px; }
-.jsv-view .jsv-progress-bar { height: 100%; }
-.jsv-view .jsv-dead { background: #ffebee; border-left: 4px solid #c62828; padding: 4px 8px;
-  color: #c62828; font-weight: bold; margin: 4px 0; }
-.jsv-view .jsv-warning { background: #fff3e0; border-left: 4px solid #ef6c00;
-  padding: 4px 8px; margin: 4px 0; }
-.jsv-view .jsv-muted { color: #757575; }
+  color: var(--jp-ui-font-color1, currentColor); }
+.jsv-view [hidden] { display: none !important; }
+.jsv-view :focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2);
+  outline-offset: 1px; }
+.jsv-view .jsv-sep { color: var(--jp-ui-font-color2, inherit); }
+.jsv-view .jsv-name, .jsv-view .jsv-status { font-weight: bold; }
+.jsv-view .jsv-status { color: var(--jsv-tone, inherit); }
+.jsv-view .jsv-progress { display: inline-block; width: 50%; height: 8px; border-radius: 4px;
+  background: var(--jp-layout-color3, rgba(128, 128, 128, 0.3)); overflow: hidden;
+  vertical-align: middle; margin-right: 6px; }
+.jsv-view .jsv-progress-bar { height: 100%; background: var(--jsv-tone, currentColor); }
+.jsv-view .jsv-notice { border-left: 4px solid var(--jsv-edge); padding: 4px 8px; margin: 4px 0;
+  background: color-mix(in srgb, var(--jsv-edge) 16%, transparent); }
+.jsv-view .jsv-dead { --jsv-edge: var(--jp-error-color1, #d32f2f); font-weight: bold; }
+.jsv-view .jsv-busy, .jsv-view .jsv-warning { --jsv-edge: var(--jp-warn-color1, #f57c00); }
+.jsv-view .jsv-muted { color: var(--jp-ui-font-color2, inherit); }
 .jsv-view details { margin: 4px 0; }
 .jsv-view .jsv-timeline, .jsv-view .jsv-best { margin: 2px 0; padding-left: 22px; }
-.jsv-view .jsv-name { font-weight: bold; }
+.jsv-view .jsv-best { display: flex; flex-wrap: wrap; column-gap: 1.5em; list-style: none; }
+.jsv-view .jsv-best-tag { font-weight: bold; }
+.jsv-view .jsv-filter input[aria-invalid="true"] {
+  outline: 2px solid var(--jp-error-color1, #d32f2f); }
 .jsv-view .jsv-controls, .jsv-view .jsv-tools { display: flex; flex-wrap: wrap; gap: 6px;
   align-items: center; margin: 6px 0; }
 .jsv-view .jsv-tags { display: flex; flex-wrap: wrap; gap: 4px; margin: 4px 0; }
-.jsv-view .jsv-tag { border: 1px solid #bdbdbd; border-radius: 10px; padding: 1px 8px;
-  cursor: pointer; background: #fafafa; font-size: 12px; }
-.jsv-view .jsv-tag[aria-pressed="false"] { opacity: 0.45; text-decoration: line-through; }
-.jsv-view .jsv-charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
+.jsv-view .jsv-tag { border: 1px solid var(--jp-border-color1, currentColor); border-radius: 10px;
+  padding: 1px 8px; cursor: pointer; font-size: 12px; color: var(--jp-ui-font-color1, inherit);
+  background: var(--jp-layout-color1, transparent); }
+.jsv-view .jsv-tag[aria-pressed="false"] { color: var(--jp-ui-font-color2, inherit);
+  text-decoration: line-through; border-style: dashed; }
+.jsv-view .jsv-group > summary { font-weight: bold; margin: 6px 0 2px; cursor: pointer; }
+.jsv-view .jsv-group-charts { display: grid;
+  grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
   gap: 8px; }
-.jsv-view .jsv-chart { border: 1px solid #e0e0e0; padding: 4px; min-width: 0; }
+.jsv-view .jsv-chart { border: 1px solid var(--jp-border-color2, rgba(128, 128, 128, 0.3));
+  padding: 4px; min-width: 0; }
 .jsv-view .jsv-chart-title { font-weight: bold; font-size: 12px; overflow-wrap: anywhere; }
 .jsv-view .jsv-canvas-box { position: relative; height: ${CHART_HEIGHT}px; cursor: crosshair; }
 .jsv-view canvas { position: absolute; left: 0; top: 0; width: 100%; height: 100%; }
-.jsv-view .jsv-zoom-box { position: absolute; border: 1px dashed #1565c0;
-  background: rgba(21, 101, 192, 0.08); pointer-events: none; display: none; }
+.jsv-view .jsv-zoom-box { position: absolute; border: 1px dashed var(--jp-brand-color1, #1976d2);
+  background: color-mix(in srgb, var(--jp-brand-color1, #1976d2) 10%, transparent);
+  pointer-events: none; display: none; }
 .jsv-view .jsv-readout { font-family: var(--jp-code-font-family, monospace); font-size: 11px;
-  min-height: 1.3em; white-space: pre-wrap; }
+  min-height: 1.3em; white-space: pre-wrap; color: var(--jp-ui-font-color1, inherit); }
 .jsv-view .jsv-legend { display: flex; flex-wrap: wrap; gap: 10px; margin: 4px 0; }
-.jsv-view .jsv-error pre, .jsv-view .jsv-error-box { margin: 0; white-space: pre-wrap; }
-.jsv-view .jsv-error-box { border-left: 4px solid #c62828; background: #ffebee; padding: 4px 8px; }
+.jsv-view .jsv-error-box { border-left: 4px solid var(--jp-error-color1, #d32f2f);
+  background: var(--jp-rendermime-error-background, rgba(244, 67, 54, 0.15)); padding: 4px 8px;
+  color: var(--jp-ui-font-color1, inherit); }
+.jsv-view .jsv-error-box pre { margin: 0; white-space: pre-wrap; color: inherit; }
+.jsv-view .jsv-message { color: var(--jsv-error-text, inherit); }
 .jsv-view button:disabled { opacity: 0.5; }
 `;
 
-// -- the series, shared by every view of one model -----------------------------------------
+// -- the theme: colours from the page's CSS --------------------------------------------------
 
-const stores = new WeakMap();
+// The curves' palette (matplotlib's tab10) until the kernel's state names its own.
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                 "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+// WCAG's threshold for normal text.
+const MIN_CONTRAST = 4.5;
+// Each status's tone, as the theme's colours of that name (readable() picks the first that
+// reads on the background).
+const TONES = {
+  success: ["--jp-success-color0", "--jp-success-color1", "--jp-success-color2"],
+  warn: ["--jp-warn-color0", "--jp-warn-color1", "--jp-warn-color2"],
+  brand: ["--jp-brand-color0", "--jp-brand-color1", "--jp-brand-color2"],
+  error: ["--jp-error-color0", "--jp-error-color1", "--jp-error-color2"],
+  muted: ["--jp-ui-font-color2", "--jp-ui-font-color1"],
+};
 
-function storeOf(model) {
-  let store = stores.get(model);
-  if (!store) {
-    store = {runs: new Map(), listeners: new Set()};
-    stores.set(model, store);
+// [r, g, b, a] (0-255, alpha 0-1) of any CSS colour, as the canvas parses it; null if invalid.
+const colourProbe = document.createElement("canvas").getContext("2d");
+function rgba(css) {
+  colourProbe.fillStyle = "#010203";
+  colourProbe.fillStyle = css;
+  const text = colourProbe.fillStyle;
+  if (text === "#010203" && css.trim().toLowerCase() !== "#010203") return null;
+  if (text.startsWith("#")) {
+    return [1, 3, 5].map((i) => parseInt(text.slice(i, i + 2), 16)).concat([1]);
   }
-  return store;
+  const parts = text.slice(text.indexOf("(") + 1, -1).split(",").map(Number);
+  return parts.length === 4 ? parts : parts.concat([1]);
 }
 
-function applySeries(store, msg, buffers) {
-  if (msg.reset) store.runs.delete(msg.run);
-  if (!store.runs.has(msg.run)) store.runs.set(msg.run, new Map());
-  const tags = store.runs.get(msg.run);
-  const view = buffers && buffers.length ? buffers[0] : null;
-  // Copied out: a DataView's offset need not be a multiple of 8.
-  const all = view ? new Float64Array(view.buffer.slice(view.byteOffset,
-                                                        view.byteOffset + view.byteLength))
-                   : new Float64Array(0);
-  let at = 0;
-  for (const part of msg.parts) {
-    const take = () => {
-      const out = Array.from(all.subarray(at, at + part.n));
-      at += part.n;
-      return out;
-    };
-    const steps = take(), values = take(), walls = take();
-    const old = tags.get(part.tag) || {steps: [], values: [], walls: []};
-    const keep = Math.min(part.from, old.steps.length);
-    const series = {steps: old.steps.slice(0, keep).concat(steps),
-                    values: old.values.slice(0, keep).concat(values),
-                    walls: old.walls.slice(0, keep).concat(walls)};
-    if (series.steps.length) tags.set(part.tag, series); else tags.delete(part.tag);
+// `top` (with its alpha) composited over the opaque `under`.
+function over(top, under) {
+  const a = top[3];
+  return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)).concat([1]);
+}
+
+function luminance([r, g, b]) {
+  const lin = (c) => {
+    c /= 255;
+    return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
+  };
+  return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
+}
+
+// The WCAG contrast ratio of a text colour (maybe translucent) on an opaque background.
+function contrast(text, background) {
+  const [a, b] = [luminance(over(text, background)), luminance(background)];
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}
+
+// The opaque colour `el` is drawn over: its own and its ancestors' backgrounds composited
+// (the page's white where none is set).
+function backgroundOf(el) {
+  const layers = [];
+  for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
+    const c = rgba(getComputedStyle(e).backgroundColor);
+    if (c && c[3] > 0) layers.push(c);
+    if (c && c[3] >= 1) break;
+  }
+  let colour = [255, 255, 255, 1];
+  for (const layer of layers.reverse()) colour = over(layer, colour);
+  return colour;
+}
+
+// The first of `candidates` (CSS colours; JupyterLab variables resolved) that reads at
+// MIN_CONTRAST on `background`, else the one that reads best.
+function readable(candidates, background) {
+  let best = null, bestRatio = 0;
+  for (const css of candidates) {
+    const c = css && rgba(css);
+    if (!c) continue;
+    const ratio = contrast(c, background);
+    if (ratio >= MIN_CONTRAST) return css;
+    if (ratio > bestRatio) { best = css; bestRatio = ratio; }
+  }
+  return best;
+}
+
+const cssColour = (c) => `rgba(${c.map((x, i) => (i < 3 ? Math.round(x) : x)).join(", ")})`;
+
+// The theme the charts draw with (its fields: chart.js), and the tones the header uses, read
+// at `el` from JupyterLab's variables; where a frontend defines none (VS Code, Colab), from the
+// element's own colours.
+function readTheme(el, palette) {
+  const css = getComputedStyle(el);
+  const v = (name) => css.getPropertyValue(name).trim();
+  const background = backgroundOf(el);
+  const tones = {};
+  for (const [tone, names] of Object.entries(TONES)) {
+    tones[tone] = readable(names.map(v).concat([css.color]), background);
+  }
+  const theme = {
+    text: readable([v("--jp-ui-font-color2"), v("--jp-ui-font-color1"), v("--jp-ui-font-color0"),
+                    css.color], background),
+    grid: v("--jp-border-color2") || "rgba(128, 128, 128, 0.25)",
+    frame: v("--jp-border-color1") || "rgba(128, 128, 128, 0.6)",
+    background: cssColour(background),
+    font: `10px ${v("--jp-ui-font-family") || "sans-serif"}`,
+    series: palette && palette.length ? palette : PALETTE,
+    tones,
+  };
+  theme.key = JSON.stringify(theme);
+  return theme;
+}
+
+// -- the link to the kernel: one per model, shared by its views ------------------------------
+
+const DEFAULT_TIMING = {pull_ms: 2000, beat_ms: 1000, dead_after_ms: 8000};
+let seriesVersions = 0;
+
+const links = new WeakMap();
+
+function linkOf(model) {
+  let link = links.get(model);
+  if (!link) {
+    link = new Link(model);
+    links.set(model, link);
+  }
+  return link;
+}
+
+class Link {
+  constructor(model) {
+    this.model = model;
+    this.views = new Set();
+    this.runs = new Map();         // run -> Map(tag -> {gen, version, steps, values, walls})
+    this.state = model.get("state") || {};
+    this.heard = null;             // Date.now() when anything last came from the kernel
+    this.answered = null;          // ... when the last answer came
+    this.asked = null;             // ... when the request in flight went out (null: none)
+    this.lastAsk = -Infinity;
+    this.requests = 0;
+    this.cellRunning = false;      // a "busy" came without its "idle"
+    this.missed = false;           // a part did not fit: ask at once
+    this.noKernel = false;         // a notebook's saved widget state: nothing to ask
+    this.health = "waiting";       // alive | busy | gone | waiting (never answered yet)
+    this.notified = null;          // the alert ids seen (null: none looked at yet)
+    this.goneNotified = false;     // "kernel gone" was notified (until it answers again)
+    this.onState = () => this.take(model.get("state"));
+    this.onMsg = (msg, buffers) => this.receive(msg, buffers);
+    model.on("change:state", this.onState);
+    model.on("msg:custom", this.onMsg);
+    this.timer = setInterval(() => this.check(), 250);
+  }
+
+  attach(view) {
+    this.views.add(view);
+    if (this.views.size === 1) this.ask();
+  }
+
+  detach(view) {
+    this.views.delete(view);
+    if (this.views.size) return;
+    clearInterval(this.timer);
+    this.model.off("change:state", this.onState);
+    this.model.off("msg:custom", this.onMsg);
+    links.delete(this.model);
+  }
+
+  timing() {
+    return {...DEFAULT_TIMING, ...(this.state.timing || {})};
+  }
+
+  notify(what, detail) {
+    for (const view of this.views) view.onLink(what, detail);
+  }
+
+  take(state) {
+    if (!state || !Object.keys(state).length) return;
+    const seq = this.state.seq;
+    if (seq !== undefined && state.seq !== undefined && state.seq < seq) return;  // older
+    this.state = state;
+    this.notify("state");
+  }
+
+  // What this model's views hold: {run: {tag: [gen, n, last step, last wall]}}.
+  have() {
+    const have = {};
+    for (const [run, tags] of this.runs) {
+      have[run] = {};
+      for (const [tag, s] of tags) {
+        const last = s.steps.length - 1;
+        have[run][tag] = [s.gen, s.steps.length, s.steps[last], s.walls[last]];
+      }
+    }
+    return have;
+  }
+
+  send(content) {
+    try {
+      this.model.send(content);
+      return true;
+    } catch (error) {  // no comm: a notebook's saved widget state, or a closed kernel
+      this.noKernel = true;
+      return false;
+    }
+  }
+
+  request(extra) {
+    this.requests += 1;
+    this.lastAsk = Date.now();
+    if (this.asked === null) this.asked = this.lastAsk;
+    this.send({...extra, id: this.requests, seq: this.state.seq ?? null, have: this.have()});
+  }
+
+  ask() {
+    this.missed = false;
+    this.request({type: "pull"});
+  }
+
+  press(name) {
+    this.request({type: "button", name});
+  }
+
+  receive(msg, buffers) {
+    const now = Date.now();
+    this.heard = now;
+    if (msg.type === "busy") this.cellRunning = true;
+    else if (msg.type === "idle") this.cellRunning = false;
+    else if (msg.type === "answer") {
+      this.answered = now;
+      this.asked = null;
+      this.cellRunning = false;   // answered: no cell holds the comm messages
+      if (msg.state) this.take(msg.state);
+    }
+    if (msg.parts) this.apply(msg.parts, buffers);
+    this.check();
+  }
+
+  // Applies the parts of a push or an answer: a part replaces a series' points from `from` on
+  // when it fits what is held (from 0, or the same generation and no gap); one that does not
+  // is skipped, and the link asks for what it lacks.
+  apply(parts, buffers) {
+    const view = buffers && buffers.length ? buffers[0] : null;
+    // Copied out: a DataView's offset need not be a multiple of 8.
+    const all = view ? new Float64Array(view.buffer.slice(view.byteOffset,
+                                                          view.byteOffset + view.byteLength))
+                     : new Float64Array(0);
+    const changed = new Set();
+    let at = 0;
+    for (const part of parts) {
+      const take = () => {
+        const out = Array.from(all.subarray(at, at + part.n));
+        at += part.n;
+        return out;
+      };
+      const steps = take(), values = take(), walls = take();
+      if (!this.runs.has(part.run)) this.runs.set(part.run, new Map());
+      const tags = this.runs.get(part.run);
+      const old = tags.get(part.tag);
+      let series;
+      if (part.from === 0) {
+        series = {steps, values, walls};
+      } else if (old && old.gen === part.gen && old.steps.length >= part.from) {
+        series = {steps: old.steps.slice(0, part.from).concat(steps),
+                  values: old.values.slice(0, part.from).concat(values),
+                  walls: old.walls.slice(0, part.from).concat(walls)};
+      } else {
+        this.missed = true;
+        continue;
+      }
+      seriesVersions += 1;
+      Object.assign(series, {gen: part.gen, version: seriesVersions});
+      if (series.steps.length) tags.set(part.tag, series); else tags.delete(part.tag);
+      changed.add(part.tag);
+    }
+    if (changed.size) this.notify("series", changed);
+  }
+
+  // Asks when due, and says how the kernel is: alive (it answers), busy (it is heard from or
+  // runs a cell, but does not answer), gone (nothing for dead_after_ms).
+  check() {
+    const t = this.timing(), now = Date.now();
+    if (!document.hidden && !this.noKernel) {
+      const due = this.asked === null ? now - this.lastAsk >= t.pull_ms || this.missed
+        : now - this.lastAsk >= t.dead_after_ms;  // the request may have been lost: again
+      if (due) this.ask();
+    }
+    const waiting = this.asked === null ? 0 : now - this.asked;
+    const quiet = this.heard === null ? Infinity : now - this.heard;
+    let health = this.health;
+    if (waiting <= t.dead_after_ms / 2) {
+      health = this.answered === null ? "waiting" : "alive";
+    } else if (this.cellRunning || quiet <= t.dead_after_ms) {
+      health = this.answered === null && !this.cellRunning ? "waiting" : "busy";
+    } else if (waiting > t.dead_after_ms) {
+      health = "gone";
+    }
+    if (this.noKernel) health = "gone";
+    if (health !== this.health) {
+      this.health = health;
+      this.notify("health");
+    }
   }
 }
 
-// -- the view -------------------------------------------------------------------------------
+// -- the view ----------------------------------------------------------------------------------
 
 function el(tag, className, text) {
   const e = document.createElement(tag);
@@ -100,245 +386,594 @@ function el(tag, className, text) {
   return e;
 }
 
+function setText(e, text) {
+  if (e.textContent !== text) e.textContent = text;
+}
+
+function showIf(e, shown) {
+  if (e.hidden === shown) e.hidden = !shown;
+}
+
+// Makes `parent`'s children show `items` (strings), reusing the children it has.
+function syncList(parent, items, tag) {
+  while (parent.children.length > items.length) parent.lastElementChild.remove();
+  items.forEach((text, i) => {
+    if (i >= parent.children.length) parent.append(el(tag));
+    setText(parent.children[i], text);
+  });
+}
+
 const BUTTONS = [["stop", "Stop", "Stop gracefully: write a final checkpoint, then stop"],
                  ["resume", "Resume", "Continue from the newest checkpoint"],
                  ["save", "Save", "Write a checkpoint now"]];
+// The header's parts after the name and status, in order.
+const HEADER_PARTS = [["step", "jsv-step"], ["rate", "jsv-rate"], ["position", "jsv-fit"],
+                      ["elapsed", "jsv-elapsed"], ["role", "jsv-role"]];
+const DEFAULT_SETTINGS = {log: false, smoothing: 0.6, xAxis: "step", ignoreOutliers: true,
+                          hidden: [], hiddenRuns: [], zoom: {}, timeline: true, filter: "",
+                          closedGroups: [], notify: false};
+// The settings the charts read as view.options (chart.js).
+const CHART_OPTIONS = ["log", "smoothing", "xAxis", "ignoreOutliers", "hiddenRuns"];
 
 class View {
   constructor(model, root) {
     this.model = model;
-    this.store = storeOf(model);
+    this.root = root;
+    this.link = linkOf(model);
+    this.store = this.link;                // what chart.js reads the points from
     this.compare = model.get("compare");
-    this.options = {log: false, smoothing: model.get("smoothing"), xAxis: "step",
-                    ignoreOutliers: true, hiddenRuns: []};
-    this.hidden = new Set();
     this.charts = new Map();
-    this.lastBeat = Date.now();
-    this.dead = false;
+    this.chips = new Map();
+    this.groups = new Map();               // prefix -> {el, box, charts}
+    this.options = {};                     // what the charts read: the settings they use
     root.classList.add("jsv-view");
+    this.build();
+    this.setTheme(readTheme(root, this.link.state.palette));
+    this.onSettings = () => this.applySettings();
+    model.on("change:settings", this.onSettings);
+    // Also when the view is first attached to the page: a detached element has no theme yet.
+    this.resize = new ResizeObserver(() => { this.readTheme(); this.updateCharts(); });
+    this.resize.observe(this.chartsEl);
+    // JupyterLab and Notebook 7 name the theme on <body> (data-jp-theme-name); other frontends
+    // follow the system's colour scheme.
+    this.onTheme = () => this.readTheme();
+    this.themeWatch = new MutationObserver(this.onTheme);
+    this.themeWatch.observe(document.body, {attributes: true, attributeFilter: [
+      "data-jp-theme-name", "data-jp-theme-light", "class", "style"]});
+    this.schemeWatch = window.matchMedia("(prefers-color-scheme: dark)");
+    this.schemeWatch.addEventListener("change", this.onTheme);
+    // The notebook's shortcuts (command mode: arrows, Space, Enter, letters) must not take the
+    // keys of the view's controls. Lumino, under JupyterLab (keys heard as they bubble) and
+    // Notebook 7 (as they are captured), skips an element marked data-lm-suppress-shortcuts:
+    // the mark is set for that one key, before the page hears it; keys with Ctrl, Alt or Meta,
+    // Escape, Tab and Shift+Enter stay the notebook's.
+    this.onKey = (e) => {
+      if (!root.contains(e.target) || e.target === root || e.ctrlKey || e.metaKey ||
+          e.altKey || e.key === "Escape" || e.key === "Tab" ||
+          (e.shiftKey && e.key === "Enter") ||
+          !e.target.matches("input, select, button, summary, [tabindex]")) return;
+      e.target.setAttribute("data-lm-suppress-shortcuts", "");
+      setTimeout(() => e.target.removeAttribute("data-lm-suppress-shortcuts"), 0);
+    };
+    window.addEventListener("keydown", this.onKey, true);
+    this.applySettings();
+    this.renderState();
+    this.renderHealth();
+    this.link.attach(this);
+  }
+
+  // -- the DOM, built once ---------------------------------------------------------------------
+
+  build() {
+    const root = this.root;
     const style = el("style");
     style.textContent = CSS + CHART_CSS;
     this.headerEl = el("div", "jsv-header");
-    this.deadEl = el("div", "jsv-dead", "kernel gone — re-run the cell");
-    this.deadEl.style.display = "none";
-    this.warningEl = el("div", "jsv-warning");
+    this.lineEl = el("div", "jsv-header-line");
+    this.nameEl = el("span", "jsv-name");
+    this.statusEl = el("span", "jsv-status");
+    this.lineEl.append(this.nameEl, el("span", "jsv-sep", " | "), this.statusEl);
+    this.parts = {};
+    for (const [key, className] of HEADER_PARTS) {
+      const sep = el("span", "jsv-sep", " | ");
+      const part = el("span", className);
+      this.parts[key] = {sep, part};
+      this.lineEl.append(sep, part);
+    }
+    this.progressEl = el("div", "jsv-progress-line");
+    this.barEl = el("div", "jsv-progress");
+    this.barEl.setAttribute("role", "progressbar");
+    this.barEl.setAttribute("aria-valuemin", "0");
+    this.barEl.setAttribute("aria-valuemax", "100");
+    this.fillEl = el("div", "jsv-progress-bar");
+    this.barEl.append(this.fillEl);
+    this.progressTextEl = el("span", "jsv-progress-text");
+    this.etaSepEl = el("span", "jsv-sep", " | ");
+    this.etaEl = el("span", "jsv-eta");
+    this.progressEl.append(this.barEl, this.progressTextEl, this.etaSepEl, this.etaEl);
+    this.headerEl.append(this.lineEl, this.progressEl);
+    this.deadEl = el("div", "jsv-notice jsv-dead", "kernel gone — re-run the cell");
+    this.busyEl = el("div", "jsv-notice jsv-busy",
+                     "kernel busy: a cell is running; the buttons act when it ends");
+    for (const notice of [this.deadEl, this.busyEl]) notice.setAttribute("role", "status");
+    this.warningEl = el("div", "jsv-notice jsv-warning");
     this.checkpointEl = el("div", "jsv-checkpoint");
     this.historyEl = el("details", "jsv-history");
-    this.historyEl.open = true;
-    this.errorEl = el("div", "jsv-error");
+    this.timelineEl = el("ul", "jsv-timeline");
+    this.bestEl = el("ul", "jsv-best");
+    this.historyEl.append(el("summary", "", "What happened"), this.timelineEl, this.bestEl);
+    this.historyEl.addEventListener("toggle", () => {
+      if (this.historyEl.open !== this.settings().timeline) {
+        this.change({timeline: this.historyEl.open});
+      }
+    });
+    this.errorEl = el("div", "jsv-error jsv-error-box");
+    this.errorEl.append(el("b", "", "Error"), this.errorTextEl = el("pre"));
     this.controls = el("div", "jsv-controls");
     this.buttons = {};
     for (const [name, label, tip] of BUTTONS) {
       const b = el("button", `jsv-${name} jupyter-button`, label);
       b.title = tip;
       b.disabled = true;
-      b.addEventListener("click", () => model.send({type: "button", name}));
+      b.addEventListener("click", () => this.link.press(name));
       this.buttons[name] = b;
       this.controls.append(b);
     }
+    this.notifyButton = el("button", "jsv-notify jupyter-button", "Notify me");
+    this.notifyButton.title = "Browser notifications when the run ends, fails, stops on a " +
+      "value that is not finite or stalls, and when the kernel is gone";
+    this.notifyButton.addEventListener("click", () => this.toggleNotify());
+    this.controls.append(this.notifyButton);
     this.messageEl = el("span", "jsv-message");
-    this.messageEl.style.color = "#c62828";
+    this.messageEl.setAttribute("role", "status");
     this.controls.append(this.messageEl);
     this.legendEl = el("div", "jsv-legend");
     this.tools = this.makeTools();
     this.tagsEl = el("div", "jsv-tags");
+    this.tagsEl.setAttribute("role", "group");
+    this.tagsEl.setAttribute("aria-label", "Tags: show or hide each one's chart");
     this.chartsEl = el("div", "jsv-charts");
-    root.append(style, this.headerEl, this.deadEl, this.warningEl, this.checkpointEl,
-                this.historyEl, this.legendEl, this.tools, this.tagsEl, this.chartsEl,
-                this.errorEl, this.controls);
-    if (this.compare) {
-      for (const e of [this.headerEl, this.warningEl, this.checkpointEl, this.historyEl,
-                       this.errorEl, this.controls]) e.style.display = "none";
-    }
-    this.onState = () => this.renderState();
-    this.onMsg = (msg, buffers) => this.receive(msg, buffers);
-    model.on("change:state", this.onState);
-    model.on("msg:custom", this.onMsg);
-    this.timer = setInterval(() => this.checkAlive(), 500);
-    this.resize = new ResizeObserver(() => this.redraw());
-    this.resize.observe(this.chartsEl);
-    this.renderState();
-    this.renderCharts();
-    this.synced = false;  // the full series (a reset) has come
-    this.sayHello();
-  }
-
-  sayHello() {
-    this.helloAt = Date.now();
-    this.model.send({type: "hello"});
+    root.append(style, this.headerEl, this.deadEl, this.busyEl, this.warningEl,
+                this.checkpointEl, this.historyEl, this.legendEl, this.tools, this.tagsEl,
+                this.chartsEl, this.errorEl, this.controls);
+    for (const e of this.compare ? [this.headerEl, this.warningEl, this.checkpointEl,
+                                    this.historyEl, this.errorEl, this.controls]
+      : [this.legendEl]) e.hidden = true;
   }
 
   makeTools() {
     const tools = el("div", "jsv-tools");
     const log = el("label", "jsv-log");
-    const box = el("input");
-    box.type = "checkbox";
-    box.addEventListener("change", () => { this.options.log = box.checked; this.redraw(); });
-    log.append(box, " log scale");
+    this.logBox = el("input");
+    this.logBox.type = "checkbox";
+    this.logBox.addEventListener("change", () => this.change({log: this.logBox.checked}));
+    log.append(this.logBox, " log scale");
     const smoothLabel = el("label", "jsv-smoothing", "smoothing ");
-    const slider = el("input");
-    slider.type = "range"; slider.min = "0"; slider.max = "0.99"; slider.step = "0.01";
-    slider.value = String(this.options.smoothing);
-    const shown = el("span", "jsv-smoothing-value", String(this.options.smoothing));
-    slider.addEventListener("input", () => {
-      this.options.smoothing = Number(slider.value);
-      shown.textContent = slider.value;
-      this.redraw();
-    });
-    smoothLabel.append(slider, " ", shown);
+    this.slider = el("input");
+    this.slider.type = "range";
+    this.slider.min = "0"; this.slider.max = "0.99"; this.slider.step = "0.01";
+    this.smoothingEl = el("output", "jsv-smoothing-value");
+    this.slider.addEventListener("input",
+                                 () => this.change({smoothing: Number(this.slider.value)}));
+    smoothLabel.append(this.slider, " ", this.smoothingEl);
     const axisLabel = el("label", "jsv-xaxis", "x axis ");
-    const select = el("select");
+    this.axisSelect = el("select");
     for (const [key, axis] of Object.entries(X_AXES)) {
       const option = el("option", "", axis.label);
       option.value = key;
-      select.append(option);
+      this.axisSelect.append(option);
     }
-    select.addEventListener("change", () => {
-      this.options.xAxis = select.value;
-      for (const chart of this.charts.values()) chart.zoom = null;
-      this.redraw();
-    });
-    axisLabel.append(select);
+    // Zooms are in the axis' units: they end with it.
+    this.axisSelect.addEventListener("change", () => this.change({xAxis: this.axisSelect.value,
+                                                                  zoom: {}}));
+    axisLabel.append(this.axisSelect);
     const outliers = el("label", "jsv-outliers");
     outliers.title = "The y range leaves out values far outside the 5th to 95th percentile";
-    const ignore = el("input");
-    ignore.type = "checkbox";
-    ignore.checked = this.options.ignoreOutliers;
-    ignore.addEventListener("change", () => {
-      this.options.ignoreOutliers = ignore.checked;
-      this.redraw();
-    });
-    outliers.append(ignore, " ignore outliers");
-    tools.append(log, outliers, smoothLabel, axisLabel,
-                 el("span", "jsv-muted", "drag to zoom, double-click to reset"));
+    this.outliersBox = el("input");
+    this.outliersBox.type = "checkbox";
+    this.outliersBox.addEventListener("change", () => this.change(
+      {ignoreOutliers: this.outliersBox.checked}));
+    outliers.append(this.outliersBox, " ignore outliers");
+    const filter = el("label", "jsv-filter", "tags ");
+    this.filterBox = el("input");
+    this.filterBox.type = "search";
+    this.filterBox.placeholder = "filter (regex)";
+    this.filterBox.spellcheck = false;
+    this.filterBox.addEventListener("input", () => this.change({filter: this.filterBox.value}));
+    this.filterCount = el("output", "jsv-filter-count");
+    filter.append(this.filterBox, " ", this.filterCount);
+    tools.append(log, outliers, smoothLabel, axisLabel, filter, el(
+      "span", "jsv-muted",
+      "drag to zoom, double-click to reset; on a chart: ←/→ step, +/− zoom, 0 reset"));
     return tools;
   }
 
-  runNames() {
-    return this.compare ? this.model.get("runs") : Array.from(this.store.runs.keys());
+  // -- what the user set: in the model, shared by its views ----------------------------------
+
+  settings() {
+    return {...DEFAULT_SETTINGS, ...(this.model.get("settings") || {})};
   }
 
-  receive(msg, buffers) {
-    if (msg.type === "beat") {
-      this.lastBeat = Date.now();
-      if (this.dead) { this.dead = false; this.renderState(); }
-    } else if (msg.type === "series") {
-      this.lastBeat = Date.now();
-      if (msg.reset) this.synced = true;
-      applySeries(this.store, msg, buffers);
-      for (const listener of this.store.listeners) listener();
-      this.renderCharts();
+  // Sent at once: a change kept back would be overwritten by the echo of the one before it
+  // (ipywidgets applies the kernel's echo of the last change it sent).
+  change(patch) {
+    this.model.set("settings", {...this.settings(), ...patch});
+    try {
+      this.model.save_changes();
+    } catch (error) {  // no kernel: kept in this page only
+      this.link.noKernel = true;
     }
   }
 
-  checkAlive() {
-    const dead = Date.now() - this.lastBeat > DEAD_AFTER_MS;
-    if (dead !== this.dead) { this.dead = dead; this.renderState(); }
-    if (!this.synced && !dead && Date.now() - this.helloAt > HELLO_AGAIN_MS) this.sayHello();
+  // The chart's zoom changed (a drag, a double click, a key): kept with the settings.
+  zoomed(tag, zoom) {
+    const zooms = {...this.settings().zoom};
+    if (zoom) zooms[tag] = zoom; else delete zooms[tag];
+    this.change({zoom: zooms});
+  }
+
+  // A chart changed view.options itself (the comparison's legend hides a run): kept with the
+  // settings, and drawn.
+  redraw() {
+    const s = this.settings();
+    const patch = Object.fromEntries(CHART_OPTIONS.filter(
+      (key) => JSON.stringify(this.options[key]) !== JSON.stringify(s[key])).map(
+      (key) => [key, this.options[key]]));
+    if (Object.keys(patch).length) this.change(patch); else this.updateCharts();
+  }
+
+  applySettings() {
+    const s = this.settings();
+    if (!(s.xAxis in X_AXES)) s.xAxis = "step";
+    for (const key of CHART_OPTIONS) this.options[key] = s[key];
+    if (this.logBox.checked !== s.log) this.logBox.checked = s.log;
+    if (this.outliersBox.checked !== s.ignoreOutliers) this.outliersBox.checked = s.ignoreOutliers;
+    if (Number(this.slider.value) !== s.smoothing) this.slider.value = String(s.smoothing);
+    setText(this.smoothingEl, String(s.smoothing));
+    if (this.axisSelect.value !== this.options.xAxis) this.axisSelect.value = this.options.xAxis;
+    if (this.historyEl.open !== s.timeline) this.historyEl.open = s.timeline;
+    if (this.filterBox.value !== s.filter) this.filterBox.value = s.filter;
+    this.notifyButton.setAttribute("aria-pressed", String(this.notifying()));
+    this.renderBest();
+    if (this.compare) this.renderLegend();
+    this.renderCharts();
+  }
+
+  // -- what the kernel says ------------------------------------------------------------------
+
+  onLink(what) {
+    if (what === "state") this.renderState();
+    else if (what === "series") this.renderCharts();
+    else if (what === "health") this.renderHealth();
   }
 
   renderState() {
-    const s = this.model.get("state") || {};
-    const root = this.headerEl.parentElement;
-    root.classList.toggle("jsv-kernel-gone", this.dead);
-    this.deadEl.style.display = this.dead ? "" : "none";
-    for (const [name, button] of Object.entries(this.buttons)) {
-      button.disabled = this.dead || !(s.buttons && s.buttons[name]);
+    const s = this.link.state;
+    if (s.key) this.root.dataset.jsvKey = s.key;
+    if (s.palette && JSON.stringify(s.palette) !== JSON.stringify(this.theme.series)) {
+      this.readTheme();
     }
     if (this.compare) {
-      this.legendEl.replaceChildren(...legendItems(this));
+      this.renderLegend();
       return;
     }
-    this.legendEl.style.display = "none";
-    const header = [];
-    const line = el("div", "jsv-header-line");
-    const name = el("span", "jsv-name", s.name || "");
+    this.renderHeader(s);
+    this.renderProgress(s);
+    showIf(this.warningEl, !!s.warning);
+    setText(this.warningEl, s.warning || "");
+    syncList(this.checkpointEl, s.checkpoint || [], "div");
+    syncList(this.timelineEl, (s.timeline || []).map(([when, text]) => `${when}  ${text}`), "li");
+    this.renderBest();
+    showIf(this.historyEl, (s.timeline || []).length > 0);
+    showIf(this.errorEl, !!s.error);
+    setText(this.errorTextEl, s.error || "");
+    setText(this.messageEl, s.message || "");
+    this.renderButtons();
+    this.notifyAlerts(s.alerts || []);
+  }
+
+  renderHeader(s) {
+    const gone = this.link.health === "gone";
+    setText(this.nameEl, s.name || "");
     // Without a kernel the last state the view heard of may be stale ("running" forever).
-    const status = this.dead ? el("span", "jsv-status jsv-status-unknown", "unknown")
-      : el("span", `jsv-status jsv-status-${s.status || ""}`, s.label || "");
-    status.style.color = this.dead ? "#757575" : s.tone || "#757575";
-    status.style.fontWeight = "bold";
-    const step = el("span", "jsv-step", s.step_text ? `step ${s.step_text}` : "");
-    step.dataset.step = s.step === null || s.step === undefined ? "" : String(s.step);
-    line.append(name, status);
-    if (s.step_text) line.append(step);
-    for (const [key, cls] of [["rate", "jsv-rate"], ["position", "jsv-fit"],
-                              ["elapsed", "jsv-elapsed"], ["role", "jsv-role"]]) {
-      if (s[key]) line.append(el("span", cls, s[key]));
+    setText(this.statusEl, gone ? "unknown" : s.label || "");
+    const statusClass = `jsv-status jsv-status-${gone ? "unknown" : s.status || ""}`;
+    if (this.statusEl.className !== statusClass) this.statusEl.className = statusClass;
+    this.root.style.setProperty("--jsv-tone", this.theme.tones[gone ? "muted" : s.tone] ||
+                                this.theme.tones.muted);
+    const texts = {step: s.step_text ? `step ${s.step_text}` : "", rate: s.rate,
+                   position: s.position, elapsed: s.elapsed, role: s.role};
+    for (const [key] of HEADER_PARTS) {
+      const {sep, part} = this.parts[key];
+      setText(part, texts[key] || "");
+      showIf(part, !!texts[key]);
+      showIf(sep, !!texts[key]);
     }
-    header.push(line);
-    if (s.progress) {
-      const row = el("div", "jsv-progress-line");
-      const bar = el("div", "jsv-progress");
-      bar.dataset.fraction = String(s.progress.fraction);
-      const fill = el("div", "jsv-progress-bar");
-      fill.style.width = `${(s.progress.fraction * 100).toFixed(1)}%`;
-      fill.style.background = s.tone || "#757575";
-      bar.append(fill);
-      row.append(bar, el("span", "jsv-progress-text", s.progress.text));
-      if (s.eta) row.append(" ", el("span", "jsv-eta", s.eta));
-      header.push(row);
+    this.parts.step.part.dataset.step = s.step === null || s.step === undefined ? ""
+      : String(s.step);
+  }
+
+  renderProgress(s) {
+    showIf(this.progressEl, !!s.progress);
+    if (!s.progress) return;
+    const percent = (s.progress.fraction * 100).toFixed(1);
+    this.barEl.dataset.fraction = String(s.progress.fraction);
+    this.barEl.setAttribute("aria-valuenow", percent);
+    this.barEl.setAttribute("aria-label", s.progress.text);
+    this.fillEl.style.width = `${percent}%`;
+    setText(this.progressTextEl, s.progress.text);
+    setText(this.etaEl, s.eta || "");
+    showIf(this.etaEl, !!s.eta);
+    showIf(this.etaSepEl, !!s.eta);
+  }
+
+  renderButtons() {
+    const s = this.link.state, gone = this.link.health === "gone";
+    for (const [name, button] of Object.entries(this.buttons)) {
+      const enabled = !gone && !!(s.buttons && s.buttons[name]);
+      if (button.disabled === enabled) button.disabled = !enabled;
     }
-    this.headerEl.replaceChildren(...header);
-    this.warningEl.textContent = s.warning || "";
-    this.warningEl.style.display = s.warning ? "" : "none";
-    this.checkpointEl.replaceChildren(...(s.checkpoint || []).map((text) => el("div", "", text)));
-    const summary = el("summary", "", "What happened");
-    const timeline = el("ul", "jsv-timeline");
-    for (const [when, text] of s.timeline || []) timeline.append(el("li", "", `${when}  ${text}`));
-    const best = el("ul", "jsv-best");
-    for (const text of s.best || []) best.append(el("li", "", text));
-    this.historyEl.replaceChildren(summary, timeline, best);
-    this.historyEl.style.display = (s.timeline || []).length ? "" : "none";
-    if (s.error) {
-      const box = el("div", "jsv-error-box");
-      box.append(el("b", "", "Error"), el("pre", "", s.error));
-      this.errorEl.replaceChildren(box);
-    } else {
-      this.errorEl.replaceChildren();
+  }
+
+  renderHealth() {
+    const health = this.link.health;
+    this.root.dataset.jsvHealth = health;
+    this.root.classList.toggle("jsv-kernel-gone", health === "gone");
+    // Never answered: no kernel behind this view (a notebook's saved widget state); the
+    // record below it shows then (text.py's style).
+    if (health === "gone" && this.link.answered === null) this.root.dataset.jsvOffline = "";
+    else if (this.link.answered !== null) delete this.root.dataset.jsvOffline;
+    showIf(this.deadEl, health === "gone");
+    // Once per loss of the kernel, by one view of the model.
+    if (health !== "gone") this.link.goneNotified = false;
+    else if (!this.link.goneNotified && this.link.answered !== null && this.notifying()) {
+      this.link.goneNotified = true;
+      this.notify(`${this.link.state.name || "run"}: kernel gone`,
+                  "The kernel no longer answers: re-run the cell to resume.", "kernel-gone");
     }
-    this.messageEl.textContent = s.message || "";
+    showIf(this.busyEl, health === "busy");
+    if (!this.compare) {
+      this.renderHeader(this.link.state);
+      this.renderButtons();
+    }
+  }
+
+  // The comparison's legend (chart.js's legendItems): made again only when its runs, their
+  // colours or the runs hidden changed.
+  renderLegend() {
+    const key = JSON.stringify([this.runNames(), this.theme.series, this.options.hiddenRuns]);
+    if (key === this.legendKey) return;
+    this.legendKey = key;
+    this.legendEl.replaceChildren(...legendItems(this));
+  }
+
+  runNames() {
+    return this.compare ? this.model.get("runs") : Array.from(this.link.runs.keys());
+  }
+
+  // -- notifications ---------------------------------------------------------------------------
+
+  notifying() {
+    return this.settings().notify && typeof Notification !== "undefined" &&
+      Notification.permission === "granted";
+  }
+
+  // A click asks the browser's permission (only a user's gesture may), then keeps the choice
+  // with the settings.
+  async toggleNotify() {
+    if (this.notifying()) {
+      this.change({notify: false});
+      return;
+    }
+    if (typeof Notification === "undefined") {
+      setText(this.messageEl, "This browser shows no notifications here (it needs https or " +
+              "localhost).");
+      return;
+    }
+    const permission = Notification.permission === "granted" ? "granted"
+      : await Notification.requestPermission();
+    if (permission === "granted") this.change({notify: true});
+    else setText(this.messageEl, "Notifications are blocked for this page in the browser.");
+  }
+
+  // Each alert once per model (the views of a model share what was notified), from the moment
+  // notifications are on: the alerts there already are seen, not notified.
+  notifyAlerts(alerts) {
+    const link = this.link;
+    const fresh = alerts.filter((a) => !link.notified || !link.notified.has(a.id));
+    if (!link.notified || !this.notifying()) {
+      link.notified = new Set([...(link.notified || []), ...alerts.map((a) => a.id)]);
+      return;
+    }
+    for (const alert of fresh) {
+      link.notified.add(alert.id);
+      this.notify(alert.title, alert.text, alert.id);
+    }
+  }
+
+  // One notification; `tag` makes the same one from two views (or two pages) replace itself.
+  notify(title, body, tag) {
+    try {
+      new Notification(title, {body, tag: `jsv-${this.link.state.key || ""}-${tag}`});
+    } catch (error) {  // a browser that allows them only from a service worker
+      setText(this.messageEl, `${title}: ${body}`);
+    }
+  }
+
+  // -- tags and charts: created once per tag, drawn when what they show changed --------------
+
+  // The tag filter (a regular expression, as TensorBoard's): a test of a tag, and whether the
+  // filter reads as one.
+  tagFilter() {
+    const source = this.settings().filter || "";
+    try {
+      const pattern = new RegExp(source, "i");
+      return {valid: true, test: (tag) => pattern.test(tag)};
+    } catch (error) {
+      return {valid: false, error: error.message, test: () => true};
+    }
+  }
+
+  // The best values, compactly: one item per metric, those the tag filter keeps.
+  renderBest() {
+    const filter = this.tagFilter();
+    const best = (this.link.state.best || []).filter(([tag]) => filter.test(tag));
+    while (this.bestEl.children.length > best.length) this.bestEl.lastElementChild.remove();
+    best.forEach(([tag, text], i) => {
+      if (i >= this.bestEl.children.length) {
+        const item = el("li");
+        item.append(el("span", "jsv-best-tag"), el("span", "jsv-best-value"));
+        this.bestEl.append(item);
+      }
+      const [name, value] = this.bestEl.children[i].children;
+      setText(name, `${tag}:`);
+      setText(value, ` ${text}`);
+    });
   }
 
   renderCharts() {
     const tags = new Set();
     for (const run of this.runNames()) {
-      for (const tag of this.store.runs.get(run)?.keys() || []) tags.add(tag);
+      for (const tag of this.link.runs.get(run)?.keys() || []) tags.add(tag);
     }
-    const sorted = Array.from(tags).sort();
-    const chips = sorted.map((tag) => {
-      const chip = el("button", "jsv-tag", tag);
-      chip.setAttribute("aria-pressed", this.hidden.has(tag) ? "false" : "true");
-      chip.addEventListener("click", () => {
-        if (this.hidden.has(tag)) this.hidden.delete(tag); else this.hidden.add(tag);
-        this.renderCharts();
-      });
-      return chip;
-    });
-    this.tagsEl.replaceChildren(...chips);
-    this.tagsEl.style.display = sorted.length > 1 ? "" : "none";
-    const wanted = sorted.filter((tag) => !this.hidden.has(tag));
-    for (const [tag, chart] of this.charts) {
-      if (!wanted.includes(tag)) { chart.remove(); this.charts.delete(tag); }
+    const all = Array.from(tags).sort();
+    const settings = this.settings();
+    const hidden = new Set(settings.hidden);
+    const filter = this.tagFilter();
+    this.filterBox.setAttribute("aria-invalid", String(!filter.valid));
+    this.filterBox.title = filter.valid ? "" : `Not a regular expression: ${filter.error}`;
+    const sorted = all.filter(filter.test);
+    setText(this.filterCount, settings.filter && all.length ? `${sorted.length} of ${all.length}`
+      : "");
+    this.syncChildren(this.tagsEl, this.chips, sorted, (tag) => this.makeChip(tag));
+    for (const [tag, chip] of this.chips) {
+      const pressed = hidden.has(tag) ? "false" : "true";
+      if (chip.getAttribute("aria-pressed") !== pressed) chip.setAttribute("aria-pressed", pressed);
     }
+    showIf(this.tagsEl, sorted.length > 1);
+    // Charts grouped by the tag's prefix (train/loss: "train"), as TensorBoard groups them;
+    // tags without one come first, in a group without a heading.
+    const wanted = sorted.filter((tag) => !hidden.has(tag));
+    const byGroup = new Map();
     for (const tag of wanted) {
-      if (!this.charts.has(tag)) this.charts.set(tag, new Chart(this, tag));
-      this.chartsEl.append(this.charts.get(tag).el);  // keeps them in tag order
+      const prefix = tag.includes("/") ? tag.slice(0, tag.indexOf("/")) : "";
+      if (!byGroup.has(prefix)) byGroup.set(prefix, []);
+      byGroup.get(prefix).push(tag);
     }
-    this.redraw();
+    const prefixes = Array.from(byGroup.keys()).sort();
+    this.syncChildren(this.chartsEl, this.groups, prefixes, (prefix) => this.makeGroup(prefix));
+    const closed = new Set(settings.closedGroups);
+    for (const [prefix, group] of this.groups) {
+      const members = byGroup.get(prefix);
+      if (group.summary) {
+        setText(group.summary, `${prefix} (${members.length})`);
+        if (group.el.open === closed.has(prefix)) group.el.open = !closed.has(prefix);
+      }
+      this.syncChildren(group.box, group.charts, members, (tag) => {
+        const chart = new Chart(this, tag);
+        this.charts.set(tag, chart);
+        return chart;
+      });
+    }
+    for (const [tag, chart] of this.charts) {
+      if (!wanted.includes(tag)) this.charts.delete(tag);
+      else chart.zoom = settings.zoom[tag] || null;
+    }
+    this.updateCharts();
   }
 
-  redraw() {
+  // A group of charts: a collapsible section named by the prefix (its state kept with the
+  // settings), or, for the tags without a prefix, a plain one.
+  makeGroup(prefix) {
+    const group = {charts: new Map(), box: el("div", "jsv-group-charts")};
+    if (prefix) {
+      group.el = el("details", "jsv-group");
+      group.el.open = true;
+      group.summary = el("summary");
+      group.el.append(group.summary, group.box);
+      group.el.addEventListener("toggle", () => {
+        const closed = new Set(this.settings().closedGroups);
+        if (group.el.open === !closed.has(prefix)) return;
+        if (group.el.open) closed.delete(prefix); else closed.add(prefix);
+        this.change({closedGroups: Array.from(closed).sort()});
+        this.updateCharts();
+      });
+    } else {
+      group.el = el("div", "jsv-group jsv-group-plain");
+      group.el.append(group.box);
+    }
+    group.el.dataset.group = prefix;
+    group.remove = () => {
+      for (const chart of group.charts.values()) chart.remove();
+      group.el.remove();
+    };
+    return group;
+  }
+
+  makeChip(tag) {
+    const chip = el("button", "jsv-tag", tag);
+    chip.addEventListener("click", () => {
+      const hidden = new Set(this.settings().hidden);
+      if (hidden.has(tag)) hidden.delete(tag); else hidden.add(tag);
+      this.change({hidden: Array.from(hidden).sort()});
+    });
+    return chip;
+  }
+
+  // Makes `parent` hold the items of `keys` in their order (`made`: key -> element or Chart),
+  // creating what is missing and removing what is gone; the others stay where they are.
+  syncChildren(parent, made, keys, make) {
+    const nodeOf = (item) => item.el || item;
+    for (const [key, item] of made) {
+      if (!keys.includes(key)) {
+        item.remove();
+        made.delete(key);
+      }
+    }
+    let next = parent.firstElementChild;   // where the next key's node belongs
+    for (const key of keys) {
+      if (!made.has(key)) made.set(key, make(key));
+      const node = nodeOf(made.get(key));
+      if (node === next) next = next.nextElementSibling;
+      else parent.insertBefore(node, next);
+    }
+  }
+
+  // Draws the charts whose points or settings changed; those of a closed group when it opens.
+  updateCharts() {
     const started = performance.now();
-    for (const chart of this.charts.values()) chart.draw();
-    this.chartsEl.dataset.drawMs = String(performance.now() - started);
+    let drawn = 0;
+    for (const group of this.groups.values()) {
+      if (group.el.open === false) continue;
+      for (const chart of group.charts.values()) if (chart.update()) drawn += 1;
+    }
+    if (drawn) this.chartsEl.dataset.drawMs = String(performance.now() - started);
+  }
+
+  readTheme() {
+    const theme = readTheme(this.root, this.link.state.palette);
+    if (theme.key === this.theme.key) return;
+    this.setTheme(theme);
+    this.renderState();
+    this.renderHealth();
+    this.updateCharts();
+  }
+
+  setTheme(theme) {
+    this.theme = theme;
+    this.root.style.setProperty("--jsv-error-text", theme.tones.error);
+    // What the canvas draws its labels in, on what (for a reader of the page: its contrast).
+    this.root.dataset.jsvInk = theme.text || "";
+    this.root.dataset.jsvBackground = theme.background;
   }
 
   destroy() {
-    clearInterval(this.timer);
+    this.link.detach(this);
+    this.themeWatch.disconnect();
+    this.schemeWatch.removeEventListener("change", this.onTheme);
     this.resize.disconnect();
-    this.model.off("change:state", this.onState);
-    this.model.off("msg:custom", this.onMsg);
+    window.removeEventListener("keydown", this.onKey, true);
+    this.model.off("change:settings", this.onSettings);
     for (const chart of this.charts.values()) chart.remove();
   }
 }

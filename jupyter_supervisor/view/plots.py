@@ -1,6 +1,7 @@
 """Renders scalar series as a PNG with matplotlib's Figure and Agg canvas (``PlotRenderer``,
-never pyplot): the image a saved notebook keeps of a run's final curves. The live curves are
-drawn by the browser (panel.js).
+never pyplot): the image a saved notebook keeps of a run's final curves, headed by what the run
+came to (its name, status and step, and its error). The live curves are drawn by the browser
+(panel.js), in the same colour (``text.PALETTE``) and with the same number format.
 
 pyplot keeps global state and the inline backend flushes its figures into whichever cell runs
 next; a ``Figure`` with its own ``FigureCanvasAgg`` is private to its owner and safe to draw from
@@ -17,15 +18,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from .text import format_step, format_value
+from .text import PALETTE, format_step, format_value
 
 # Figures are private to their renderer, but matplotlib shares font objects (FreeType handles
 # in a cache) between all figures; two panels rendering at once on two threads would use them
 # concurrently. Renders are short and rare (at most about one a second per panel): serialize.
 _RENDER_LOCK = threading.Lock()
-
-# Colours of the tab10 cycle, so the panel looks like the user's other matplotlib plots.
-_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
+# The heading's lines: the run's heading in the text colour, its error in a red that reads on
+# the white image (7:1).
+_HEADING_PX = 22
+_TEXT_COLOUR = "#212121"
+_ERROR_COLOUR = "#b71c1c"
 
 
 def reduce_points(steps: np.ndarray, values: np.ndarray, mins: np.ndarray, maxs: np.ndarray,
@@ -79,17 +82,15 @@ class PlotRenderer:
         self._colours = colours
         self._figure = Figure(dpi=dpi)
         self._canvas = FigureCanvasAgg(self._figure)
-        self._layout: Optional[tuple] = None   # the tags the current axes were built for
+        self._layout: Optional[tuple] = None   # what the current axes were built for
         self._plots: list = []                  # per tag: [axes, line, band or None]
-
-    @property
-    def figure(self) -> Figure:
-        """The one Figure every render draws on."""
-        return self._figure
+        self._heading: list = []                # the heading's Text artists
 
     def render(self, scalars: Mapping[str, Sequence[np.ndarray]],
-               tags: Optional[Sequence[str]] = None) -> bytes:
-        """PNG bytes of ``scalars[tag]`` = (steps, values, mins, maxs) for each tag in ``tags``.
+               tags: Optional[Sequence[str]] = None, *, heading: str = "",
+               error: str = "") -> bytes:
+        """PNG bytes of ``scalars[tag]`` = (steps, values, mins, maxs) for each tag in ``tags``,
+        under ``heading`` and ``error`` (a line each, left out when empty).
 
         ``tags`` defaults to every tag of ``scalars`` in sorted order; tags that have no
         points are left out. With nothing to draw, the image says so.
@@ -97,34 +98,44 @@ class PlotRenderer:
         if tags is None:
             tags = sorted(scalars)
         tags = tuple(tag for tag in tags if tag in scalars and len(scalars[tag][0]))
+        lines = [(text, colour) for text, colour in ((heading, _TEXT_COLOUR),
+                                                     (error, _ERROR_COLOUR)) if text]
         with _RENDER_LOCK:
-            if tags != self._layout:
-                self._build(tags)
+            if (tags, len(lines)) != self._layout:
+                self._build(tags, len(lines))
+            for artist, (text, colour) in zip(self._heading, lines):
+                artist.set_text(text)
+                artist.set_color(colour)
             for tag, plot in zip(tags, self._plots):
                 self._update(plot, tag, scalars[tag])
             self._canvas.draw()
             return self._png()
 
-    def _build(self, tags: Sequence[str]) -> None:
+    def _build(self, tags: Sequence[str], heading_lines: int) -> None:
         figure = self._figure
         figure.clear()
         self._plots = []
-        self._layout = tuple(tags)
+        self._layout = (tuple(tags), heading_lines)
         columns = min(self._columns, max(1, len(tags)))
         rows = max(1, math.ceil(len(tags) / columns))
-        height_px = rows * self._row_height_px
+        top_px = heading_lines * _HEADING_PX
+        height_px = rows * self._row_height_px + top_px
         figure.set_size_inches(self._width_px / self._dpi, height_px / self._dpi)
+        self._heading = [
+            figure.text(8 / self._width_px, 1 - (6 + i * _HEADING_PX) / height_px, "",
+                        ha="left", va="top", fontsize=11, fontweight="bold" if i == 0 else None)
+            for i in range(heading_lines)]
         if not tags:
-            figure.text(0.5, 0.5, "No scalar summaries yet", ha="center", va="center",
-                        color="#666666")
+            figure.text(0.5, 0.5 - top_px / height_px / 2, "No scalar summaries yet",
+                        ha="center", va="center", color="#666666")
             return
         axes = figure.subplots(rows, columns, squeeze=False)
         for index, ax in enumerate(axes.flat):
             if index >= len(tags):
                 ax.set_visible(False)
                 continue
-            colour = _COLOURS[index % len(_COLOURS)]
-            (line,) = ax.plot([], [], color=colour, linewidth=1.3)
+            # One run: the colour the panel draws its curves in.
+            (line,) = ax.plot([], [], color=PALETTE[0], linewidth=1.3)
             ax.set_title("", fontsize=9, loc="left")
             ax.tick_params(labelsize=8)
             ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
@@ -134,7 +145,7 @@ class PlotRenderer:
                 ax.set_xlabel("step", fontsize=8)
             self._plots.append([ax, line, None])
         figure.subplots_adjust(left=60 / self._width_px, right=1 - 12 / self._width_px,
-                               bottom=34 / height_px, top=1 - 22 / height_px,
+                               bottom=34 / height_px, top=1 - (22 + top_px) / height_px,
                                hspace=0.5, wspace=0.22)
 
     def _update(self, plot: list, tag: str, series: Sequence[np.ndarray]) -> None:
@@ -153,7 +164,7 @@ class PlotRenderer:
                                       color=line.get_color(), alpha=0.22, linewidth=0)
         line.set_data(steps, values)
         line.set_marker("." if len(steps) == 1 else "None")
-        ax.set_title(f"{tag} = {format_value(float(values[-1]))}  (step {int(steps[-1])})",
+        ax.set_title(f"{tag} = {format_value(float(values[-1]))} (step {int(steps[-1]):,})",
                      fontsize=9, loc="left")
         ax.set_xlim(*_limits(steps[0], steps[-1], integer=True))
         low = np.concatenate((mins[finite], values[np.isfinite(values)]))

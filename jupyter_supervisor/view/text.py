@@ -1,14 +1,17 @@
-"""What the panel says, as text and plain data, derived from a run and a snapshot of its
-history: the header, the progress, the checkpoint line, the timeline, the best values, what
-deserves a notification (``panel_state``, the widget's ``state`` trait) and the run as text
-where no widget renders (``text_status``, ``text_summary``). No widget, no TensorFlow, no
-matplotlib.
+"""What the panel says, as text and plain data, derived from a run (``PanelRun``) and a
+snapshot of its history: the header, the progress, the checkpoint line, the timeline, the best
+values, what deserves a notification (``panel_state``, the widget's ``state`` trait), the run as
+text where no widget renders (``text_status``, ``text_summary``) and the record a saved notebook
+keeps (``record_html``). What the browser must format as Python does (``VALUE_DIGITS``,
+``PALETTE``) is decided here and travels in the state. No widget, no TensorFlow, no matplotlib.
 """
+import base64
+import html
 import math
 import os
 import re
 import time
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -19,9 +22,47 @@ from .history import SessionStarted, StallEnded, Stalled, StatusChanged
 ERROR_MAX_CHARS = 20_000
 KEPT_SHOWN = 8
 TIMELINE_SHOWN = 12
+# Significant digits of a scalar value wherever it is shown (Python's "g" format; panel.js
+# formats the same way with the digits the state gives it).
+VALUE_DIGITS = 5
+# The curves' colours, run after run: matplotlib's tab10, so the panel looks like the user's
+# other plots. The saved notebook's image (plots.py) and the browser (through the state) use it.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
 
-_TONES = {names.STARTING: "#757575", names.RUNNING: "#2e7d32", names.STOPPING: "#ef6c00",
-          names.STOPPED: "#1565c0", names.FINISHED: "#2e7d32", names.FAILED: "#c62828"}
+# The tone of each status, which the browser turns into the theme's colour of that name.
+_TONES = {names.STARTING: "muted", names.RUNNING: "success", names.STOPPING: "warn",
+          names.STOPPED: "brand", names.FINISHED: "success", names.FAILED: "error"}
+
+
+class _RunConfig(Protocol):
+    init_fn: Optional[Callable]   # --init-fn, or None
+
+
+class PanelRun(Protocol):
+    """What the panel reads of a run and calls on it (``notebook.run.TrainingRun`` is one; the
+    view imports no run). ``history`` is its ``RunHistory``; the ``can_*`` flags say which
+    buttons work; ``stop``, ``resume`` and ``save_now`` are what they call."""
+
+    name: str
+    logdir: Optional[str]          # None: nothing is saved (or a worker: the chief saves)
+    max_steps: Optional[int]
+    role: str                      # 'local', 'chief' or 'worker'
+    role_text: str                 # "chief on grpc://...", "worker 1 of 2"; '' when local
+    config: _RunConfig
+    history: object
+    can_stop: bool
+    can_resume: bool
+    can_save: bool
+
+    def stop(self, wait: bool = True) -> bool:
+        """Asks the run to stop (``wait=False``: returns at once)."""
+
+    def resume(self) -> None:
+        """Starts the run again from its newest checkpoint."""
+
+    def save_now(self) -> Optional[str]:
+        """Writes a checkpoint now."""
 # Metrics where more is better (as Keras decides a monitor's mode from its name); the others
 # are best at their minimum. Rates (".../sec") have no best.
 _HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "iou", "score", "reward")
@@ -39,12 +80,12 @@ def format_step(step: float, _position=None) -> str:
 
 
 def format_value(value: float) -> str:
-    """A scalar value in at most about 5 significant digits."""
+    """A scalar value in ``VALUE_DIGITS`` significant digits: 0.012346, 123.46, 1.2346e+05."""
     if value != value:
         return "nan"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    return f"{value:.5g}"
+    return f"{value:.{VALUE_DIGITS}g}"
 
 
 def format_duration(seconds: Optional[float]) -> str:
@@ -122,7 +163,7 @@ def _step_text(step: Optional[int]) -> str:
     return "-" if step is None else f"{step:,}"
 
 
-def _label(snap) -> str:
+def status_label(snap) -> str:
     """The status as the header says it: before the session is ready, what it waits for; a
     stall."""
     if snap.active and not snap.ready:
@@ -137,7 +178,7 @@ def _label(snap) -> str:
 
 def _running(run, snap) -> bool:
     # Stepping and not asked to stop: only then a rate and an ETA mean something.
-    return snap.active and snap.ready and bool(getattr(run, "can_stop", False))
+    return snap.active and snap.ready and bool(run.can_stop)
 
 
 def _done_of_total(snap, max_steps: Optional[int]) -> Tuple[int, Optional[int]]:
@@ -165,7 +206,7 @@ def text_status(run, snap=None, elapsed: Optional[float] = None) -> str:
     """One line: name, status (or its stall), step (of max), fit's position at that step,
     rate, elapsed time and, for a task of a cluster, its role and master."""
     snap = snap or run.history.snapshot()
-    text = f"{run.name}: {_label(snap)}"
+    text = f"{run.name}: {status_label(snap)}"
     if snap.step is not None:
         text += f" at step {snap.step:,}"
         if run.max_steps is not None:
@@ -176,23 +217,13 @@ def text_status(run, snap=None, elapsed: Optional[float] = None) -> str:
     fit = _fit_text(snap.progress)
     if fit:
         parts.insert(0, fit)
-    role = _role_text(run)
-    if role:
-        parts.append(role)
+    if run.role_text:
+        parts.append(run.role_text)
     return f"{text} ({', '.join(parts)})"
 
 
-def _role_text(run) -> str:
-    """ "chief on grpc://...", "worker 1 of 2", or '' for a local run."""
-    text = getattr(run, "role_text", None)
-    if text is not None:
-        return text
-    role = getattr(run, "role", "local")
-    return "" if role == "local" else f"{role} on {run.master}"
-
-
 def _no_logdir_text(run) -> str:
-    if getattr(run, "role", "local") == "worker":
+    if run.role == "worker":
         return ("This task saves nothing: the checkpoints and summaries are the chief's, "
                 "and it restores the chief's.")
     return ("No logdir: nothing is saved. No checkpoint and no event file is written; a stop "
@@ -230,8 +261,7 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
     if snap.restored_from:
         line += f" | restored from {os.path.basename(snap.restored_from)}"
     elif snap.ready:
-        init = getattr(getattr(run, "config", None), "init_fn", None) is not None
-        line += " | initialized by --init-fn" if init else " | initialized"
+        line += " | initialized by --init-fn" if run.config.init_fn else " | initialized"
     lines = [line]
     kept = [os.path.basename(path) for path in reversed(snap.kept)]
     if not kept and snap.checkpoints:
@@ -323,8 +353,8 @@ def alerts(run, snap) -> List[dict]:
     return out
 
 
-def best_values(snap) -> List[str]:
-    """The best value of each metric with its step: 'loss: 0.0123 (min) at step 1,200'."""
+def best_entries(snap) -> List[Tuple[str, str]]:
+    """The best value of each metric with its step, as (tag, '0.0123 (min) at step 1,200')."""
     out = []
     for tag, series in snap.scalars.items():
         if names.is_rate(tag) or not len(series.steps):
@@ -335,16 +365,21 @@ def best_values(snap) -> List[str]:
         if not len(finite):
             continue
         pick = finite[(np.argmax if higher else np.argmin)(envelope[finite])]
-        out.append(f"{tag}: {format_value(float(envelope[pick]))} "
-                   f"({'max' if higher else 'min'}) at step {int(series.steps[pick]):,}")
+        out.append((tag, f"{format_value(float(envelope[pick]))} "
+                         f"({'max' if higher else 'min'}) at step {int(series.steps[pick]):,}"))
     return out
 
 
-def text_summary(run, *, with_error: bool = True) -> str:
+def best_values(snap) -> List[str]:
+    """The best value of each metric with its step: 'loss: 0.0123 (min) at step 1,200'."""
+    return [f"{tag}: {text}" for tag, text in best_entries(snap)]
+
+
+def text_summary(run, snap=None, *, with_error: bool = True) -> str:
     """The run as text (``%supervise show`` where no widget renders, the end of a run): status
     line, checkpoint lines, timeline, best and last values, and (``with_error``) the error with
-    its traceback."""
-    snap = run.history.snapshot()
+    its traceback; of ``snap`` (default: the history now)."""
+    snap = snap or run.history.snapshot()
     lines = [text_status(run, snap)]
     if run.logdir is None:
         lines.append("  " + _no_logdir_text(run))
@@ -373,8 +408,8 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
     ``alerts``: what a view may notify of)."""
     running = _running(run, snap)
     state = {
-        "name": str(run.name), "status": snap.status, "label": _label(snap),
-        "tone": _TONES[names.STOPPING] if snap.stalled else _TONES.get(snap.status, "#757575"),
+        "name": str(run.name), "status": snap.status, "label": status_label(snap),
+        "tone": _TONES[names.STOPPING] if snap.stalled else _TONES.get(snap.status, "muted"),
         "active": snap.active,
         "step": snap.step, "step_text": "" if snap.step is None else f"{snap.step:,}",
         "rate": "", "position": _fit_text(snap.progress), "elapsed": format_duration(elapsed),
@@ -386,7 +421,7 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
             "since": snap.stalled.since, "step": snap.stalled.step,
             "text": stalled_text(snap.stalled)},
         "alerts": alerts(run, snap),
-        "best": best_values(snap),
+        "best": [[tag, text] for tag, text in best_entries(snap)],
         "error": "",
         "message": message,
         "buttons": {"stop": bool(run.can_stop), "resume": bool(run.can_resume),
@@ -395,7 +430,7 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
     if running:
         state["rate"] = ("measuring…" if snap.steps_per_sec is None
                          else format_rate(snap.steps_per_sec))
-    state["role"] = _role_text(run)
+    state["role"] = run.role_text
     done, total = _done_of_total(snap, run.max_steps)
     if total:
         permille = int(min(1.0, max(0.0, done / total)) * 1000)  # at most 1000 widths a run
@@ -408,3 +443,61 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
         state["error"] = ("...\n" + error[-ERROR_MAX_CHARS:] if len(error) > ERROR_MAX_CHARS
                           else error)
     return state
+
+
+# -- the record a saved notebook keeps -------------------------------------------------------
+
+
+def record_heading(run, snap) -> Tuple[str, str]:
+    """(the run's name, status, step, fit's position and time, one line; the error's last line
+    or ''): what the record and its image say first."""
+    parts = [str(run.name), status_label(snap)]
+    if snap.step is not None:
+        parts.append(f"step {snap.step:,}" + (f" of {run.max_steps:,}" if run.max_steps else ""))
+    parts += [text for text in (_fit_text(snap.progress), format_duration(snap.elapsed),
+                                run.role_text) if text]
+    return " | ".join(parts), _error_line(snap.error) if snap.error else ""
+
+
+# In JupyterLab and Notebook 7, a record hides itself while its panel's live view sits right
+# above it (the view is marked data-jsv-offline when no kernel ever answered it), and hides the
+# output above it where no view rendered there ("Error displaying widget: model not found" in a
+# notebook reopened without its kernel). nbconvert's HTML, GitHub and other viewers show it.
+_RECORD_STYLE = (
+    '.jp-OutputArea-child:has(.jsv-view[data-jsv-key="{key}"]:not([data-jsv-offline])) + '
+    '.jp-OutputArea-child:has(.jsv-record[data-jsv-key="{key}"]), '
+    '.jp-OutputArea-child:not(:has(.jsv-view)):has(+ .jp-OutputArea-child '
+    '.jsv-record[data-jsv-key="{key}"]) {{ display: none; }}')
+
+
+def record_html(run, snap, *, key: str, image: Optional[bytes] = None,
+                image_tags: Sequence[str] = ()) -> str:
+    """The record of the run as HTML: its heading and error line as text, the image of its
+    curves (PNG bytes, of ``image_tags``) and the rest of its summary; ``key`` ties it to its
+    panel's view."""
+    heading, error = record_heading(run, snap)
+    key = html.escape(key, quote=True)
+    parts = [f'<div class="jsv-record" data-jsv-key="{key}">',
+             f"<style>{_RECORD_STYLE.format(key=key)}</style>",
+             f"<p><strong>{html.escape(heading)}</strong></p>"]
+    if error:
+        parts.append(f'<p class="jsv-record-error">{html.escape(error)}</p>')
+    if image:
+        data = base64.b64encode(image).decode("ascii")
+        parts.append(f'<img src="data:image/png;base64,{data}" '
+                     f'alt="{html.escape(image_text(image_tags), quote=True)}">')
+    details = text_summary(run, snap, with_error=False).split("\n")[1:]
+    if details:
+        parts.append("<pre>" + html.escape("\n".join(line[2:] for line in details)) + "</pre>")
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def image_tags(snap, most: int) -> List[str]:
+    """The tags the record's image shows: the first ``most`` that are not step rates."""
+    return [tag for tag in snap.scalars if not names.is_rate(tag)][:most]
+
+
+def image_text(tags: Sequence[str]) -> str:
+    """The image's text alternative."""
+    return ("Curves of " + ", ".join(tags) + " (x: step)") if tags else "No curves yet"

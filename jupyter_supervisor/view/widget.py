@@ -2,16 +2,17 @@
 and the encoding of series as deltas.
 
 anywidget ships the front end (one ES module, no build step: ``chart.js`` then ``panel.js``,
-joined) inside the widget's state, so JupyterLab 4, Notebook 7, VS Code and Colab load it without an installed extension.
-Small state travels as the ``state`` trait; the points travel as custom messages, each with one
-binary buffer (float64), and only the points a view has not seen (``SeriesFeed``).
+joined) inside the widget's state, so JupyterLab 4, Notebook 7, VS Code and Colab load it
+without an installed extension. Small state travels as the ``state`` trait, what the user set
+in a view as the ``settings`` trait; the points travel as custom messages, each with one binary
+buffer (float64), and only the points a view lacks (``SeriesFeed``).
 
 ipywidgets and anywidget are imported when a widget is really made; without them, that step
 says what to install.
 """
 import functools
 import pathlib
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -54,61 +55,84 @@ def view_class():
         state = traitlets.Dict().tag(sync=True)
         compare = traitlets.Bool(False).tag(sync=True)
         runs = traitlets.List(traitlets.Unicode()).tag(sync=True)
-        smoothing = traitlets.Float(0.6).tag(sync=True)
+        # What the user set in a view (log scale, smoothing, x axis, hidden tags, zooms, the
+        # timeline open): written by the views, kept here so that every view of the model,
+        # one re-created after a page reload too, shows it. The kernel never writes it.
+        settings = traitlets.Dict().tag(sync=True)
 
     return SupervisorView
 
 
-class SeriesFeed:
-    """What one run's series look like to the views: for each tag, the generation and length of
-    what was sent, so that the next message carries only the new buckets.
+# What a view holds of one tag: (generation, number of points, last step, last wall time).
+Known = Tuple[int, int, float, float]
 
-    ``message(scalars, full)`` returns ``(content, buffers)`` for a custom message, or None when
-    nothing changed. A part ``{tag, from, n}`` replaces the points from index ``from`` on with n
-    points; the buffer holds, part after part, n steps, n values and n wall times.
+
+def _known_of(have) -> Dict[Tuple[str, str], Known]:
+    """A view's ``have`` ({run: {tag: [generation, n, last step, last wall]}}, from the browser)
+    as {(run, tag): Known}; what does not read as that is left out (sent again in full)."""
+    known = {}
+    if not isinstance(have, dict):
+        return known
+    for run, tags in have.items():
+        if not isinstance(tags, dict):
+            continue
+        for tag, entry in tags.items():
+            try:
+                generation, n, step, wall = entry
+                known[(str(run), str(tag))] = (int(generation), int(n), float(step), float(wall))
+            except (TypeError, ValueError):
+                continue
+    return known
+
+
+class SeriesFeed:
+    """The points of one or more runs as custom messages that carry only what a view lacks.
+
+    A part ``{run, tag, gen, from, n}`` replaces that series' points from index ``from`` on with
+    n points of generation ``gen`` (``ScalarSeries.generation``); the message's one buffer holds,
+    part after part, n steps, n values and n wall times (float64). A view applies a part that
+    starts at 0, or one of the generation it holds that starts within what it holds; any other
+    part tells it that it missed one, and it asks (``answer``). ``push`` gives what changed since
+    the last push (the refresher's messages to every view); ``answer`` what one view lacks, from
+    what it says it holds (a view's request, answered on the comm thread).
     """
 
-    def __init__(self, run_name: str):
-        self._run = run_name
-        self._sent: Dict[str, Tuple[int, int, float, float]] = {}
+    def __init__(self):
+        self._pushed: Dict[Tuple[str, str], Known] = {}
 
-    def message(self, scalars: Mapping[str, object], full: bool = False
-                ) -> Optional[Tuple[dict, List[bytes]]]:
-        parts, arrays = [], []
-        sent = {} if full else self._sent
+    def push(self, runs: Mapping[str, Mapping[str, object]]) -> Optional[Tuple[list, bytes]]:
+        """(parts, buffer) of what changed since the last push, or None when nothing did."""
+        parts, buffer = _delta(runs, self._pushed, update=True)
+        return (parts, buffer) if parts else None
+
+    @staticmethod
+    def answer(runs: Mapping[str, Mapping[str, object]], have) -> Tuple[list, bytes]:
+        """(parts, buffer) of what a view that holds ``have`` lacks."""
+        return _delta(runs, _known_of(have), update=False)
+
+
+def _delta(runs, known: Dict[Tuple[str, str], Known], update: bool) -> Tuple[list, bytes]:
+    parts, arrays = [], []
+    for run, scalars in runs.items():
         for tag, series in scalars.items():
             n = len(series.steps)
-            key = (series.generation, n, float(series.steps[-1]), float(series.values[-1]))
-            before = sent.get(tag)
+            key = (int(series.generation), n, float(series.steps[-1]), float(series.walls[-1]))
+            before = known.get((run, tag))
             if before == key:
                 continue
-            if before is None or before[0] != series.generation or before[1] > n:
-                start = 0
-            else:
-                start = max(0, before[1] - 1)  # the last bucket may have grown meanwhile
-            parts.append({"tag": tag, "from": start, "n": n - start})
+            start = 0
+            if before is not None and before[0] == key[0] and 0 < before[1] <= n:
+                last = before[1] - 1  # the view's last point: the bucket may have grown since
+                same = (float(series.steps[last]), float(series.walls[last])) == before[2:]
+                start = before[1] if same else last
+            parts.append({"run": run, "tag": tag, "gen": key[0], "from": start, "n": n - start})
             arrays += [series.steps[start:], series.values[start:], series.walls[start:]]
-            self._sent[tag] = key
-        for tag in [tag for tag in self._sent if tag not in scalars]:
-            parts.append({"tag": tag, "from": 0, "n": 0})  # its points were all dropped
-            del self._sent[tag]
-        if not parts and not full:
-            return None
-        buffer = (np.concatenate([np.asarray(a, dtype="<f8") for a in arrays]).tobytes()
-                  if arrays else b"")
-        content = {"type": "series", "run": self._run, "reset": bool(full), "parts": parts}
-        return content, [buffer]
-
-
-def decode_series(content: dict, buffer: bytes) -> Dict[str, Tuple[int, np.ndarray, np.ndarray,
-                                                                    np.ndarray]]:
-    """The parts of a series message as {tag: (from, steps, values, walls)} (what panel.js
-    reads; for tests and benchmarks)."""
-    data = np.frombuffer(buffer, dtype="<f8")
-    out, at = {}, 0
-    for part in content["parts"]:
-        n = part["n"]
-        steps, values, walls = (data[at + i * n:at + (i + 1) * n] for i in range(3))
-        at += 3 * n
-        out[part["tag"]] = (part["from"], steps, values, walls)
-    return out
+            if update:
+                known[(run, tag)] = key
+    for run, tag in [key for key in known if key[1] not in runs.get(key[0], {})]:
+        parts.append({"run": run, "tag": tag, "gen": 0, "from": 0, "n": 0})  # all dropped
+        if update:
+            del known[(run, tag)]
+    buffer = (np.concatenate([np.asarray(a, dtype="<f8") for a in arrays]).tobytes()
+              if arrays else b"")
+    return parts, buffer
