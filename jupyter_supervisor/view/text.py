@@ -22,9 +22,6 @@ TIMELINE_SHOWN = 12
 
 _TONES = {names.STARTING: "#757575", names.RUNNING: "#2e7d32", names.STOPPING: "#ef6c00",
           names.STOPPED: "#1565c0", names.FINISHED: "#2e7d32", names.FAILED: "#c62828"}
-# Metrics where more is better (as Keras decides a monitor's mode from its name); the others
-# are best at their minimum. Rates (".../sec") have no best.
-_HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "iou", "score", "reward")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
@@ -214,8 +211,8 @@ def _checkpoint_label(name: str) -> str:
 
 
 def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
-    """The checkpoint line (newest, how many, where the session started), what retention keeps,
-    and the rollbacks."""
+    """The checkpoint line (newest, how many, where the session started), the best checkpoint
+    kept (``--keep-best``), what retention keeps, and the rollbacks."""
     if run.logdir is None:
         return []
     if snap.checkpoints:
@@ -233,6 +230,8 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
         init = getattr(getattr(run, "config", None), "init_fn", None) is not None
         line += " | initialized by --init-fn" if init else " | initialized"
     lines = [line]
+    if snap.best is not None:
+        lines.append(best_text(snap.best))
     kept = [os.path.basename(path) for path in reversed(snap.kept)]
     if not kept and snap.checkpoints:
         kept = [os.path.basename(info.path) for info in reversed(snap.checkpoints)]
@@ -243,6 +242,11 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
     if snap.rollbacks:
         lines.append(rollbacks_text(snap.rollbacks))
     return lines
+
+
+def best_text(best: events.BestKept) -> str:
+    """'best val_loss 0.2311 (min) at step 300, the end of epoch 3: model.ckpt-300'."""
+    return f"best {best.text()}: {os.path.basename(best.path)}"
 
 
 def _error_line(error: str) -> str:
@@ -329,7 +333,8 @@ def best_values(snap) -> List[str]:
     for tag, series in snap.scalars.items():
         if names.is_rate(tag) or not len(series.steps):
             continue
-        higher = any(word in tag.lower() for word in _HIGHER_IS_BETTER)
+        # Best at its maximum when the name says so (names.direction_of), else its minimum.
+        higher = names.direction_of(tag) == names.MAX
         envelope = series.maxs if higher else series.mins
         finite = np.flatnonzero(np.isfinite(envelope))
         if not len(finite):
