@@ -182,13 +182,13 @@ class RunConfig:
             object.__setattr__(self, "is_chief", self.task_index == 0)
         if self.keep_best is None and self.keep_best_mode != AUTO:
             raise ValueError(invalid("keep_best_mode", self.keep_best_mode,
-                                     f"{AUTO!r} without keep_best: a mode says which values of "
-                                     "the kept metric are better. Give the metric too "
+                                     f"{AUTO!r} without a metric to keep: a mode says which "
+                                     "values of that metric are better. Give the metric too "
                                      "(--keep-best val_loss)"))
         if self.keep_best is not None and self.logdir is None:
             raise ValueError(invalid("keep_best", self.keep_best,
-                                     "None without a logdir: nothing is saved, so no checkpoint "
-                                     "can be kept. Give --logdir too"))
+                                     "a logdir too: without one nothing is saved, so no "
+                                     "checkpoint can be kept (--logdir PATH)"))
         if self.keep_best is not None and self.keep_best_direction is None:
             raise ValueError(invalid(
                 "keep_best_mode", self.keep_best_mode,

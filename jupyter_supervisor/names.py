@@ -48,8 +48,8 @@ MODES = (AUTO, MIN, MAX)
 # Words that make a metric's name say it is best at its maximum, or its minimum, as Keras
 # names its metrics (``val_`` is the validation's prefix).
 _HIGHER = ("acc", "auc", "precision", "recall", "f1", "fbeta", "iou", "io_u", "r2", "score",
-           "reward",
-           "correlation", "cosine_similarity", "sensitivity", "specificity", "true_positives", "true_negatives")
+           "reward", "correlation", "cosine_similarity", "sensitivity", "specificity",
+           "true_positives", "true_negatives")
 _LOWER = ("loss", "error", "mse", "mae", "mape", "msle", "crossentropy", "hinge", "kld",
           "kl_divergence", "poisson", "logcosh", "perplexity", "false_positives",
           "false_negatives")

@@ -347,8 +347,8 @@ def test_a_metric_that_never_came_is_said(tmp_path, backends):
 @pytest.mark.parametrize("options, message", [
     (dict(keep_best="my_metric"), "Received: keep_best_mode='auto'. Expected 'min' or 'max': "
                                   "the name 'my_metric' does not say"),
-    (dict(keep_best_mode="max"), "Expected 'auto' without keep_best"),
-    (dict(keep_best="val_loss", logdir=None), "Expected None without a logdir"),
+    (dict(keep_best_mode="max"), "Expected 'auto' without a metric to keep"),
+    (dict(keep_best="val_loss", logdir=None), "Expected a logdir too"),
     (dict(keep_best=" val_loss"), "Expected the name of a metric"),
     (dict(keep_best="val_loss", keep_best_mode="best"), "Expected 'auto' or 'min' or 'max'"),
 ])
@@ -392,7 +392,7 @@ def test_graph_runs_refuse_keep_best():
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.train.get_or_create_global_step()
-    with pytest.raises(ValueError, match="Expected None in a graph \\(TF1\\) run"):
+    with pytest.raises(ValueError, match="Expected an eager run"):
         GraphBackend(RunConfig(logdir="runs/g", keep_best="val_loss"), graph)
 
 
@@ -457,3 +457,109 @@ def test_a_killed_kernel_keeps_its_best_and_hands_it_over(tmp_path):
         assert_same(plain_weights(best, overfitting), [np.array([[weight_at_3]], np.float32)])
     finally:
         kernel.shutdown()
+
+
+# -- the docs ----------------------------------------------------------------------------------
+
+SECTION = "## Keep the best checkpoint, and export that one"
+PAGE_SETUP = """
+%load_ext jupyter_supervisor
+import keras
+import numpy as np
+import tensorflow as tf
+"""
+# Run after the section's cells, in the same shell: what the section claims, as JSON.
+PAGE_CHECKS = """
+import json as _json, os as _os
+_val = jupyter_supervisor.get_run("best").history.snapshot().scalars[
+    "epoch_val_loss"]
+_fresh = keras.Sequential([keras.Input((1,)), keras.layers.Dense(128, activation="relu"),
+                           keras.layers.Dense(128, activation="relu"), keras.layers.Dense(1)])
+tf.train.Checkpoint(model=_fresh).read(best_path).expect_partial()
+_saved = keras.models.load_model("best.keras")
+print("CHECKS " + _json.dumps({
+    "best": [best.path, best.step, best.epoch, best.value],
+    "lowest": float(min(_val.values)), "last": float(_val.values[-1]),
+    "listed": list(tf.train.get_checkpoint_state("runs/best").all_model_checkpoint_paths),
+    "same": [bool(np.array_equal(_fresh.predict(x_val, verbose=0), p))
+             for p in (wide.predict(x_val, verbose=0), _saved.predict(x_val, verbose=0))],
+    "evaluated": float(wide.evaluate(x_val, y_val, verbose=0)),
+    "exported": _os.path.isdir("best_export"), "best_path": best_path}))
+"""
+
+
+def test_the_after_training_pages_best_section_runs_as_written(tmp_path):
+    """The page's "keep the best" section, its cells in one IPython shell as a person pastes
+    them: the best is the epoch of the lowest val_loss (worse at the end), restore_best() puts
+    it into the model that is saved and exported, and TensorFlow alone finds the same path."""
+    page = open(os.path.join(HERE, os.pardir, "docs", "after-training.md"), encoding="utf-8")
+    section = page.read().split(SECTION, 1)[1].split("\n## ", 1)[0]
+    page.close()
+    cells = [PAGE_SETUP] + re.findall(r"^```python\n(.*?)^```", section, re.S | re.M) + \
+        [PAGE_CHECKS]
+    (tmp_path / "cells.json").write_text(json.dumps(cells))
+    shell = ("import json, sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+             "shell = InteractiveShell.instance()\n"
+             "for cell in json.load(open('cells.json')):\n"
+             "    if not shell.run_cell(cell).success:\n"
+             "        sys.exit('this cell failed:\\n' + cell)\n")
+    done = subprocess.run([sys.executable, "-c", shell], cwd=tmp_path, env=child_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    checks = json.loads(done.stdout.split("CHECKS ", 1)[1].splitlines()[0])
+    path, step, epoch, value = checks["best"]
+    assert value == checks["lowest"] < checks["last"]       # best in the middle of the run
+    assert (path, step) == (f"runs/best/model.ckpt-{step}", (epoch + 1) * 4)
+    assert checks["listed"] == [path, "runs/best/model.ckpt-240"]
+    assert checks["same"] == [True, True] and checks["exported"]
+    assert checks["evaluated"] == pytest.approx(value, rel=1e-5)
+    assert checks["best_path"] == path
+
+
+# -- restore_best ------------------------------------------------------------------------------
+
+LOOP = """sv.track(w=w)
+while not sv.should_stop():
+    w.assign_add(1.0)
+    sv.step()
+    sv.report(val_loss=abs(float(w.numpy()) - 3.0))
+go.wait(60)
+"""
+
+
+def test_restore_best_loads_what_the_run_tracked_or_what_it_is_given(ip, tmp_path, wait_for):
+    import gc  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.notebook.run import RunStateError, get_run  # pylint: disable=C0415
+    go = threading.Event()
+    ip.user_ns.update(w=tf.Variable(0.0), go=go)
+    ip.run_cell_magic("supervise", f"--logdir {tmp_path / 'kept'} --keep-best val_loss "
+                                   "--max-steps 6", LOOP)
+    run = get_run("kept")
+    wait_for(lambda: run.global_step == 6, timeout=60, what="step 6")
+    with pytest.raises(RunStateError, match="Run 'kept' is running: it would train on over "
+                                            "what its best checkpoint restores. Stop it first"):
+        run.restore_best()
+    go.set()
+    run.wait(60)
+    assert (run.best_checkpoint.step, run.best_checkpoint.value) == (3, 0.0)
+    assert float(ip.user_ns["w"].numpy()) == 6.0
+    assert run.restore_best() == str(tmp_path / "kept" / "model.ckpt-3")
+    assert float(ip.user_ns["w"].numpy()) == 3.0
+    other = tf.Variable(0.0)
+    run.restore_best(w=other)
+    assert float(other.numpy()) == 3.0
+    del ip.user_ns["w"]
+    gc.collect()
+    with pytest.raises(ValueError, match=re.escape("what this session tracked (w) no longer "
+                                                   "exists")):
+        run.restore_best()
+
+    go.clear()
+    ip.user_ns.update(w=tf.Variable(0.0))
+    ip.run_cell_magic("supervise", f"--logdir {tmp_path / 'plain'} --max-steps 2", LOOP)
+    go.set()
+    get_run("plain").wait(60)
+    with pytest.raises(RunStateError, match="Run 'plain' has no best checkpoint: it does not "
+                                            "keep one: start it with --keep-best METRIC"):
+        get_run("plain").restore_best()

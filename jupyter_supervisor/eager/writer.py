@@ -87,9 +87,8 @@ class CheckpointWriter:
     ``save(step)`` returns once the snapshot is taken (``async_save``) or the files are written;
     then, in order: the files, the state file (the newest first in TensorFlow's format), the
     retention sweep (``keep`` newest, and ``best``), and ``on_saved(step, path, wall_time,
-    seconds)``. A write
-    that fails is reported to ``on_error(CheckpointWriteError)`` and raised by the next
-    ``save()`` or ``wait()``; the checkpoints written before are not touched.
+    seconds)``. A write that fails is reported to ``on_error(CheckpointWriteError)`` and raised
+    by the next ``save()`` or ``wait()``; the checkpoints written before are not touched.
 
     ``owners``: the objects whose lifetime bounds the reuse of the snapshot's copies and traced
     writes after ``release()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones)
@@ -178,12 +177,13 @@ class CheckpointWriter:
 
     def save(self, step: int, final: bool = False, best: bool = False) -> str:
         """Starts the checkpoint of ``step`` (see the class); returns its path. The verdict of
-        the save before must have been taken. ``best``: once listed, it is the ``best``. ``final``: the last save of the session, which
+        the save before must have been taken. ``final``: the last save of the session, which
         the session's end waits for: when no write is traced for these objects yet (a short
         cell, whose only checkpoint is this one), it is written here, from the variables
         themselves, checked before op by op: tracing the snapshot's write and its check would
         cost that cell a few tenths of a second (a 1 MB model: 0.35 s, against 15 ms for the
         write; bench/bench_cell_cost.py)."""
+        # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._verdict is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
         self.wait()

@@ -47,12 +47,12 @@ class GraphBackend:
         if config.keep_best is not None:
             raise ValueError(invalid(
                 "keep_best", config.keep_best,
-                "None in a graph (TF1) run: there the Saver's service thread writes "
-                "checkpoints at its own times while another thread computes the summaries, so "
-                "no checkpoint holds the state a metric was measured on. --keep-best is for "
-                "eager runs (Keras fit, sv.track/sv.step loops); in graph code, keep the best "
-                "with a Saver of your own (tf.compat.v1.train.Saver(max_to_keep=1)) that saves "
-                "into another directory when your metric improves"))
+                "an eager run (Keras fit, sv.track/sv.step loops): in a graph (TF1) run the "
+                "Saver's service thread writes checkpoints at its own times while another "
+                "thread computes the summaries, so no checkpoint holds the state a metric was "
+                "measured on. In graph code, keep the best with a Saver of your own "
+                "(tf.compat.v1.train.Saver(max_to_keep=1)) that saves into another directory "
+                "when your metric improves"))
         if not graph.get_operations():
             raise ValueError(
                 "%%supervise trains the default graph, and it is empty. Run the cells that "
