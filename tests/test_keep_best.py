@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 
@@ -19,7 +18,7 @@ import tensorflow as tf
 from IPython.core.error import UsageError
 
 from eager_models import drifting_classifier, overfitting
-from helpers import Kernel, child_env, wait_for
+from helpers import Kernel, child_env, killed_where_it_paused, wait_for
 from jupyter_supervisor import events, names
 from jupyter_supervisor.config import RunConfig
 from jupyter_supervisor.eager.reporting import BEST_TAG
@@ -214,17 +213,9 @@ def test_a_kill_while_a_new_best_is_written_leaves_the_previous_best(tmp_path, b
     TensorFlow; the next session sweeps the unlisted files, resumes from it and keeps the
     best anew."""
     logdir = str(tmp_path / "run")
-    child = subprocess.Popen(
+    line, stderr = killed_where_it_paused(
         [sys.executable, os.path.join(HERE, "eager_scripts", "kill_writing_best.py"), logdir,
-         "24"], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        line = child.stdout.readline().decode()   # ends when the child prints or exits
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
-        stderr = child.stderr.read().decode()[-3000:]
-        child.stdout.close()
-        child.stderr.close()
+         "24"], child_env())
     previous, cut = at_step(logdir, 16), at_step(logdir, 24)
     assert line.split() == ["PAUSED", cut], (line, stderr)
     assert listed(logdir) == [previous] and on_disk(logdir) == [previous, cut]
