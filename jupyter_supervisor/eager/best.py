@@ -110,8 +110,8 @@ class BestKeeper:
         self.best = best
 
     def forget(self, best: Optional[Best]) -> None:
-        """The decision in flight did not make it to disk (a save refused as not finite):
-        back to ``best``, what the state now restored, or the newest complete one, records."""
+        """The decision in flight did not make it to disk (a save refused as not finite): the
+        best is ``best`` again (the newest one complete on disk)."""
         self.decided = self.best = best
 
     def state(self) -> Optional[dict]:
