@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 import re
-import subprocess
 import sys
 
 import keras
@@ -449,63 +448,6 @@ def test_a_killed_kernel_keeps_its_best_and_hands_it_over(tmp_path):
             assert_same(plain_weights(path, overfitting), [np.array([[weight]], np.float32)])
     finally:
         kernel.shutdown()
-
-
-# -- the docs ----------------------------------------------------------------------------------
-
-SECTION = "## Keep the best checkpoint, and export that one"
-PAGE_SETUP = """
-%load_ext jupyter_supervisor
-import keras
-import numpy as np
-import tensorflow as tf
-"""
-# Run after the section's cells, in the same shell: what the section claims, as JSON.
-PAGE_CHECKS = """
-import json as _json, os as _os
-_val = jupyter_supervisor.get_run("best").history.snapshot().scalars[
-    "epoch_val_loss"]
-_fresh = keras.Sequential([keras.Input((1,)), keras.layers.Dense(128, activation="relu"),
-                           keras.layers.Dense(128, activation="relu"), keras.layers.Dense(1)])
-tf.train.Checkpoint(model=_fresh).read(best_path).expect_partial()
-_saved = keras.models.load_model("best.keras")
-print("CHECKS " + _json.dumps({
-    "best": [best.path, best.step, best.epoch, best.value],
-    "lowest": float(min(_val.values)), "last": float(_val.values[-1]),
-    "listed": list(tf.train.get_checkpoint_state("runs/best").all_model_checkpoint_paths),
-    "same": [bool(np.array_equal(_fresh.predict(x_val, verbose=0), p))
-             for p in (wide.predict(x_val, verbose=0), _saved.predict(x_val, verbose=0))],
-    "evaluated": float(wide.evaluate(x_val, y_val, verbose=0)),
-    "exported": _os.path.isdir("best_export"), "best_path": best_path}))
-"""
-
-
-def test_the_after_training_pages_best_section_runs_as_written(tmp_path):
-    """The page's "keep the best" section, its cells in one IPython shell as a person pastes
-    them: the best is the epoch of the lowest val_loss (worse at the end), restore_best() puts
-    it into the model that is saved and exported, and TensorFlow alone finds the same path."""
-    page = open(os.path.join(HERE, os.pardir, "docs", "after-training.md"), encoding="utf-8")
-    section = page.read().split(SECTION, 1)[1].split("\n## ", 1)[0]
-    page.close()
-    cells = [PAGE_SETUP] + re.findall(r"^```python\n(.*?)^```", section, re.S | re.M) + \
-        [PAGE_CHECKS]
-    (tmp_path / "cells.json").write_text(json.dumps(cells))
-    shell = ("import json, sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
-             "shell = InteractiveShell.instance()\n"
-             "for cell in json.load(open('cells.json')):\n"
-             "    if not shell.run_cell(cell).success:\n"
-             "        sys.exit('this cell failed:\\n' + cell)\n")
-    done = subprocess.run([sys.executable, "-c", shell], cwd=tmp_path, env=child_env(),
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    checks = json.loads(done.stdout.split("CHECKS ", 1)[1].splitlines()[0])
-    path, step, epoch, value = checks["best"]
-    assert value == checks["lowest"] < checks["last"]       # best in the middle of the run
-    assert (path, step) == (f"runs/best/model.ckpt-{step}", (epoch + 1) * 4)
-    assert checks["listed"] == [path, "runs/best/model.ckpt-240"]
-    assert checks["same"] == [True, True] and checks["exported"]
-    assert checks["evaluated"] == pytest.approx(value, rel=1e-5)
-    assert checks["best_path"] == path
 
 
 # -- restore_best ------------------------------------------------------------------------------
