@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EVERY_STEP = 1e-9
 BATCHES = 8                      # batches an epoch in both models
 TRAINING_STATE = "jupyter_supervisor/training/.ATTRIBUTES/VARIABLE_VALUE"
+OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
 
 class EpochWeights(keras.callbacks.Callback):
@@ -135,6 +136,40 @@ def test_fit_keeps_the_best_epoch_beside_the_newest(tmp_path, backends):
              for e in accumulator.Tensors(BEST_TAG)]
     assert texts[-1] == (24, f"best {kept[-1].text()}: {best}")
     assert kept[-1].text() == f"val_loss {val[k]:.5g} (min) at step 24, the end of epoch 3"
+
+
+def training_state(path):
+    """The run state's JSON of the checkpoint ``path``."""
+    return json.loads(tf.train.load_checkpoint(path).get_tensor(TRAINING_STATE).decode("utf-8"))
+
+
+def test_the_best_is_the_epoch_end_every_callback_made(tmp_path, backends):
+    """The best is written at the boundary after every callback's on_epoch_end, so the
+    callbacks after sv.callback (EarlyStopping, ReduceLROnPlateau) have decided on its epoch in
+    it: it is the checkpoint a run without --keep-best writes at that epoch's end, variable for
+    variable, with the same training state but for the best's record."""
+    def deciding():
+        return [keras.callbacks.EarlyStopping("val_loss", patience=10),
+                keras.callbacks.ReduceLROnPlateau("val_loss", patience=10)]
+    _, history, _ = fit(backends, tmp_path / "kept", overfitting, 4, deciding(), keep=1,
+                        keep_best="val_loss", save_model_secs=0)   # no save but the best's
+    fit(backends, tmp_path / "every", overfitting, 4, deciding(), keep=100)
+    best, reference = at_step(tmp_path / "kept", 24), at_step(tmp_path / "every", 24)
+    assert best in listed(tmp_path / "kept")
+    kept, written = tf.train.load_checkpoint(best), tf.train.load_checkpoint(reference)
+    variables = set(kept.get_variable_to_shape_map()) - {TRAINING_STATE, OBJECT_GRAPH}
+    assert variables == set(written.get_variable_to_shape_map()) - {TRAINING_STATE,
+                                                                      OBJECT_GRAPH}
+    for name in variables:
+        assert np.array_equal(kept.get_tensor(name), written.get_tensor(name)), name
+    state, expected = training_state(best), training_state(reference)
+    assert state.pop("best")["step"] == 24 and "best" not in expected
+    assert state == expected
+    decided = {entry["type"].rsplit(".", 1)[-1]: entry["state"]
+               for entry in state["fit"]["callbacks"]}
+    # Both saw epoch 3's val_loss (their best so far), not only epoch 2's.
+    for name in ("EarlyStopping", "ReduceLROnPlateau"):
+        assert decided[name]["best"] == history.history["val_loss"][2], name
 
 
 @pytest.mark.parametrize("mode", ["auto", "max"])
@@ -251,9 +286,8 @@ def test_a_loop_reports_its_own_metric(tmp_path, backends):
     restored = tf.Variable(0.0)
     tf.train.Checkpoint(w=restored).read(at_step(tmp_path, 12)).expect_partial()
     assert float(restored.numpy()) == pytest.approx(1.2)
-    values = {s: v["val_loss"] for s, v in
-              ((r.step, r.scalars) for r in records.of(events.SummaryWritten))}
-    assert sorted(values) == [3, 6, 9, 12, 15, 18]   # every report reached the event file
+    reports = [r.step for r in records.of(events.SummaryWritten) if "val_loss" in r.scalars]
+    assert reports == [3, 6, 9, 12, 15, 18]   # every report reached the event file
 
 
 def test_step_values_count_at_the_checkpoints_a_loop_writes(tmp_path, backends):
@@ -438,7 +472,10 @@ def test_a_killed_kernel_keeps_its_best_and_hands_it_over(tmp_path):
         assert listed(logdir) == [best, at_step(logdir, 48)] == on_disk(logdir)
         epochs = [json.loads(line) for line in (tmp_path / "epochs.json").read_text().splitlines()]
         weight_at_3 = [w for epoch, w in epochs if epoch == 2][0]
-        assert [e for e, _ in epochs] == [0, 1, 2, 3, 4, 5]   # the resume trained epoch 6
+        # Step 40's checkpoint was written before epoch 5's end ran (at its validation): the
+        # resume runs that end (validation, callbacks), then trains epoch 6.
+        assert [e for e, _ in epochs] == [0, 1, 2, 3, 4, 4, 5]
+        assert epochs[4][1] == epochs[5][1]
         table = kernel.ok("%supervise").stream()
         assert f"fit keeps the best val_loss " in table
         assert table.rstrip().endswith("at step 24, the end of epoch 3: runs/fit/model.ckpt-24")
@@ -457,6 +494,7 @@ while not sv.should_stop():
     w.assign_add(1.0)
     sv.step()
     sv.report(val_loss=abs(float(w.numpy()) - 3.0))
+looped.set()
 go.wait(60)
 """
 
@@ -465,12 +503,12 @@ def test_restore_best_loads_what_the_run_tracked_or_what_it_is_given(ip, tmp_pat
     import gc  # pylint: disable=import-outside-toplevel
     import threading  # pylint: disable=import-outside-toplevel
     from jupyter_supervisor.notebook.run import RunStateError, get_run  # pylint: disable=C0415
-    go = threading.Event()
-    ip.user_ns.update(w=tf.Variable(0.0), go=go)
+    go, looped = threading.Event(), threading.Event()
+    ip.user_ns.update(w=tf.Variable(0.0), go=go, looped=looped)
     ip.run_cell_magic("supervise", f"--logdir {tmp_path / 'kept'} --keep-best val_loss "
                                    "--max-steps 6", LOOP)
     run = get_run("kept")
-    wait_for(lambda: run.global_step == 6, timeout=60, what="step 6")
+    wait_for(looped.is_set, timeout=60, what="the loop's end at step 6, the body still running")
     with pytest.raises(RunStateError, match="Run 'kept' is running: it would train on over "
                                             "what its best checkpoint restores. Stop it first"):
         run.restore_best()
@@ -490,7 +528,7 @@ def test_restore_best_loads_what_the_run_tracked_or_what_it_is_given(ip, tmp_pat
         run.restore_best()
 
     go.clear()
-    ip.user_ns.update(w=tf.Variable(0.0))
+    ip.user_ns.update(w=tf.Variable(0.0), looped=threading.Event())
     ip.run_cell_magic("supervise", f"--logdir {tmp_path / 'plain'} --max-steps 2", LOOP)
     go.set()
     get_run("plain").wait(60)

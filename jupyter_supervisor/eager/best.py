@@ -1,10 +1,12 @@
 """The best checkpoint of an eager run (``--keep-best METRIC``): which values of METRIC are
 better, the best one so far, and what every checkpoint records of it (plain JSON, in the run's
-state: a resume knows its best, a rollback goes back to the best of the state it restores).
+state: a resume knows its best). A rollback keeps the best on disk: a best refused as not
+finite was never written (``forget``).
 
-Values come three ways (``Checkpointer`` acts on them): a fit's epoch end and ``sv.report``
-measure the model as it is at that step boundary, so a better value there makes a checkpoint at
-once (``offer``); a loop's ``sv.step`` scalars are noted (``note``) and weighed at each
+Values come three ways (``Checkpointer`` acts on them): a fit's epoch end (weighed at the
+boundary after every callback's ``on_epoch_end``, so the checkpoint holds what they decided
+there) and ``sv.report`` measure the model as it is at that step boundary, so a better value
+there makes a checkpoint at once (``offer``); a loop's ``sv.step`` scalars are noted (``note``) and weighed at each
 checkpoint the loop writes anyway (``at_save``): a training scalar changes at every step, and a
 checkpoint at each of its improvements would be a checkpoint at nearly every step. The newest
 decision (``decided``) is what a checkpoint written now records; ``best`` is the newest one
