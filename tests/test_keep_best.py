@@ -239,6 +239,45 @@ def test_a_resume_keeps_the_best_and_goes_on_from_its_value(tmp_path, backends):
     assert listed(tmp_path) == [best, at_step(tmp_path, 48)]
 
 
+def test_a_resume_says_what_becomes_of_the_best_it_finds(tmp_path, backends, caplog):
+    """A resume on a logdir that kept a best: without --keep-best it says that retention will
+    delete it (while it is there), with another metric that it is no longer kept, and once it
+    is gone that the best is kept anew."""
+    def session(logdir, reports=(), **options):
+        w = tf.Variable(0.0)
+        sv = backends(logdir, keep=1, save_model_secs=0, **options)
+        caplog.clear()
+        with sv.session():
+            sv.track(w=w)
+            sv.step()
+            for value in reports:
+                sv.report(**value)
+            sv.step()
+        sv.close()
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+    caplog.set_level("WARNING", logger="jupyter_supervisor")
+    best = "val_loss 0.5 (min) at step 1"
+    session(tmp_path / "a", [{"val_loss": 0.5}], keep_best="val_loss")
+    assert session(tmp_path / "a", keep_best="val_accuracy") == [
+        "The checkpoints of this logdir kept the best val_loss (min); this run keeps the best "
+        "val_accuracy (max) from now on, and retention no longer keeps the checkpoint of step 1 "
+        "for it."]
+    assert listed(tmp_path / "a") == [at_step(tmp_path / "a", 4)]
+
+    session(tmp_path / "b", [{"val_loss": 0.5}], keep_best="val_loss")
+    assert listed(tmp_path / "b") == [at_step(tmp_path / "b", 1), at_step(tmp_path / "b", 2)]
+    assert session(tmp_path / "b") == [
+        f"The checkpoints of this logdir kept the best {best}; this run has no --keep-best, so "
+        "retention deletes that checkpoint (step 1) as any other, once it is not among the "
+        "newest 1. Add --keep-best val_loss to keep it."]
+    assert listed(tmp_path / "b") == [at_step(tmp_path / "b", 4)]
+    assert session(tmp_path / "b") == []          # it is gone: nothing left to say about it
+    assert session(tmp_path / "b", keep_best="val_loss") == [
+        f"The best checkpoint recorded ({best}) is no longer in the logdir; the best val_loss "
+        "is kept anew from this session's values."]
+
+
 # -- a crash while a new best is written -------------------------------------------------------
 
 def test_a_kill_while_a_new_best_is_written_leaves_the_previous_best(tmp_path, backends):

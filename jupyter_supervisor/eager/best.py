@@ -6,12 +6,12 @@ finite was never written (``forget``).
 Values come three ways (``Checkpointer`` acts on them): a fit's epoch end (weighed at the
 boundary after every callback's ``on_epoch_end``, so the checkpoint holds what they decided
 there) and ``sv.report`` measure the model as it is at that step boundary, so a better value
-there makes a checkpoint at once (``offer``); a loop's ``sv.step`` scalars are noted (``note``) and weighed at each
-checkpoint the loop writes anyway (``at_save``): a training scalar changes at every step, and a
-checkpoint at each of its improvements would be a checkpoint at nearly every step. The newest
-decision (``decided``) is what a checkpoint written now records; ``best`` is the newest one
-whose checkpoint is complete on disk (what retention keeps, the panel shows, ``restore_best``
-restores).
+there makes a checkpoint at once (``offer``); a loop's ``sv.step`` scalars are noted
+(``note``) and weighed at each checkpoint the loop writes anyway (``at_save``): a training
+scalar changes at every step, and a checkpoint at each of its improvements would be a
+checkpoint at nearly every step. The newest decision (``decided``) is what a checkpoint
+written now records; ``best`` is the newest one whose checkpoint is complete on disk (what
+retention keeps, the panel shows, ``restore_best`` restores).
 """
 import math
 from typing import Mapping, NamedTuple, Optional
@@ -33,6 +33,10 @@ class Best(NamedTuple):
     def text(self) -> str:
         """'val_loss 0.2311 (min) at step 300, the end of epoch 3'."""
         return describe_best(*self)
+
+    def among(self, paths) -> bool:
+        """True when its checkpoint is one of ``paths`` (a logdir's checkpoints)."""
+        return any(checkpoint_step(path) == self.step for path in paths)
 
     def as_json(self) -> dict:
         """Plain JSON (``from_json`` reads it back)."""
@@ -128,13 +132,13 @@ class BestKeeper:
         self.decided = self.best = None
         if best is None:
             return None
+        if not best.among(existing):
+            return (f"The best checkpoint recorded ({best.text()}) is no longer in the logdir; "
+                    f"the best {self.metric} is kept anew from this session's values.")
         if (best.metric, best.mode) != (self.metric, self.mode):
             return (f"The checkpoints of this logdir kept the best {best.metric} ({best.mode}); "
                     f"this run keeps the best {self.metric} ({self.mode}) from now on, and "
                     f"retention no longer keeps the checkpoint of step {best.step} for it.")
-        if not any(checkpoint_step(path) == best.step for path in existing):
-            return (f"The best checkpoint recorded ({best.text()}) is no longer in the logdir; "
-                    f"the best {self.metric} is kept anew from this session's values.")
         self.decided = self.best = best
         return None
 

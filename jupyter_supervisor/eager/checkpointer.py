@@ -275,13 +275,15 @@ class Checkpointer:
         (``existing``: the checkpoints of the logdir), or why not is said."""
         saved = self.restored_parts.get("best")
         if self.best is None:
+            # The record goes on in this session's checkpoints (``training_state`` keeps the
+            # parts no part replaces): a later --keep-best session takes it while it exists.
             best = Best.from_json(saved)
-            if best is not None:
+            if best is not None and best.among(existing):
                 logger.warning(
                     "The checkpoints of this logdir kept the best %s; this run has no "
-                    "--keep-best, so retention deletes that checkpoint (step %d) once %d newer "
-                    "ones are written. Add --keep-best %s to keep it.", best.text(), best.step,
-                    self._config.keep, best.metric)
+                    "--keep-best, so retention deletes that checkpoint (step %d) as any other, "
+                    "once it is not among the newest %d. Add --keep-best %s to keep it.",
+                    best.text(), best.step, self._config.keep, best.metric)
             return
         why = self.best.restored(saved, existing)
         if why is not None:
