@@ -202,12 +202,14 @@ class StopInEpoch(keras.callbacks.Callback):
             self.sv.request_stop()
 
 
-def test_an_epoch_cut_by_a_stop_is_no_best(tmp_path, backends):
-    """val_loss improves at every epoch here until epoch 3: a stop in the middle of epoch 2
-    ends fit with that half epoch's values, better than epoch 1's. They are not an epoch's:
-    the best stays epoch 1's end."""
+@pytest.mark.parametrize("metric", ["val_loss", "loss"])
+def test_an_epoch_cut_by_a_stop_is_no_best(tmp_path, backends, metric):
+    """Both losses improve at every epoch here until epoch 3: a stop in the middle of epoch 2
+    ends fit with that half epoch's training values (the mean loss of its batches, better than
+    epoch 1's; fit's on_train_end gets them), and skips its validation. They are not an
+    epoch's: the best stays epoch 1's end."""
     model, arguments = overfitting()
-    sv = backends(tmp_path, keep=1, keep_best="val_loss", save_model_secs=0)
+    sv = backends(tmp_path, keep=1, keep_best=metric, save_model_secs=0)
     records = Recorder(sv)
     record = EpochWeights()
     with sv.session():
