@@ -8,6 +8,7 @@ from typing import Callable, List, Optional, Tuple
 
 from . import finite
 from ._validate import check_basename, check_number, invalid
+from .names import AUTO, MAX, MIN, MODES, direction_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,18 @@ def _check_master(name: str, value) -> None:
         raise ValueError(invalid(name, value, "a target such as 'grpc://localhost:2222', or ''"))
 
 
+def _check_metric(name: str, value) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()
+                              or value != value.strip()):
+        raise ValueError(invalid(name, value, "the name of a metric, such as 'val_loss', or "
+                                 "None"))
+
+
+def _check_mode(name: str, value) -> None:
+    if value not in MODES:
+        raise ValueError(invalid(name, value, " or ".join(repr(m) for m in MODES)))
+
+
 def _check_session_config(name: str, value) -> None:
     if value is not None:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -74,6 +87,8 @@ class RunConfig:
     task_index)``, whose device filters let the task start or restart while another task is
     down. ``on_nan`` ("stop", "rollback" or "ignore") and ``max_rollbacks``: what a checkpoint
     due on a model that is not finite does (``finite.Policy``); both backends follow it.
+    ``keep_best`` and ``keep_best_mode``: the metric whose best checkpoint retention keeps
+    beside the newest ``keep`` (eager runs; ``eager.best``).
     """
     logdir: Optional[str] = _option(None, _check_logdir, Option(
         "Directory for checkpoints and event files (no *, ?, [ or \\ in it); a relative path "
@@ -101,6 +116,19 @@ class RunConfig:
     keep: int = _option(5, _number(integer=True, minimum=1), Option(
         "How many of the newest checkpoints are kept. Default: %(default)s.", metavar="N",
         kind=int))
+    keep_best: Optional[str] = _option(None, _check_metric, Option(
+        "Keep also the checkpoint at which METRIC was best so far (e.g. val_loss), beside the "
+        "newest --keep N: a full training state, never deleted by retention, replaced once a "
+        "better one is on disk. METRIC comes from fit's epoch-end logs (validation included; "
+        "never from an epoch cut by a stop), from sv.report(METRIC=...) in a loop, or from "
+        "sv.step(METRIC=...) at the checkpoints a loop writes anyway. Eager runs only. "
+        "Default: none.", metavar="METRIC"))
+    keep_best_mode: str = _option(AUTO, _check_mode, Option(
+        "With --keep-best: 'min' (lower is better), 'max', or 'auto': from the metric's "
+        "name, as Keras decides (a loss or an error is best at its minimum; an accuracy, AUC, "
+        "precision, recall... at its maximum; a name that says neither needs min or max). "
+        "Default: %(default)s.",
+        metavar="MODE", choices=MODES))
     max_steps: Optional[int] = _option(None, _number(integer=True, minimum=1, allow_none=True),
                                        Option(
         "Stop cleanly (final checkpoint, status 'finished') when the global step reaches N; "
@@ -152,6 +180,21 @@ class RunConfig:
                 check(field.name, getattr(self, field.name))
         if self.is_chief is None:
             object.__setattr__(self, "is_chief", self.task_index == 0)
+        if self.keep_best is None and self.keep_best_mode != AUTO:
+            raise ValueError(invalid("keep_best_mode", self.keep_best_mode,
+                                     f"{AUTO!r} without a metric to keep: a mode says which "
+                                     "values of that metric are better. Give the metric too "
+                                     "(--keep-best val_loss)"))
+        if self.keep_best is not None and self.logdir is None:
+            raise ValueError(invalid("keep_best", self.keep_best,
+                                     "a logdir too: without one nothing is saved, so no "
+                                     "checkpoint can be kept (--logdir PATH)"))
+        if self.keep_best is not None and self.keep_best_direction is None:
+            raise ValueError(invalid(
+                "keep_best_mode", self.keep_best_mode,
+                f"{MIN!r} or {MAX!r}: the name {self.keep_best!r} does not say whether it is "
+                "best at its minimum or its maximum (as Keras' names do: a loss, an error, an "
+                "accuracy, an AUC...)"))
 
     @staticmethod
     def options() -> List[Tuple[str, object, Option, Optional[Callable[[str, object], None]]]]:
@@ -177,6 +220,17 @@ class RunConfig:
             return f"{self.role} on {self.master}"
         place = f"worker {self.task_index} of {self.workers}"
         return f"chief ({place})" if self.is_chief else place
+
+    @property
+    def keep_best_direction(self) -> Optional[str]:
+        """MIN or MAX: which values of ``keep_best`` are better (``keep_best_mode``, or with
+        AUTO what the metric's name says: ``names.direction_of``); None without
+        ``keep_best``."""
+        if self.keep_best is None:
+            return None
+        if self.keep_best_mode != AUTO:
+            return self.keep_best_mode
+        return direction_of(self.keep_best)
 
     @property
     def saves(self) -> bool:

@@ -10,6 +10,7 @@ Records:
   WaitingForChief  a non-chief waits for the chief to initialize or restore the model
   CheckpointSaved  a checkpoint was written (step, path, wall time, seconds taken, and the
                    checkpoints retention keeps, newest first)
+  BestKept         the checkpoint retention keeps as the best of a metric (--keep-best)
   SummaryWritten   a summary went to the event file (step, scalar values by tag)
   StepRate         the step counter measured steps per second
   RolledBack       the model was not finite, so it was restored from the newest good checkpoint
@@ -78,6 +79,33 @@ class CheckpointSaved:
     wall_time: float
     seconds: float
     kept: Tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class BestKept:
+    """The checkpoint ``path`` of ``step`` holds the best ``value`` of ``metric`` so far
+    (``mode``: "min" or "max"), at the end of fit's ``epoch`` (0-based; None outside fit);
+    retention keeps it beside the newest. Sent once a new best is listed, and when a session
+    restored a state that names its best."""
+    metric: str
+    mode: str
+    value: float
+    step: int
+    epoch: Optional[int]
+    path: str
+    wall_time: float
+
+    def text(self) -> str:
+        """'val_loss 0.2311 (min) at step 300, the end of epoch 3' (``describe_best``)."""
+        return describe_best(self.metric, self.mode, self.value, self.step, self.epoch)
+
+
+def describe_best(metric: str, mode: str, value: float, step: int,
+                  epoch: Optional[int]) -> str:
+    """A best value as the panel, the logs and the event file say it: 'val_loss 0.2311 (min)
+    at step 300, the end of epoch 3' (epochs 1-based, as Keras prints them)."""
+    where = f"step {step:,}" + ("" if epoch is None else f", the end of epoch {epoch + 1}")
+    return f"{metric} {value:.5g} ({mode}) at {where}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The vocabulary shared by the run, its history, the panel and ``%supervise``: the run's
-statuses, the kinds of alerts, the step-rate tag and the checkpoint-step pattern. Decided here once; what the
-browser needs of it travels in the panel's state. No TensorFlow, no widget.
+statuses, the kinds of alerts, the step-rate tag, the checkpoint-step pattern and which way a
+metric improves. Decided here once; what the browser needs of it travels in the panel's state.
+No TensorFlow, no widget.
 """
 import re
 from typing import Optional
@@ -39,3 +40,29 @@ def checkpoint_step(path: str) -> Optional[int]:
     """The step in a ``<prefix>-<step>`` checkpoint path, or None for a step-less one."""
     match = CHECKPOINT_STEP.search(path)
     return int(match.group(1)) if match else None
+
+
+# Which way a metric improves (``--keep-best-mode``, the panel's best values): Keras' modes.
+MIN, MAX, AUTO = "min", "max", "auto"
+MODES = (AUTO, MIN, MAX)
+# Words that make a metric's name say it is best at its maximum, or its minimum, as Keras
+# names its metrics (``val_`` is the validation's prefix).
+_HIGHER = ("acc", "auc", "precision", "recall", "f1", "fbeta", "iou", "io_u", "r2", "score",
+           "reward", "correlation", "cosine_similarity", "sensitivity", "specificity",
+           "true_positives", "true_negatives")
+_LOWER = ("loss", "error", "mse", "mae", "mape", "msle", "crossentropy", "hinge", "kld",
+          "kl_divergence", "poisson", "logcosh", "perplexity", "false_positives",
+          "false_negatives")
+
+
+def direction_of(name: str) -> Optional[str]:
+    """MAX or MIN when the metric's name says which way it improves (Keras' names: accuracy,
+    auc, precision... are best at their maximum; a loss, an error, mse... at their
+    minimum); None when it does not say."""
+    lowered = name.lower()
+    bare = lowered[4:] if lowered.startswith("val_") else lowered
+    if bare == "loss" or any(word in bare for word in _LOWER):
+        return MIN
+    if any(word in bare for word in _HIGHER):
+        return MAX
+    return None

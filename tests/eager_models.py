@@ -67,3 +67,38 @@ def custom_loop(seed=0):
         return loss
 
     return model, opt, train_step
+
+
+# -- models whose validation metric is best in the middle of the run (--keep-best) ----------
+
+def overfitting(lr=0.04):
+    """(model, fit arguments): ``y = w x`` fitted to ``2 x`` by SGD from ``w = 0``, validated
+    on ``x`` itself, which is best at ``w = 1``: ``w`` passes 1 in the third epoch (8 batches
+    each) on its way to 2, so val_loss is best at the end of epoch 3 (0-based 2) and worse at
+    every epoch after. No randomness: no shuffling, a zero initial weight."""
+    import keras  # pylint: disable=import-outside-toplevel
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 1), dtype=np.float32)
+    x_val = rng.random((32, 1), dtype=np.float32)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(
+        1, use_bias=False, kernel_initializer="zeros")])
+    model.compile(keras.optimizers.SGD(lr), "mse")
+    return model, {"x": x, "y": 2 * x, "validation_data": (x_val, x_val), "batch_size": 8,
+                   "shuffle": False}
+
+
+def drifting_classifier(lr=0.5):
+    """(model, fit arguments): a logistic ``sigmoid(w x + b)`` whose decision boundary starts
+    at 0 and moves toward the training labels' boundary, 0.6; the validation labels' is 0.2,
+    so val_accuracy is best at the end of epoch 2 (0-based 1), when the boundary passes it,
+    and worse after. No randomness: fixed initial weights, no shuffling."""
+    import keras  # pylint: disable=import-outside-toplevel
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (64, 1)).astype(np.float32)
+    x_val = np.linspace(-1, 1, 41, dtype=np.float32)[:, None]
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(
+        1, activation="sigmoid", kernel_initializer=keras.initializers.Constant(8.0))])
+    model.compile(keras.optimizers.SGD(lr), "binary_crossentropy", metrics=["accuracy"])
+    return model, {"x": x, "y": (x > 0.6).astype(np.float32),
+                   "validation_data": (x_val, (x_val > 0.2).astype(np.float32)),
+                   "batch_size": 8, "shuffle": False}

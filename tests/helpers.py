@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -186,6 +187,22 @@ def child_env(**extra):
     env.pop("PYTEST_CURRENT_TEST", None)  # the child is a notebook's or a script's, not pytest's
     env.update(extra)
     return env
+
+
+def killed_where_it_paused(argv, env):
+    """Starts the process ``argv`` (with ``env``), reads the first line it prints (a script
+    that holds itself where the test wants a crash prints it there), then SIGKILLs it: a crash
+    at exactly that point. Returns (that line, the end of what it wrote to stderr)."""
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = child.stdout.readline().decode()  # ends when the child prints or exits
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        stderr = child.stderr.read().decode()[-3000:]
+        child.stdout.close()
+        child.stderr.close()
+    return line, stderr
 
 
 def run_isolated(blocked, *code):

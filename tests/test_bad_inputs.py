@@ -268,6 +268,26 @@ def _(ctx):
     return ctx.cell(f"--logdir {ctx.tmp / 'x'} --on-nan rollback --max-rollbacks 0")
 
 
+@scenario("keep-best-direction-unknown")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --keep-best agreement")
+
+
+@scenario("keep-best-mode-alone")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --keep-best-mode max")
+
+
+@scenario("keep-best-without-logdir")
+def _(ctx):
+    return ctx.cell("--keep-best val_loss")
+
+
+@scenario("keep-best-mode-unknown")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'x'} --keep-best val_loss --keep-best-mode lowest")
+
+
 @scenario("unknown-command")
 def _(ctx):
     return ctx.magic("frobnicate")
@@ -297,6 +317,11 @@ def _(ctx):
         ctx.run("import keras\nmodel = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])")
         return ctx.cell(f"--logdir {logdir} --wait",
                         "sv.track(model=model)\nwhile not sv.should_stop():\n    sv.step()\n")
+
+
+@scenario("keep-best-in-graph-code")
+def _(ctx):
+    return ctx.cell(f"--logdir {ctx.tmp / 'graph'} --keep-best val_loss")
 
 
 # An eager fit (the cell's arguments after `model.fit(x, y, `) and a custom loop's track.
@@ -716,6 +741,18 @@ def _(ctx):
     lines = shown.display.splitlines()
     assert any(line.startswith("----> 3 raise ValueError('loss diverged')") for line in lines)
     return shown
+
+
+@scenario("report-in-fit")
+def _(ctx):
+    callback = ("class Report(keras.callbacks.Callback):\n"
+                "    def on_epoch_end(self, epoch, logs=None):\n"
+                "        sv.report(val_loss=1.0)\n")
+    with context.eager_mode():
+        ctx.run(KERAS_MODEL.format(optimizer="'adam'") + callback)
+        return ctx.cell(f"--logdir {ctx.tmp / 'reported'} --keep-best val_loss --wait",
+                        "model.fit(x, y, batch_size=8, epochs=1, verbose=0, "
+                        "callbacks=[sv.callback, Report()])")
 
 
 @scenario("body-creates-ops")

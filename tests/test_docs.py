@@ -1,5 +1,6 @@
 """The README and docs/ against the code: the options page lists what `%%supervise?` shows, no
 page names an option or a line command that does not exist, and every relative link resolves."""
+import json
 import pathlib
 import re
 
@@ -109,16 +110,15 @@ def _python_blocks(page):
     return re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)
 
 
-def run_page(page, workdir):
+def run_page(page, workdir, after=()):
     """Runs ``page``'s python blocks as a person pastes them, in ``workdir``: the cells in one
-    IPython shell, then each ``ELSEWHERE`` block in a Python of its own. Returns what the
-    programs printed."""
-    import json  # pylint: disable=import-outside-toplevel
+    IPython shell (then the test's own cells ``after``), then each ``ELSEWHERE`` block in a
+    Python of its own. Returns what the programs printed."""
     import subprocess  # pylint: disable=import-outside-toplevel
     import sys  # pylint: disable=import-outside-toplevel
     from helpers import child_env  # pylint: disable=import-outside-toplevel
     blocks = _python_blocks(page)
-    cells = [b for b in blocks if not b.startswith(ELSEWHERE)]
+    cells = [b for b in blocks if not b.startswith(ELSEWHERE)] + list(after)
     (workdir / "cells.json").write_text(json.dumps(cells))
     runs = [[sys.executable, "-c", SHELL, "cells.json"]]
     for i, block in enumerate(b for b in blocks if b.startswith(ELSEWHERE)):
@@ -133,13 +133,43 @@ def run_page(page, workdir):
     return printed
 
 
+# Run after the page's cells, in the same shell: what its "keep the best" section claims.
+BEST_CHECKS = """
+import json as _json, os as _os
+_val = jupyter_supervisor.get_run("best").history.snapshot().scalars["epoch_val_loss"]
+_fresh = keras.Sequential([keras.Input((1,)), keras.layers.Dense(128, activation="relu"),
+                           keras.layers.Dense(128, activation="relu"), keras.layers.Dense(1)])
+tf.train.Checkpoint(model=_fresh).read(best_path).expect_partial()
+_saved = keras.models.load_model("best.keras")
+print("CHECKS " + _json.dumps({
+    "best": [best.path, best.step, best.epoch, best.value],
+    "lowest": float(min(_val.values)), "last": float(_val.values[-1]),
+    "listed": list(tf.train.get_checkpoint_state("runs/best").all_model_checkpoint_paths),
+    "same": [bool(np.array_equal(_fresh(x_val), p)) for p in (wide(x_val), _saved(x_val))],
+    "evaluated": float(np.mean((wide(x_val).numpy() - y_val) ** 2)),
+    "exported": _os.path.isdir("best_export"), "best_path": best_path}))
+"""
+
+
 def test_the_after_training_page_runs_as_written(tmp_path):
+    """The page as written; of its "keep the best" section: the best is the epoch of the
+    lowest val_loss (worse at the end), restore_best() puts it into the model that is saved
+    and exported, and TensorFlow alone finds the same path."""
     page = ROOT / "docs" / "after-training.md"
     assert any(b.startswith(ELSEWHERE) for b in _python_blocks(page))
-    in_the_notebook, elsewhere = run_page(page, tmp_path)
-    assert in_the_notebook.splitlines()[-1] == "True True"
+    in_the_notebook, elsewhere = run_page(page, tmp_path, after=[BEST_CHECKS])
+    assert "True True" in in_the_notebook.splitlines()
     assert elsewhere.splitlines()[-1] == "runs/export/model.ckpt-200 200"
     assert (tmp_path / "from_checkpoint.keras").exists()
+
+    checks = json.loads(in_the_notebook.split("CHECKS ", 1)[1].splitlines()[0])
+    path, step, epoch, value = checks["best"]
+    assert value == checks["lowest"] < checks["last"]       # best in the middle of the run
+    assert (path, step) == (f"runs/best/model.ckpt-{step}", (epoch + 1) * 4)
+    assert checks["listed"] == [path, "runs/best/model.ckpt-240"]
+    assert checks["same"] == [True, True] and checks["exported"]
+    assert checks["evaluated"] == pytest.approx(value, rel=1e-5)
+    assert checks["best_path"] == path
 
 
 def test_the_gpu_pages_code_runs_as_written(tmp_path):

@@ -23,7 +23,7 @@ from jupyter_supervisor.eager.keras_callback import _TrainFunction
 from jupyter_supervisor.checkpoints import CheckpointMismatchError, CheckpointWriteError
 from jupyter_supervisor.lockfile import LogdirLockedError
 
-from helpers import FakeClock, wait_for
+from helpers import FakeClock, killed_where_it_paused, wait_for
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
@@ -664,19 +664,10 @@ def test_a_save_killed_before_it_was_listed_is_swept_by_the_next_run(tmp_path, b
     that no restore uses and no retention deletes: the next run removes it, so a logdir holds
     at most ``keep`` checkpoints, all listed."""
     logdir, keep, orphan_step = str(tmp_path / "run"), 2, 15
-    child = subprocess.Popen(
+    line, stderr = killed_where_it_paused(
         [sys.executable, os.path.join(HERE, "eager_scripts", "kill_before_listing.py"),
          logdir, str(keep), str(orphan_step)],
-        env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        line = child.stdout.readline().decode()  # ends when the child prints or exits
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
-        stderr = child.stderr.read().decode()[-3000:]
-        child.stdout.close()
-        child.stderr.close()
+        {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
     orphan = os.path.join(logdir, f"model.ckpt-{orphan_step}")
     assert line.split() == ["PAUSED", orphan], (line, stderr)
     listed = checkpoint_paths(logdir)

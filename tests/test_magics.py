@@ -46,6 +46,7 @@ def supervise(ip, line, body=LOOP):
 OPTIONS = {  # option: its default as the help states it (None: a flag or no stated number)
     "--logdir": "none", "--name": None, "--save-model-secs": "60",
     "--save-summaries-secs": "10", "--checkpoint-basename": "model.ckpt", "--keep": "5",
+    "--keep-best": "none", "--keep-best-mode": "auto",
     "--max-steps": "no limit", "--init-fn": "none", "--repeat": None, "--wait": None,
     "--master": "an in-process session", "--cluster": "none", "--job": "none",
     "--task-index": "0", "--chief": None,

@@ -486,6 +486,32 @@ def test_show_without_a_frontend_prints_a_status_line(capsys, clock):
     assert capsys.readouterr().out == "mnist: running at step 150 of 2,000 (0 s)\n"
 
 
+def test_the_best_checkpoint_kept_is_on_the_checkpoint_lines(make_panel, clock):
+    """--keep-best: the panel's checkpoint lines and the text summary name the best checkpoint,
+    its value and step; a new session shows the best it restored, or none."""
+    panel, run = make_panel(FakeRun(make_history(clock), logdir="/logs/fit"))
+    history = run.history
+    ready(history)
+    status(history, "running")
+    history.on_event(events.CheckpointSaved(40, "/logs/fit/model.ckpt-40", WALL0, 0.1,
+                                            kept=("/logs/fit/model.ckpt-40",
+                                                  "/logs/fit/model.ckpt-24")))
+    best = events.BestKept("val_loss", "min", 0.000123456, 24, 2, "/logs/fit/model.ckpt-24",
+                           WALL0)
+    history.on_event(best)
+    line = "best val_loss 0.00012346 (min) at step 24, the end of epoch 3: model.ckpt-24"
+    panel.tick(force=True)
+    assert panel.widgets["view"].state["checkpoint"][1:] == [line, "kept (2): 40, 24"]
+    assert f"  {line}" in text_summary(run).splitlines()
+    status(history, "starting")
+    ready(history, step=40, restored_from="/logs/fit/model.ckpt-40")
+    panel.tick(force=True)
+    assert line not in panel.widgets["view"].state["checkpoint"]
+    history.on_event(best)   # what the restored state names
+    panel.tick(force=True)
+    assert line in panel.widgets["view"].state["checkpoint"]
+
+
 def test_text_summary_tells_what_happened(clock):
     history = make_history(clock)
     run = FakeRun(history, logdir="/logs/mnist", max_steps=200)

@@ -2,7 +2,8 @@
 
 A checkpoint is taken only at a step boundary of the training thread, so it never holds half of
 a step: when one is due (``timer.Timer``), asked for from another thread (``save_now``: the
-training thread serves the request at its next boundary), or ends a fit or the session. The
+training thread serves the request at its next boundary), when a better value of the kept
+metric came (``--keep-best``: ``best``), or ends a fit or the session. The
 snapshot is ``snapshot``'s and the files are ``writer``'s; what a model that is not finite
 leads to is ``finite.Policy``'s, and the Checkpointer performs the rollback it is told to: the newest good
 checkpoint restored (model, optimizer, global step) at a step boundary of the training thread.
@@ -12,7 +13,7 @@ import logging
 import math
 import os
 import threading
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +22,7 @@ from .. import finite
 from ..checkpoints import restore_candidates
 from ..timer import Timer
 from . import restore as restoring
+from .best import Best, BestKeeper
 from .data_position import InputState, SavedInput
 from .learning_rates import LearningRates
 from .reporting import Reporter, to_float
@@ -163,6 +165,11 @@ class Checkpointer:
         self.restored_parts: Dict[str, object] = {}
         self._restored_path: Optional[str] = None
         self._arrays: Dict[str, tuple] = {}        # keep_arrays: name -> (arrays, variables)
+        # --keep-best: the best value of the metric and its checkpoint (None: not kept).
+        self.best: Optional[BestKeeper] = (
+            BestKeeper(config.keep_best, config.keep_best_direction)
+            if config.keep_best and self._logdir else None)
+        self._best_writing: Optional[Best] = None  # the best whose checkpoint is written
         self.writer: Optional[CheckpointWriter] = None
 
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
@@ -177,6 +184,8 @@ class Checkpointer:
         self._rates = LearningRates(self.items)
         self._rates.capture()
         self.parts["learning_rates"] = lambda: self._rates.coded
+        if self.best is not None:
+            self.parts["best"] = self.best.state
         if not self._restore_dir or not newest:
             return None
         existing = restore_candidates(self._restore_dir, self._config.checkpoint_basename)
@@ -195,6 +204,8 @@ class Checkpointer:
             checked=(_trainable_variables(self.items.values())
                      if self._policy.checks else ()),
             on_error=self._request_stop)
+        if restored is not None:
+            self._restored_best(existing)
         return restored
 
     def forget(self) -> None:
@@ -258,6 +269,31 @@ class Checkpointer:
         while f"{prefix}{len(found)}/.ATTRIBUTES/VARIABLE_VALUE" in keys:
             found.append(reader.get_tensor(f"{prefix}{len(found)}/.ATTRIBUTES/VARIABLE_VALUE"))
         return found or None
+
+    def _restored_best(self, existing: List[str]) -> None:
+        """After a restore, with the writer: the best the restored state names is kept again
+        (``existing``: the checkpoints of the logdir), or why not is said."""
+        saved = self.restored_parts.get("best")
+        if self.best is None:
+            # The record goes on in this session's checkpoints (``training_state`` keeps the
+            # parts no part replaces): a later --keep-best session takes it while it exists.
+            best = Best.from_json(saved)
+            if best is not None and best.among(existing):
+                logger.warning(
+                    "The checkpoints of this logdir kept the best %s; this run has no "
+                    "--keep-best, so retention deletes that checkpoint (step %d) as any other, "
+                    "once it is not among the newest %d. Add --keep-best %s to keep it.",
+                    best.text(), best.step, self._config.keep, best.metric)
+            return
+        why = self.best.restored(saved, existing)
+        if why is not None:
+            logger.warning(why)
+        self.writer.best = self._path_of(self.best.best)
+
+    def _path_of(self, best: Optional[Best]) -> Optional[str]:
+        if best is None:
+            return None
+        return os.path.join(self._logdir, f"{self._config.checkpoint_basename}-{best.step}")
 
     def training_state(self) -> str:
         """The JSON text of ``parts`` now (training thread, at a step boundary), and of the
@@ -350,17 +386,21 @@ class Checkpointer:
 
     # ------------------------------------------------------------------------ training thread
 
-    def at_boundary(self) -> None:
-        """The step boundary: a verdict or rollback due, then a save due or asked for."""
+    def at_boundary(self) -> bool:
+        """The step boundary: a verdict or rollback due. True when it rolled back (the state
+        here is the newest good checkpoint's now)."""
+        rolled_back = False
         if self.writer is not None and self.writer.verdict_known:
             # The check of the save before ran beside its write: its verdict, at the first
             # boundary after the write ended (before, it would cost this thread a check).
             with self._save_lock:
-                self._take_verdict(final=False)
+                rolled_back = not self._take_verdict(final=False)
         if self._policy.pending is not None:  # a save from another thread was refused
             with self._save_lock:
                 if self._policy.pending is not None:
                     self._roll_back()
+                    rolled_back = True
+        return rolled_back
 
     def save_at_boundary(self, due: bool = True) -> None:
         """Saves when a save is asked for, or is due (unless not ``due``: a boundary whose
@@ -377,6 +417,28 @@ class Checkpointer:
                 not self.writer.writing or self.timer.overdue()):
             self._save_at_boundary(None)
 
+    # ------------------------------------------------------------------------ --keep-best
+
+    def offer(self, values, epoch: Optional[int] = None) -> Optional[str]:
+        """Training thread, at a step boundary: values of metrics measured on the state here
+        (a fit's epoch-end logs, with ``epoch``, once every callback's ``on_epoch_end`` ran;
+        ``sv.report``). A better value of the kept metric makes a checkpoint of this state now
+        (serving a save asked for meanwhile), even at the step of the newest one (which does
+        not record itself as the best): the new best once it is listed. Returns its path (its
+        files are written in the background), or None."""
+        if self.best is None or self.writer is None:
+            return None
+        best = self.best.offer(values, self._where.step, epoch)
+        if best is None:
+            return None
+        return self._save_at_boundary(self._save_request, best=best)
+
+    def note(self, scalars) -> None:
+        """A loop's step scalars: its value of the kept metric counts at the next checkpoint
+        (``BestKeeper.at_save``)."""
+        if self.best is not None:
+            self.best.note(scalars, self._where.step)
+
     def take_pending_verdict(self) -> None:
         """Takes the verdict of the newest save now, if one is pending (before a stop: a
         rollback takes the step back)."""
@@ -384,28 +446,34 @@ class Checkpointer:
             with self._save_lock:
                 self._take_verdict(final=False)
 
-    def _save_at_boundary(self, request: Optional[_SaveRequest], final: bool = False) -> None:
+    def _save_at_boundary(self, request: Optional[_SaveRequest], final: bool = False,
+                          best: Optional[Best] = None) -> Optional[str]:
+        """The save of a boundary (``request``: one asked for; ``best``: a new best, see
+        ``offer``); returns its path, or None."""
+        path = None
         if request is not None:
             with self._mutex:
                 self._save_request = None
             try:
-                request.path = self._save_and_wait(final)
+                path = request.path = self._save_and_wait(final, best)
             except BaseException as e:  # pylint: disable=broad-except
                 request.error = e
                 raise
             finally:
                 request.done.set()
-        elif self.timer.moved(self._where.step):
-            self._save()
+        elif best is not None or self.timer.moved(self._where.step):
+            path = self._save(best=best)
         # else the newest checkpoint holds this very state (a rollback restored it): writing
         # it again would cost a save and put the good checkpoint's files at risk for nothing.
         self.timer.restart()
+        return path
 
-    def _save(self, final: bool = False) -> Optional[str]:
+    def _save(self, final: bool = False, best: Optional[Best] = None) -> Optional[str]:
         """Takes a checkpoint of the current step (its files are written in the background).
         None when nothing was saved: the model is not finite and it rolled back (or will, at
         the training thread's next boundary). ``final``: the checkpoint that ends a fit or the
-        session, which never rolls back."""
+        session, which never rolls back. ``best``: it is the new best (``offer``); a loop's
+        step value of the kept metric may make it one too (``BestKeeper.at_save``)."""
         with self._save_lock:
             if self.writer is None:
                 return None
@@ -425,18 +493,26 @@ class Checkpointer:
             self._state.batch.assign(batch)
             source = self._where.input
             self._state.input.record(source(epoch, batch) if source is not None else None)
+            if best is None and self.best is not None:
+                best = self.best.at_save(step)
+            if best is not None:
+                # The write in flight (a best too?) ends first, as writer.save would have it:
+                # its _on_saved must see its own best in _best_writing.
+                self.writer.wait()
+                self.best.decide(best)  # this checkpoint records itself as the best
+                self._best_writing = best
             self._state.training.assign(self.training_state())
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
-            path = self.writer.save(step, final=final)
+            path = self.writer.save(step, final=final, best=best is not None)
             self.timer.last_step = step
             # A check made before the write has its verdict now: no step more on a bad model.
             if self.writer.checked_before and not self._take_verdict(final):
                 return None
             return path
 
-    def _save_and_wait(self, final: bool = False) -> Optional[str]:
+    def _save_and_wait(self, final: bool = False, best: Optional[Best] = None) -> Optional[str]:
         with self._save_lock:
-            path = self._save(final)
+            path = self._save(final, best)
             if path is not None:
                 self.writer.wait()
                 if not self._take_verdict(final):
@@ -488,6 +564,9 @@ class Checkpointer:
         (another thread); or it raises NonFiniteError, which also stops the run when raised in
         another thread than the training thread."""
         self.writer.wait()  # a save in flight that passes is the newest good one
+        if self.best is not None:  # a best refused is no best: the one on disk stays
+            self._best_writing = None
+            self.best.forget(self.best.best)
         kept = self.writer.kept
         try:
             self._policy.refused(step, problem, kept[-1] if kept else None, final=final)
@@ -523,7 +602,14 @@ class Checkpointer:
                                  self._reporter.event_file, self._reporter.hub)
 
     def _on_saved(self, step, path, wall_time, seconds) -> None:
-        """Writer thread: the checkpoint's files are under its name."""
+        """Writer thread: the checkpoint's files are under its name, listed (and, for a new
+        best, kept as the best)."""
         writer = self.writer  # forget() may drop it meanwhile (a write past the grace)
         kept = tuple(reversed(writer.kept)) if writer is not None else ()
         self._reporter.saved(step, path, wall_time, seconds, kept)
+        best = self._best_writing
+        if best is not None and best.step == step and writer is not None and \
+                writer.best == path:
+            self._best_writing = None
+            self.best.kept(best)
+            self._reporter.best(best, path, step)

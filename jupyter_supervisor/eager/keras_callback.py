@@ -17,7 +17,8 @@ as soon as any callback has one; so fit keeps its asynchronous batch dispatch. S
 ``sv.read_step()`` (and the batch count in Progress records) trail the batch in flight by one
 call. An epoch has two more boundaries: once its batches are all trained (before its
 validation, or its end without one: the epoch's end is then pending), and once every callback's
-``on_epoch_end`` ran (the epoch ended: its position is the next epoch's start). During the
+``on_epoch_end`` ran (the epoch ended: its position is the next epoch's start; a new best of
+``--keep-best`` is saved there, holding what the callbacks decided at that end). During the
 validation, each validation batch is a boundary too (the weights do not change there), so a
 checkpoint asked for, or a stop, does not wait for the validation's end.
 
@@ -376,7 +377,7 @@ class SupervisorCallback(keras.callbacks.Callback):
             if self._half:
                 return
         if logs:
-            self.sv.fit_epoch_end(logs)
+            self.sv.fit_epoch_end(epoch, logs)
         if self._list is None:
             self._epoch_ended(epoch)
 

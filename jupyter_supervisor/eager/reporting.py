@@ -1,6 +1,7 @@
 """What an eager run reports: ``events`` records to the listeners and, with a logdir, an event
 file that TensorBoard reads (the session's start and stop, checkpoints, rollbacks, scalars, the
-step rate), as the graph Supervisor writes them.
+step rate), as the graph Supervisor writes them; and the best checkpoint kept
+(``--keep-best``), as a text summary (``BEST_TAG``: TensorBoard's Text tab).
 
 The panel draws what the event file holds. At its step boundaries the training thread hands
 the step's scalars over as they are (numbers or tensors); the hub's dispatcher thread converts
@@ -40,6 +41,11 @@ logger = logging.getLogger("jupyter_supervisor")
 
 _Summary = tf.compat.v1.Summary
 _SessionLog = tf.compat.v1.SessionLog
+# What makes TensorBoard show a string tensor in its Text tab (the text plugin's name).
+_TEXT = tf.compat.v1.SummaryMetadata(
+    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="text"))
+# The tag of the text summary that names the best checkpoint kept (TensorBoard's Text tab).
+BEST_TAG = "jupyter_supervisor/best_checkpoint"
 
 # The shortest time between two points of a curve, and between two Progress records (what a
 # panel shows: twice a second).
@@ -224,6 +230,15 @@ class Reporter:
                 _Summary.Value(tag=names.STEP_RATE_TAG, simple_value=rate)]), step, wall_time)
         return events.StepRate(step, rate, wall_time, names.STEP_RATE_TAG)
 
+    def _write_best(self, best, path: str, step: int, wall_time: float) -> events.BestKept:
+        event_file = self.event_file
+        if event_file is not None:
+            event_file.write_now(_Summary(value=[_Summary.Value(
+                tag=BEST_TAG, metadata=_TEXT, tensor=tf.make_tensor_proto(
+                    f"best {best.text()}: {path}"))]), step, wall_time)
+        return events.BestKept(best.metric, best.mode, best.value, best.step, best.epoch, path,
+                               wall_time)
+
     # -- the other records ---------------------------------------------------------------------
 
     def saved(self, step, path, wall_time, seconds, kept) -> None:
@@ -233,6 +248,12 @@ class Reporter:
             event_file.add_session_log(_SessionLog(
                 status=_SessionLog.CHECKPOINT, checkpoint_path=path), step)
         self.hub.emit(events.CheckpointSaved, step, path, wall_time, seconds, kept)
+
+    def best(self, best, path: str, step: int) -> None:
+        """The checkpoint ``path`` is kept as the best (``best.Best``), at ``step``: the new
+        best's own step, or the step a session restored. Any thread: the text summary and the
+        BestKept record are the dispatcher's, after what was queued before."""
+        self.hub.run(self._write_best, best, path, step, time.time())
 
     def end_session(self, step: Optional[int], why: str = "") -> None:
         """The session ended at ``step``: marks it in the event file (``why`` as the STOP's

@@ -16,6 +16,9 @@ there a checkpoint is written when one is due (every ``save_model_secs``) or ask
 the event file's, ``reporting``), ``max_steps`` requests the stop, and a stop that the body never
 looks at raises ``backend.StopBody``. ``sv.callback`` does all that for ``model.fit`` (see
 ``keras_callback``). Leaving ``session()`` writes a final checkpoint at the last step.
+``report()`` writes a loop's evaluation metrics (between steps); with ``--keep-best METRIC`` a
+better value of METRIC there, at a fit's epoch end, or at a checkpoint of the loop's
+``step(METRIC=...)`` makes that checkpoint the best, which retention keeps (``best``).
 
 This module is the adapter: the Backend interface, ``track``/``step``, the step boundary and
 the fit side that ``keras_callback`` talks to (``fit_begin`` ... ``fit_end``). A checkpoint is
@@ -38,6 +41,7 @@ import logging
 import numbers
 import os
 import threading
+import weakref
 from typing import Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
@@ -49,6 +53,7 @@ from ..checkpoints import CheckpointWriteError, prepare_logdir, remove_partial_s
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
 from . import claims
+from . import restore as restoring
 from .variables import holds_state
 from .checkpointer import STATE_NAME, Checkpointer, Where
 from .data_position import SavedInput
@@ -236,6 +241,13 @@ class EagerSupervisor:
         self._looked = False                       # should_stop() was called in this session
         self._stop_pending_at_last_step = False
         self._fits = 0                             # fit calls started in this session
+        self._in_fit = False                       # a fit with sv.callback runs
+        # What the session tracked, by weak reference: restore_best() loads into it after the
+        # session (a run's record must not keep a model alive).
+        self._tracked: Dict[str, "weakref.ref"] = {}
+        # (epoch, logs) of the epoch whose end runs: offered to --keep-best at the boundary
+        # after every callback's on_epoch_end (fit_paused).
+        self._epoch_values: Optional[tuple] = None
         self._reporter = Reporter(self._hub, config.save_summaries_secs)
         self._checkpointer = Checkpointer(config, self._where, self._reporter,
                                           self.request_stop, async_save=async_save,
@@ -437,6 +449,7 @@ class EagerSupervisor:
         self._where.step += 1
         if scalars:
             self._where.scalars = scalars
+            self._checkpointer.note(scalars)
         if self._boundary():
             # A body that never looks, or that stepped again after the stop: it ends here,
             # at this boundary (the step it took is counted and saved).
@@ -444,6 +457,54 @@ class EagerSupervisor:
                 raise StopBody()
             self._stop_pending_at_last_step = True
         return self._where.step
+
+    def report(self, **metrics) -> Optional[str]:
+        """Reports metrics measured between steps on the model as it is (an evaluation:
+        ``sv.report(val_loss=...)``): numbers or scalar tensors, written at once to the event
+        file and the panel at the current step. With ``--keep-best METRIC``, a better value of
+        METRIC makes a checkpoint of this state now, kept as the best; returns its path (None:
+        no new best). In fit, the metrics are those of its epoch-end logs (validation
+        included): a callback of yours adds one by setting ``logs[name]`` in its
+        ``on_epoch_end``, before ``sv.callback`` in the list."""
+        self._check_active("sv.report()")
+        if self._in_fit:
+            raise RuntimeError(
+                "sv.report() is for custom loops, between steps. In model.fit the metrics are "
+                "its epoch-end logs (validation included): a callback of yours adds a value by "
+                "setting logs['name'] = value in its on_epoch_end, placed before sv.callback "
+                "in the callbacks list.")
+        if not metrics:
+            raise ValueError(invalid("metrics", metrics, "at least one metric by name: "
+                                     "sv.report(val_loss=val_loss)", shown="{} (nothing)"))
+        for name, value in metrics.items():
+            _scalar(name, value)
+        if not self._ready:
+            raise RuntimeError("sv.report() reports on the tracked model: call "
+                               "sv.track(model=..., optimizer=...) first.")
+        self._reporter.scalars(metrics, self._where.step)
+        return self._checkpointer.offer(metrics)
+
+    def restore_into(self, path: str, **objects) -> str:
+        """Restores the checkpoint ``path`` of this run into ``objects`` (by the names they
+        were tracked under: ``model=model``; a part of them too), or without them into what
+        this session tracked; returns ``path``. For a session that ended (a live one trains
+        on over what it restores). CheckpointMismatchError when the objects do not fit."""
+        if self._active:
+            raise RuntimeError("restore_into() restores into the tracked objects after the "
+                               "session; this one still trains them.")
+        if not objects:
+            objects = {name: ref() for name, ref in self._tracked.items()}
+            gone = [name for name, value in objects.items() if value is None]
+            if not objects or gone:
+                raise ValueError(invalid(
+                    "objects", {}, "the objects to restore into, by the names they were "
+                    "tracked under (model=model, optimizer=optimizer): "
+                    + ("this session tracked nothing" if not objects else
+                       f"what this session tracked ({', '.join(gone)}) no longer exists"),
+                    shown="{} (nothing)"))
+        _check_objects(objects)
+        restoring.restore(tf.train.Checkpoint(**objects), path)
+        return path
 
     # ------------------------------------------------------------- the fit side (keras_callback)
 
@@ -472,6 +533,8 @@ class EagerSupervisor:
         if self._stop_requested:
             raise StopBody()
         self._checkpointer.set_stepping(True)
+        self._in_fit = True
+        self._epoch_values = None
         return FitStart(self._fits - 1, self._restored_position)
 
     def fit_at(self, epoch: int, batch: int) -> None:
@@ -498,7 +561,13 @@ class EagerSupervisor:
         due, is written. True: fit must stop."""
         if moved:
             self._checkpointer.state_changed()
-        self._checkpointer.at_boundary()
+        rolled_back = self._checkpointer.at_boundary()
+        if moved and self._epoch_values is not None:
+            # --keep-best: the epoch's values, measured on the state here (every callback's
+            # on_epoch_end ran), unless a rollback just put an older state in its place.
+            (epoch, logs), self._epoch_values = self._epoch_values, None
+            if not rolled_back:
+                self._checkpointer.offer(logs, epoch)
         self._checkpointer.save_at_boundary()
         return self._stop_requested
 
@@ -526,14 +595,18 @@ class EagerSupervisor:
         """The arrays the restored checkpoint holds under ``name``, or None."""
         return self._checkpointer.restored_arrays(name)
 
-    def fit_epoch_end(self, logs) -> None:
-        """An epoch ended: its ``logs`` are written as ``epoch_<name>`` scalars. Called for a
-        complete epoch only (a stop cuts a half epoch before its end: ``keras_callback``), so
-        this is where "the epoch is complete, and these are its values" is known."""
+    def fit_epoch_end(self, epoch: int, logs) -> None:
+        """Epoch ``epoch`` (0-based) ended: its ``logs`` are written as ``epoch_<name>``
+        scalars. Called for a complete epoch only (a stop cuts a half epoch before its end:
+        ``keras_callback``), so this is where "the epoch is complete, and these are its values"
+        is known; ``--keep-best`` weighs them at the boundary after every callback's
+        ``on_epoch_end`` (``fit_paused``), whose state the best checkpoint then holds."""
         self._reporter.scalars(logs, self._where.step, prefix="epoch_")
+        self._epoch_values = (epoch, dict(logs))
 
     def fit_end(self) -> None:
         """The fit ended: the checkpoint that ends it (unless this step is saved)."""
+        self._in_fit = False
         self._checkpointer.save_if_moved()
         self._checkpointer.set_stepping(False)
         self._where.input = None  # it holds the fit's input; a resume after it needs none
@@ -583,7 +656,11 @@ class EagerSupervisor:
             self._restored_input = self._checkpointer.restored_input
         elif self._config.init_fn is not None:
             self._config.init_fn()
+        self._tracked = {name: weakref.ref(value) for name, value in objects.items()}
         self._make_ready(restored)
+        best = self._checkpointer.best
+        if best is not None and best.best is not None:  # the best the restored state names
+            self._reporter.best(best.best, self._checkpointer.writer.best, self._where.step)
         return restored
 
     def _hook_finalize(self, objects: Dict[str, object]) -> None:
@@ -673,6 +750,7 @@ class EagerSupervisor:
         if self._callback is not None:  # a fit that raised leaves its train_function wrapped
             self._callback.uninstall()
         self._unhook_finalize()
+        self._in_fit = False
         try:
             self._checkpointer.set_stepping(False, error)
             if error is None:
@@ -700,6 +778,13 @@ class EagerSupervisor:
             # second copy, in whichever cell runs then).
             logger.debug(note)
             self._notes.append(note)
+        best = self._checkpointer.best
+        if best is not None and best.offered and not best.seen:
+            self._notes.append(
+                f"--keep-best {best.metric}: no value of {best.metric} came in this session "
+                f"(the metrics were: {', '.join(sorted(best.offered))}), so no checkpoint was "
+                "kept as its best. It comes from fit's epoch-end logs (validation_data gives "
+                "val_loss...), from sv.report(...) in a loop, or from sv.step(...)'s scalars.")
         step = self._where.step if self._ready else None
         # Whatever ended the session, its last step is on the curves (and in the event file),
         # with where training really ended, not the last throttled Progress.

@@ -86,9 +86,9 @@ class CheckpointWriter:
 
     ``save(step)`` returns once the snapshot is taken (``async_save``) or the files are written;
     then, in order: the files, the state file (the newest first in TensorFlow's format), the
-    retention sweep (``keep`` newest), and ``on_saved(step, path, wall_time, seconds)``. A write
-    that fails is reported to ``on_error(CheckpointWriteError)`` and raised by the next
-    ``save()`` or ``wait()``; the checkpoints written before are not touched.
+    retention sweep (``keep`` newest, and ``best``), and ``on_saved(step, path, wall_time,
+    seconds)``. A write that fails is reported to ``on_error(CheckpointWriteError)`` and raised
+    by the next ``save()`` or ``wait()``; the checkpoints written before are not touched.
 
     ``owners``: the objects whose lifetime bounds the reuse of the snapshot's copies and traced
     writes after ``release()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones)
@@ -124,6 +124,10 @@ class CheckpointWriter:
         self.last_path: Optional[str] = None
         self.sync_reason: Optional[str] = None   # why async saving was not possible
         self.threads: "list" = []
+        # -- keep-best (issue 44): the checkpoint retention keeps beside the newest ``keep``,
+        # listed in the state file like them. A save with ``best=True`` takes its place once
+        # the save is listed; until then the one before stays kept.
+        self.best: Optional[str] = None
 
     @property
     def kept(self) -> List[str]:
@@ -171,7 +175,7 @@ class CheckpointWriter:
             raise verdict.error
         return verdict
 
-    def save(self, step: int, final: bool = False) -> str:
+    def save(self, step: int, final: bool = False, best: bool = False) -> str:
         """Starts the checkpoint of ``step`` (see the class); returns its path. The verdict of
         the save before must have been taken. ``final``: the last save of the session, which
         the session's end waits for: when no write is traced for these objects yet (a short
@@ -179,6 +183,7 @@ class CheckpointWriter:
         themselves, checked before op by op: tracing the snapshot's write and its check would
         cost that cell a few tenths of a second (a 1 MB model: 0.35 s, against 15 ms for the
         write; bench/bench_cell_cost.py)."""
+        # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._verdict is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
         self.wait()
@@ -207,11 +212,11 @@ class CheckpointWriter:
             if self._sync_writer is None:
                 self._sync_writer = tf.train.Checkpoint(**self._items)
                 _ = self._sync_writer.save_counter
-            self._write(self._sync_writer.write, path, step, start)
+            self._write(self._sync_writer.write, path, step, start, best=best)
             self.wait()
             return path
         thread = threading.Thread(target=self._write, name="jupyter_supervisor-checkpoint",
-                                  args=(write, path, step, start, verdict), daemon=True)
+                                  args=(write, path, step, start, verdict, best), daemon=True)
         thread.start()
         self._thread = thread
         self.threads.append(thread)
@@ -245,7 +250,7 @@ class CheckpointWriter:
             self._snapshot.release()
 
     def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
-               verdict: Optional[Refusal] = None) -> None:
+               verdict: Optional[Refusal] = None, best: bool = False) -> None:
         """The writer thread: the files (``write``, refused when ``verdict`` is given and the
         copies are not finite), then the state file and the retention."""
         try:
@@ -261,7 +266,7 @@ class CheckpointWriter:
                 raise CheckpointWriteError(self._failure(path, e)) from e
             if verdict is not None:
                 verdict.written(True)
-            self._record(path)
+            self._record(path, best)
         except BaseException as e:  # pylint: disable=broad-except
             self._error = e
             self._on_error(e)
@@ -270,17 +275,21 @@ class CheckpointWriter:
         seconds = time.time() - start
         self._on_saved(step, path, start + seconds, seconds)
 
-    def _record(self, path: str) -> None:
-        """The state file names ``path`` newest, then the retention deletes the oldest."""
+    def _record(self, path: str, best: bool = False) -> None:
+        """The state file names ``path`` newest (``best``: the best from now), then the
+        retention deletes the oldest but the best."""
         if path in self._kept:
             self._kept.remove(path)
         self._kept.append(path)
+        if best:
+            self.best = path
         self._write_state()
-        for old in self._kept[:-self._keep]:
+        retired = [old for old in self._kept[:-self._keep] if old != self.best]
+        for old in retired:
             for name in _checkpoint_files(old):
                 with contextlib.suppress(tf.errors.NotFoundError):
                     tf.io.gfile.remove(name)
-        del self._kept[:-self._keep]
+        self._kept = [kept for kept in self._kept if kept not in retired]
         self._write_state()
 
     def _write_state(self) -> None:

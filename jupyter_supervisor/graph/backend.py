@@ -16,6 +16,7 @@ from tensorflow.python.client import session as tf_session
 from .. import compat, finite
 from ..backend import StopBody
 from ..checkpoints import CheckpointMismatchError, checkpoint_paths
+from .._validate import invalid
 from ..config import RunConfig
 from ..services import step_value
 from .saver_guard import sharded_where_plain_writes
@@ -43,6 +44,15 @@ class GraphBackend:
                 "session never gets. Give the cluster (--cluster CLUSTER --job worker, or "
                 "--master grpc://HOST:PORT), or leave out --task-index/--no-chief to train "
                 "here.")
+        if config.keep_best is not None:
+            raise ValueError(invalid(
+                "keep_best", config.keep_best,
+                "an eager run (Keras fit, sv.track/sv.step loops): in a graph (TF1) run the "
+                "Saver's service thread writes checkpoints at its own times while another "
+                "thread computes the summaries, so no checkpoint holds the state a metric was "
+                "measured on. In graph code, keep the best with a Saver of your own "
+                "(tf.compat.v1.train.Saver(max_to_keep=1)) that saves into another directory "
+                "when your metric improves"))
         if not graph.get_operations():
             raise ValueError(
                 "%%supervise trains the default graph, and it is empty. Run the cells that "

@@ -536,7 +536,8 @@ def _show(training, full=False) -> None:
 
 
 def _table() -> str:
-    """The runs of this kernel: name, status, step, steps/sec, newest checkpoint, logdir."""
+    """The runs of this kernel: name, status, step, steps/sec, newest checkpoint, logdir; then
+    remarks (roles, failures, stop reasons, the best checkpoint kept)."""
     run = sys.modules.get(__package__ + ".run")
     trainings = run.runs() if run is not None else []
     if not trainings:
@@ -565,6 +566,9 @@ def _table() -> str:
                             "returned.")
         elif snap.stalled is not None:
             remarks.append(text.stall_line(training, snap, time.time()))
+        if snap.best is not None:
+            remarks.append(f"{training.name} keeps the best {snap.best.text()}: "
+                           f"{snap.best.path}")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
              for r in [header] + rows]

@@ -208,6 +208,33 @@ class TrainingRun:
         return self.history.restored_from
 
     @property
+    def best_checkpoint(self) -> Optional[events.BestKept]:
+        """The checkpoint kept as the best (``--keep-best METRIC``): its ``path``, ``step``,
+        ``metric``, ``value``, ``mode`` and fit ``epoch`` (0-based); None when none is kept."""
+        return self.history.snapshot().best
+
+    def restore_best(self, **objects) -> str:
+        """Loads the best checkpoint (``best_checkpoint``) into the objects the run tracked
+        (``model`` and ``optimizer`` for a fit with ``sv.callback``), or into ``objects``, by
+        the names they were tracked under (``model=model``; a part of them is enough: the model
+        alone, to export it); returns its path. For a run that ended: stop a live one first.
+        Without objects, what the run tracked must still exist (the run holds it weakly)."""
+        with self._lock:
+            status, backend = self._status, self._backend
+        if status in ACTIVE_STATUSES:
+            raise RunStateError(
+                f"Run {self.name!r} is {status}: it would train on over what its best "
+                f"checkpoint restores. Stop it first (`%supervise stop {self.name}`), or wait "
+                "for its end.")
+        best = self.best_checkpoint
+        if best is None:
+            why = ("it does not keep one: start it with --keep-best METRIC (e.g. val_loss)"
+                   if self.config.keep_best is None else
+                   f"no value of {self.config.keep_best} came yet")
+            raise RunStateError(f"Run {self.name!r} has no best checkpoint: {why}.")
+        return backend.restore_into(best.path, **objects)
+
+    @property
     def supervisor(self):
         """What the body sees as ``sv`` in the current (or last) session."""
         backend = self._backend

@@ -128,6 +128,7 @@ class HistorySnapshot:
     checkpoint_count: int = 0
     timeline: Tuple[object, ...] = ()
     stalled: Optional[Stalled] = None
+    best: Optional[events.BestKept] = None
 
     @property
     def elapsed(self) -> float:
@@ -221,6 +222,7 @@ class RunHistory:
         self._rollbacks: "collections.deque[events.RolledBack]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
         self._watchers: Tuple[Callable[[str], None], ...] = ()
+        self._best: Optional[events.BestKept] = None   # the best checkpoint kept, if any
 
     @property
     def max_points(self) -> int:
@@ -247,6 +249,8 @@ class RunHistory:
                 self._checkpoint_count += 1
                 if event.kept:
                     self._kept = tuple(str(path) for path in event.kept)
+            elif isinstance(event, events.BestKept):
+                self._best = event
             elif isinstance(event, events.SessionReady):
                 self._on_session_ready(event)
             elif isinstance(event, events.WaitingForChief):
@@ -299,6 +303,7 @@ class RunHistory:
         self._records_from = (None if event.step is None
                               else int(event.step) + events.START_AFTER)
         self._restored_from = event.restored_from
+        self._best = None  # a session that restored one says so next (BestKept)
         self._rollbacks.clear()  # counted per session
         self._rate_samples.clear()
         self._steps_per_sec = None
@@ -587,6 +592,7 @@ class RunHistory:
                 checkpoint_count=self._checkpoint_count,
                 timeline=tuple(self._timeline),
                 stalled=self._stalled,
+                best=self._best,
             )
 
     # -- earlier runs from disk --------------------------------------------------------------

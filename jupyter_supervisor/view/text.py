@@ -63,9 +63,6 @@ class PanelRun(Protocol):
 
     def save_now(self) -> Optional[str]:
         """Writes a checkpoint now."""
-# Metrics where more is better (as Keras decides a monitor's mode from its name); the others
-# are best at their minimum. Rates (".../sec") have no best.
-_HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "iou", "score", "reward")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
@@ -245,8 +242,8 @@ def _checkpoint_label(name: str) -> str:
 
 
 def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
-    """The checkpoint line (newest, how many, where the session started), what retention keeps,
-    and the rollbacks."""
+    """The checkpoint line (newest, how many, where the session started), the best checkpoint
+    kept (``--keep-best``), what retention keeps, and the rollbacks."""
     if run.logdir is None:
         return []
     if snap.checkpoints:
@@ -263,6 +260,8 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
     elif snap.ready:
         line += " | initialized by --init-fn" if run.config.init_fn else " | initialized"
     lines = [line]
+    if snap.best is not None:
+        lines.append(best_text(snap.best))
     kept = [os.path.basename(path) for path in reversed(snap.kept)]
     if not kept and snap.checkpoints:
         kept = [os.path.basename(info.path) for info in reversed(snap.checkpoints)]
@@ -273,6 +272,11 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
     if snap.rollbacks:
         lines.append(rollbacks_text(snap.rollbacks))
     return lines
+
+
+def best_text(best: events.BestKept) -> str:
+    """'best val_loss 0.2311 (min) at step 300, the end of epoch 3: model.ckpt-300'."""
+    return f"best {best.text()}: {os.path.basename(best.path)}"
 
 
 def _error_line(error: str) -> str:
@@ -359,7 +363,8 @@ def best_entries(snap) -> List[Tuple[str, str]]:
     for tag, series in snap.scalars.items():
         if names.is_rate(tag) or not len(series.steps):
             continue
-        higher = any(word in tag.lower() for word in _HIGHER_IS_BETTER)
+        # Best at its maximum when the name says so (names.direction_of), else its minimum.
+        higher = names.direction_of(tag) == names.MAX
         envelope = series.maxs if higher else series.mins
         finite = np.flatnonzero(np.isfinite(envelope))
         if not len(finite):

@@ -25,11 +25,11 @@ def hold_before_listing(pause_at):
     file (``CheckpointWriter._record`` lists a written checkpoint)."""
     record = CheckpointWriter._record  # pylint: disable=protected-access
 
-    def held(writer, path):
+    def held(writer, path, *args):
         if path.endswith(f"-{pause_at}"):
             print("PAUSED", path, flush=True)
             threading.Event().wait()
-        record(writer, path)
+        record(writer, path, *args)
 
     CheckpointWriter._record = held  # pylint: disable=protected-access
 
