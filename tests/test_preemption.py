@@ -26,21 +26,27 @@ from helpers import KERNEL_STARTUP, Kernel, child_env, wait_for
 DEADLINE = 60.0   # seconds; generous for a loaded 2-core machine, never reached when passing
 
 SETUP = r'''
-import keras, eager_models
+import os, pathlib, keras, eager_models
 from jupyter_supervisor import RunConfig, TrainingRun
 x, y = eager_models.data(n=64)
 model = eager_models.make_model()
 
+def report(name, step):
+    """Writes the step a run reached, whole or not at all (a signal may end the kernel
+    between any two instructions: a file cut there would read as no step)."""
+    pathlib.Path(name + ".part").write_text(str(int(step)))
+    os.replace(name + ".part", name + ".reached")
+
 class Reached(keras.callbacks.Callback):
     """Writes the step each batch ended at."""
     def on_train_batch_end(self, batch, logs=None):
-        pathlib.Path("eager.reached").write_text(str(int(self.model.optimizer.iterations)))
+        report("eager", self.model.optimizer.iterations)
 
 graph_model = build_model(new_graph=True)
 graph_op = graph_model.train_op
 GRAPH_BODY = """
 while not sv.should_stop():
-    pathlib.Path("graph.reached").write_text(str(sess.run(graph_op)))
+    report("graph", sess.run(graph_op))
     time.sleep(0.001)
 """
 '''
@@ -55,10 +61,10 @@ HOOKED = ("[signal.getsignal(s) not in (signal.SIG_DFL, None) "
 
 
 def reached(workdir, name):
-    """The step the run's body last reported, or None (not yet, or mid-write)."""
+    """The step the run's body last reported, or None (not yet)."""
     try:
         return int((workdir / f"{name}.reached").read_text())
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
 
 
@@ -149,6 +155,12 @@ LONG_VALIDATION = r'''
 import keras, eager_models
 x, y = eager_models.data(n=64)
 model = eager_models.make_model()
+
+def report(name, step):
+    """Writes the step a run reached, whole or not at all (a signal may end the kernel
+    between any two instructions: a file cut there would read as no step)."""
+    pathlib.Path(name + ".part").write_text(str(int(step)))
+    os.replace(name + ".part", name + ".reached")
 endless = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
 
 class Validating(keras.callbacks.Callback):
