@@ -463,6 +463,35 @@ def test_a_callback_added_or_removed_since_the_checkpoint_is_said(tmp_path, back
     assert mine.state == {"seen": 2}   # one epoch before the crash, one after
 
 
+class Counting(keras.callbacks.Callback):
+    """A callback of the user's that keeps a count but has no get_state/set_state."""
+
+    def __init__(self):
+        super().__init__()
+        self.epochs_seen = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs_seen += 1
+
+
+def test_a_callback_whose_state_cannot_be_saved_is_said(tmp_path, backends, caplog):
+    """A callback of the user's with attributes of its own and no get_state/set_state starts
+    afresh on a resume: said once, naming them. A fresh start says nothing."""
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        fit_with(backends, tmp_path, lambda: build(plain), lambda: [Counting()],
+                 crash_at=12, epochs=2)
+    assert not [r for r in caplog.records if "Counting" in r.getMessage()]
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        _, _, (counting,) = fit_with(backends, tmp_path, lambda: build(plain),
+                                     lambda: [Counting()], epochs=2)
+    notes = [r.getMessage() for r in caplog.records if "Counting" in r.getMessage()]
+    assert notes == ["Counting has attributes of its own (epochs_seen) but no get_state() and "
+                     "set_state(), so none of them is saved: it starts afresh on this resume. "
+                     "If they change during training, give it the two methods "
+                     "(docs/resume.md) to resume it as an uninterrupted fit would."]
+    assert counting.epochs_seen == 1   # the epoch after the crash only: as the note says
+
+
 def test_a_checkpoint_without_the_training_state_is_said(tmp_path, backends, caplog):
     """Written before the training state was saved (here: with it emptied): the callbacks and
     the epoch's means start afresh, each said once; the code's learning rate is kept."""

@@ -22,8 +22,9 @@ What is saved, per callback:
   plain JSON values: strings, numbers, booleans, None, and lists and dicts of them) and
   ``set_state(state)``: what it returns, given back (see docs/resume.md).
 * Any other callback holds no state here (``TerminateOnNaN``, ``LearningRateScheduler``: the
-  epoch and the restored learning rate are all they read); a user's own that keeps state
-  without the two methods starts afresh on a resume.
+  epoch and the restored learning rate are all they read). A user's own without the two
+  methods starts afresh on a resume; when it has attributes of its own (which may be state:
+  counters, a best value), the resume says so once, naming them.
 
 Callbacks are told apart by their type and order: the n-th callback of a type in fit's list
 takes the state the n-th of that type saved. A callback with no saved counterpart (one added
@@ -169,6 +170,18 @@ def _arrays_of(callback) -> Optional[str]:
     return next((name for kind, name in _ARRAYS.items() if isinstance(callback, kind)), None)
 
 
+def _own_attributes(callback) -> List[str]:
+    """The attributes a callback of the user's (not one of Keras') set beyond what every
+    Callback has: what may be state that a resume without ``get_state`` loses."""
+    if type(callback).__module__.split(".")[0] == "keras":
+        return []
+    return sorted(name for name in vars(callback)
+                  if name not in _BASE_ATTRIBUTES and not name.startswith("__"))
+
+
+_BASE_ATTRIBUTES = frozenset(vars(keras.callbacks.Callback())) | {"model", "validation_data"}
+
+
 class CallbackStates:
     """The stateful callbacks of one fit (``callbacks``: fit's list, in its order, without the
     supervisor's own): ``capture()`` at a save, ``restore(saved)`` on a resume. Arrays go
@@ -178,10 +191,13 @@ class CallbackStates:
     def __init__(self, callbacks: list, keep: Callable[[str, list], None],
                  restored: Callable[[str], Optional[list]]):
         self._entries: List[Tuple[str, object, Getter, Setter]] = []
+        self._unsaved: List[Tuple[str, List[str]]] = []
         for callback in callbacks:
             protocol = _protocol(callback)
             if protocol is not None:
                 self._entries.append((key(callback), callback, *protocol))
+            elif _own_attributes(callback):
+                self._unsaved.append((type(callback).__name__, _own_attributes(callback)))
         self._keep, self._restored = keep, restored
         self._states()  # a get_state() that cannot be saved fails before training starts
 
@@ -221,17 +237,20 @@ class CallbackStates:
         """Gives each callback the state saved by the callback of its type and rank in the
         checkpoint's fit (``saved``; None: the checkpoint holds no callbacks' state). Returns
         what could not be matched, one note each."""
+        notes = [f"{name} has attributes of its own ({', '.join(names)}) but no get_state() and "
+                 "set_state(), so none of them is saved: it starts afresh on this resume. If "
+                 "they change during training, give it the two methods (docs/resume.md) to "
+                 "resume it as an uninterrupted fit would." for name, names in self._unsaved]
         if saved is None:
             # (History alone decides nothing: it holds only this session's epochs then.)
             deciding = [type(c).__name__ for _, c, _, _ in self._entries
                         if not isinstance(c, keras.callbacks.History)]
-            if not deciding:
-                return []
-            return ["The checkpoint holds no callbacks' state (it was written before that was "
-                    "saved), so these start afresh: " + ", ".join(deciding) + ". This resumed "
-                    "fit may stop, decay the learning rate or pick a best model otherwise than "
-                    "an uninterrupted one."]
-        notes = []
+            if deciding:
+                notes.append("The checkpoint holds no callbacks' state (it was written before "
+                             "that was saved), so these start afresh: " + ", ".join(deciding) +
+                             ". This resumed fit may stop, decay the learning rate or pick a "
+                             "best model otherwise than an uninterrupted one.")
+            return notes
         unused = list(saved)
         for name, callback, _, set_ in self._entries:
             match = next((entry for entry in unused if entry["type"] == name), None)
