@@ -92,7 +92,7 @@ def exists(path: str) -> bool:
 
 def checkpoint_paths(logdir: str, checkpoint_basename: str = "model.ckpt") -> List[str]:
     """The checkpoints of ``logdir`` whose files exist, newest first: those its checkpoint state
-    file lists or, when that file is there but cannot be read, the
+    file lists or, when that file is missing or cannot be read, the
     ``<checkpoint_basename>-<step>`` files found (highest step first), which is what a restore
     uses then."""
     return checkpoint_listing(logdir, checkpoint_basename)[0]
@@ -100,10 +100,12 @@ def checkpoint_paths(logdir: str, checkpoint_basename: str = "model.ckpt") -> Li
 
 def checkpoint_listing(logdir: str, basename: str) -> Tuple[List[str], List[str], bool]:
     """(existing checkpoints newest first, those the state file lists, whether the state file
-    is there but cannot be read).
+    is missing or cannot be read while checkpoints may sit beside it).
 
-    TensorFlow ignores a state file it cannot parse, and a run would then start afresh and
-    overwrite the checkpoints of the same steps: so those are looked for by their file names.
+    TensorFlow ignores a state file it cannot parse or does not find, and a run would then
+    start afresh and overwrite the checkpoints of the same steps: so those are looked for by
+    their file names (a state file deleted, or not copied with the checkpoints; a first save
+    cut before it wrote the state file).
     """
     try:
         state = tf.train.get_checkpoint_state(logdir)
@@ -111,7 +113,8 @@ def checkpoint_listing(logdir: str, basename: str) -> Tuple[List[str], List[str]
         state = None
     if state is None or not state.model_checkpoint_path:
         if not tf.io.gfile.exists(os.path.join(logdir, STATE_FILE)):
-            return [], [], False
+            found = _checkpoint_files(logdir, basename) if tf.io.gfile.isdir(logdir) else []
+            return found, [], bool(found)
         return _checkpoint_files(logdir, basename), [], True
     listed = list(state.all_model_checkpoint_paths)
     if state.model_checkpoint_path not in listed:
@@ -138,9 +141,9 @@ def _checkpoint_files(logdir: str, basename: str) -> List[str]:
 
 def restore_candidates(logdir: str, basename: str) -> List[str]:
     """The checkpoints of ``logdir`` to try restoring, newest first (``checkpoint_listing``).
-    A damaged state file is warned about (its checkpoint files are used instead); raises
-    RuntimeError, saying what to do, when it is damaged and no file is found, or when it lists
-    checkpoints whose files are all gone: starting afresh would overwrite them."""
+    A missing or damaged state file is warned about (the checkpoint files are used instead);
+    raises RuntimeError, saying what to do, when it is damaged and no file is found, or when it
+    lists checkpoints whose files are all gone: starting afresh would overwrite them."""
     existing, listed, damaged = checkpoint_listing(logdir, basename)
     state_file = os.path.join(logdir, STATE_FILE)
     if damaged:
@@ -149,9 +152,10 @@ def restore_candidates(logdir: str, basename: str) -> List[str]:
                 f"The checkpoint state file {state_file!r} cannot be read, and there is no "
                 f"{basename}-<step> checkpoint next to it. Restore it from a backup, or delete "
                 "it to start from scratch.")
-        logger.warning("The checkpoint state file %s cannot be read; using the checkpoint files "
-                       "found instead (newest: %s). The next checkpoint rewrites it.",
-                       state_file, existing[0])
+        logger.warning("The checkpoint state file %s %s; using the checkpoint files found "
+                       "instead (newest: %s). The next checkpoint rewrites it.", state_file,
+                       "cannot be read" if tf.io.gfile.exists(state_file) else "is missing",
+                       existing[0])
     elif listed and not existing:
         raise RuntimeError(
             f"The checkpoint state file in {logdir!r} lists checkpoints whose files are gone "

@@ -710,6 +710,17 @@ def _(ctx):
     return shown
 
 
+@scenario("state-file-missing")
+def _(ctx):
+    logdir = ctx.trained("stateless_copy")
+    os.remove(os.path.join(logdir, "checkpoint"))
+    ctx.keep(logdir, only=lambda name: name.startswith("model.ckpt-"))
+    shown = ctx.ok(f"--logdir {logdir} --max-steps 30 --save-model-secs 0 --wait")
+    run = jupyter_supervisor.get_run("stateless_copy")
+    assert run.status == "finished" and run.restored_from.endswith("model.ckpt-20")
+    return shown
+
+
 @scenario("checkpoint-files-deleted")
 def _(ctx):
     logdir = ctx.trained("emptied")

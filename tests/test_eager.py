@@ -633,7 +633,11 @@ def test_corrupted_newest_checkpoint_falls_back_to_the_older(tmp_path, backends,
     assert f"Restored from {older}" in caplog.text
 
 
-def test_damaged_state_file_restores_the_newest_checkpoint_file(tmp_path, backends, caplog):
+@pytest.mark.parametrize("how", ["cannot be read", "is missing"])
+def test_damaged_state_file_restores_the_newest_checkpoint_file(tmp_path, backends, caplog,
+                                                                 how):
+    """A garbled or deleted state file: the newest checkpoint file is restored, said once
+    (starting afresh would overwrite the checkpoints of the same steps)."""
     w = tf.Variable(0.0)
     sv = backends(tmp_path, save_model_secs=EVERY_STEP)
     with sv.session():
@@ -641,15 +645,20 @@ def test_damaged_state_file_restores_the_newest_checkpoint_file(tmp_path, backen
         for value in (1.0, 2.0):
             w.assign(value)
             sv.step()
-    with open(os.path.join(str(tmp_path), "checkpoint"), "w", encoding="utf-8") as f:
-        f.write("not a checkpoint state {")
+    state = os.path.join(str(tmp_path), "checkpoint")
+    if how == "is missing":
+        os.remove(state)
+    else:
+        with open(state, "w", encoding="utf-8") as f:
+            f.write("not a checkpoint state {")
     w2 = tf.Variable(0.0)
     sv2 = backends(tmp_path)
     with caplog.at_level(logging.WARNING, logger="jupyter_supervisor"):
         with sv2.session():
             assert checkpoint_step(sv2.track(w=w2)) == 2
             sv2.step()
-    assert "cannot be read" in caplog.text and float(w2.numpy()) == 2.0
+    assert caplog.text.count(f"The checkpoint state file {state} {how}") == 1
+    assert float(w2.numpy()) == 2.0
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")  # rewritten
 
 

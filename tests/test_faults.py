@@ -784,17 +784,20 @@ def _two_checkpoints(logdir):
     return os.path.join(logdir, "model.ckpt-10")
 
 
-@pytest.mark.parametrize("how", ["empty", "garbled"])
+@pytest.mark.parametrize("how", ["empty", "garbled", "missing"])
 def test_unreadable_state_file_never_silently_starts_over(tmp_path, how):
-    """A `checkpoint` state file left empty (ext4 after a power cut: renamed but never synced)
-    or garbled must not make a restart initialize the model from scratch while complete
-    checkpoints sit next to it: resume from the newest of them, or refuse with an error that
-    names the state file."""
+    """A `checkpoint` state file left empty (ext4 after a power cut: renamed but never synced),
+    garbled or missing (deleted, or not copied with the checkpoints) must not make a restart
+    initialize the model from scratch while complete checkpoints sit next to it: resume from
+    the newest of them, or refuse with an error that names the state file."""
     logdir = str(tmp_path / "run")
     newest = _two_checkpoints(logdir)
     state = os.path.join(logdir, "checkpoint")
-    with open(state, "w") as f:
-        f.write("" if how == "empty" else "model_checkpoint_path: \"model.ckpt-10\"\n\x00\x17{{")
+    if how == "missing":
+        os.remove(state)
+    else:
+        with open(state, "w") as f:
+            f.write("" if how == "empty" else "model_checkpoint_path: \"model.ckpt-10\"\n\x00\x17{{")
 
     sv, train_op, _, recorder = _supervised(logdir)
     error, step = None, None
