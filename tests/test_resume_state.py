@@ -102,6 +102,20 @@ class StopAt(keras.callbacks.Callback):
         if self.trained == self.at:
             jupyter_supervisor.get_run(self.run).stop(wait=False)
 
+class Raw(keras.callbacks.Callback):
+    """The model's weights at the end of each training batch: the raw ones, before fit's end
+    swaps in the averages of use_ema=True."""
+    def on_train_batch_end(self, batch, logs=None):
+        self.weights = [v.numpy().tolist() for v in self.model.trainable_variables]
+
+def checkpointed(logdir, ema=False):
+    """The trainable weights of `logdir`'s newest checkpoint, read by plain TensorFlow."""
+    probe = dense(ema=ema)
+    probe.optimizer.build(probe.trainable_variables)
+    tf.train.Checkpoint(model=probe, optimizer=probe.optimizer).read(
+        tf.train.latest_checkpoint(logdir)).assert_existing_objects_matched()
+    return [v.numpy().tolist() for v in probe.trainable_variables]
+
 def plateau():
     return [keras.callbacks.EarlyStopping(patience=3),
             keras.callbacks.ReduceLROnPlateau(patience=1, factor=0.5)]
@@ -272,8 +286,11 @@ def test_model_checkpoint_writes_the_files_of_the_uninterrupted_run(resumed):
 
 
 def test_a_user_callbacks_state_resumes(resumed):
+    """Count stops the fit at the end of the third epoch it saw: the resumed session saw one
+    (a count restarted at 0 would have run three more)."""
     kernel, _ = resumed
     assert kernel.value("whole_history_counted[0]") == [0, 1, 2]
+    assert kernel.value("history_counted[0]") == [0, 1, 2]
     assert kernel.value("json.loads(tf.train.load_checkpoint(tf.train.latest_checkpoint("
                         "'runs/counted')).get_tensor('jupyter_supervisor/training/.ATTRIBUTES/"
                         "VARIABLE_VALUE'))['fit']['callbacks'][0]") == {
@@ -296,6 +313,18 @@ def test_a_custom_loop_with_a_schedule_resumes_bit_for_bit(resumed):
     kernel.ok(LOOP.format(logdir="runs/loop_whole", options="--wait", crash=None))
     assert kernel.value("int(loop_opt.iterations)") == 24
     assert same(kernel, "resumed_loop", "state(loop_model, loop_opt)")
+
+
+def test_the_checkpoint_that_ends_a_fit_with_ema_holds_the_raw_weights(resumed):
+    """fit swaps the averages into the model after its last batch (finalize_variable_values):
+    the checkpoint that ends it holds what training reached, the averages beside."""
+    kernel, _ = resumed
+    kernel.ok("model, raw = dense(lr=0.01, ema=True), Raw()")
+    kernel.ok("%%supervise --logdir runs/ema_end --save-model-secs 600 --wait\n"
+              + FIT.format(model="model", more=", raw", args=EMA_ARGS))
+    assert kernel.value("checkpointed('runs/ema_end', ema=True) == raw.weights")
+    assert kernel.value("[v.numpy().tolist() for v in model.trainable_variables] "
+                        "!= raw.weights")   # the model holds the averages now
 
 
 def test_a_stop_inside_an_epoch_with_ema_saves_the_training_state_at_once(resumed):
