@@ -192,6 +192,27 @@ def test_rollback_restores_the_newest_good_checkpoint_and_goes_on(tmp_path, back
     assert len(starts) == 2 and starts[1][0] == 21 and "rollback 1 of 3" in starts[1][1]
 
 
+def test_a_rollback_keeps_the_learning_rate_training_had_set(tmp_path, backends, caplog):
+    """A rate lowered since the checkpoint (by a callback, by the code) is a decision about the
+    run, not its state: a rollback to that checkpoint keeps it, and says so."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, save_model_secs=0, on_nan=finite.ROLLBACK)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"), sv.session():
+        sv.track(model=model, optimizer=opt)
+        for _ in range(10):
+            sv.step(loss=train_step())
+        assert sv.save_now() is not None                     # step 10, at the rate 0.01
+        opt.learning_rate.assign(0.005)
+        sv.step(loss=train_step(bad=True))
+        assert sv.save_now() is None                         # refused, rolled back to 10
+        assert sv.read_step() == 10
+    assert float(opt.learning_rate.numpy()) == pytest.approx(0.005)
+    newest = os.path.join(str(tmp_path), "model.ckpt-10")
+    assert [r.getMessage() for r in caplog.records if "learning rate" in r.getMessage()] == [
+        f"The checkpoint {newest} holds the learning rate 0.01 for 'optimizer'; the run keeps "
+        "0.005, the rate it had."]
+
+
 def test_rollback_stops_after_max_rollbacks(tmp_path, backends):
     """The bad batch comes back every time step 25 is trained: 2 rollbacks, then a stop."""
     model, opt, train_step = loop_setup()
