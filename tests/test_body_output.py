@@ -169,6 +169,14 @@ def test_ipython_syntax_in_a_body_works_as_in_a_cell(ip, runs):
     assert run.status == "failed" and "line 9" in run.error_text    # the cell's own line
 
 
+def test_a_cell_magic_on_the_bodys_first_line_runs_on_the_rest(ip, runs):
+    """`%%time` first in the body times the body in the run's thread, as it times a cell."""
+    supervise(ip, "--name timed --wait", "%%time\ntotal = sum(range(1000))\n")
+    run = jupyter_supervisor.get_run("timed")
+    assert run.status == "finished" and ip.user_ns["total"] == 499500
+    assert "Wall time" in run.history.snapshot().output
+
+
 def test_capture_above_the_cell_takes_what_the_cell_shows_not_what_the_body_prints(ip, runs):
     ip.run_cell("%%capture shown\n%%supervise --name captured --wait\nprint('body-print')\n")
     assert "captured: finished" in ip.user_ns["shown"].stdout
