@@ -461,6 +461,33 @@ def test_a_wait_where_no_widget_renders_says_the_stall_and_its_end(ip, namespace
     assert run_module.get_run("waited").status == "finished"
 
 
+def test_the_listing_and_show_where_no_widget_renders_say_a_stall(ip, namespace, tmp_path,
+                                                                 monkeypatch):
+    """`%supervise` and `%supervise show NAME` in a terminal, while a run is stalled: the
+    listing's remark and the summary say it, the summary with the terminal's bell."""
+    namespace.update(hold_at=50, held=threading.Event(), go=threading.Event())
+    ip.user_ns.update(namespace)
+    ip.run_cell_magic("supervise", f"--logdir {tmp_path} --name stuck --stall-secs 1 "
+                      "--max-steps 80", HELD_LOOP)
+    training = run_module.get_run("stuck")
+    try:
+        wait_for(lambda: training.history.snapshot().stalled is not None, DEADLINE,
+                 what="the stall")
+        shown = {}
+        for line in ("", "show stuck"):
+            terminal = Terminal("")
+            monkeypatch.setattr("sys.stdout", terminal)
+            ip.run_line_magic("supervise", line)
+            monkeypatch.undo()
+            shown[line] = terminal.text
+    finally:
+        namespace["go"].set()
+    assert "Run 'stuck' is stalled since " in shown[""]
+    assert "no step since step 50 (" in shown[""]
+    assert shown["show stuck"].startswith("\a") and "stalled since" in shown["show stuck"]
+    assert training.wait(DEADLINE) and training.status == "finished"
+
+
 # -- how often an eager session takes a point ---------------------------------------------------
 
 def test_an_eager_sessions_points_thin_out_as_it_ages_at_a_bounded_rate():
