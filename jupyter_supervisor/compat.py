@@ -355,6 +355,18 @@ def random_nodes(dataset) -> List[Tuple[str, bool, bool, bool]]:
     transformation not in ``_ONE_PASS``, so that an iterator of the pipeline also draws its
     seeds while it runs, or not at all. Datasets made inside a function (``interleave``'s) are
     not seen."""
+    return [found for found, _ in _random_nodes(dataset)]
+
+
+def reshuffling_nodes(dataset) -> List[object]:
+    """The random transformations of ``dataset``'s pipeline (``random_nodes``) that draw new
+    seeds for each iterator made of them, as the dataset objects themselves: two pipelines
+    that share one (``take``/``skip`` of one shuffled dataset) draw from the same seeds."""
+    return [node for (_, _, again, _), node in _random_nodes(dataset) if again]
+
+
+def _random_nodes(dataset) -> List[Tuple[Tuple[str, bool, bool, bool], object]]:
+    """[((kind, seeded, reshuffles, below), the dataset object)]: see ``random_nodes``."""
     found, stack, seen = [], [(dataset, False)], set()
     while stack:
         node, below = stack.pop()
@@ -368,8 +380,8 @@ def random_nodes(dataset) -> List[Tuple[str, bool, bool, bool]]:
                 again = getattr(node, "_reshuffle_each_iteration", True) is not False
             else:
                 again = bool(getattr(node, "_rerandomize", False))
-            found.append(("shuffle" if name == "_ShuffleDataset" else "random",
-                          any(seeds), again, below))
+            found.append((("shuffle" if name == "_ShuffleDataset" else "random",
+                           any(seeds), again, below), node))
         inputs = getattr(node, "_inputs", None)
         if not callable(inputs):
             continue

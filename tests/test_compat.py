@@ -257,6 +257,15 @@ def test_random_nodes_reads_seeds_reshuffling_and_what_is_above():
         == [("random", True, True, False)]
 
 
+def test_reshuffling_nodes_are_the_shared_dataset_objects():
+    shuffled = tf.data.Dataset.range(8).shuffle(8, seed=2)
+    (train,), (validation,) = (compat.reshuffling_nodes(shuffled.take(6).batch(2)),
+                               compat.reshuffling_nodes(shuffled.skip(6)))
+    assert train is validation is shuffled
+    fixed = tf.data.Dataset.range(8).shuffle(8, seed=2, reshuffle_each_iteration=False)
+    assert compat.reshuffling_nodes(fixed.take(6)) == []
+
+
 def test_fit_callbacks_and_data_spec_read_the_running_fit():
     import keras  # pylint: disable=C0415
     model = _tiny_model()

@@ -112,6 +112,11 @@ NOTES = {
         "Batches()", "", 12, "of a PyDataset with shuffle=True and no seed"),
     "unseeded arrays": (
         "x", "y=y, batch_size=8, ", 12, "with shuffle=True and no global random seed"),
+    # A seeded shuffle split by take/skip: validation reshuffles the training input's split.
+    "validation shares the shuffle": (
+        "(split := tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=6)"
+        ".batch(8)).take(6)", "validation_data=split.skip(6), ", 9,
+        "its validation_data shares a reshuffling shuffle with its training input"),
 }
 
 

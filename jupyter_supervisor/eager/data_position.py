@@ -21,7 +21,8 @@ the batches drawn from it (``drawn``). A resume replays them, per kind of input:
   that copies its shuffle and prefetch buffers into every checkpoint (the whole dataset, for a
   shuffle buffer of its size; ``bench/bench_data_resume.py``); replaying costs nothing at a
   save. An input whose validation data shares a reshuffling shuffle with it (``take``/``skip``
-  of one shuffled dataset) is not replayed: fit's validation makes iterators of it too.
+  of one shuffled dataset) cannot be replayed so (fit's validation makes iterators of it too):
+  the resume says so.
 * a Python generator: the re-run cell makes it again from its start; the resume draws again
   (and drops) every batch the run had drawn from fit's iterator, earlier epochs included, not
   only the current epoch's.
@@ -122,6 +123,14 @@ NOT_REPLAYABLE = (
     "shuffle after cache() (dataset.cache().shuffle(...)), or end the pipeline with repeat() "
     "and pass steps_per_epoch (fit then draws from one iterator, which a resume replays "
     "batch by batch).")
+SHARED_WITH_VALIDATION = (
+    "This fit resumes at epoch %d (after its batch %d), and its validation_data shares a "
+    "reshuffling shuffle with its training input (take()/skip() of one shuffled dataset): "
+    "each validation pass draws that shuffle's seeds too, which the resume does not replay, "
+    "so this epoch's order is another, and the run differs from an uninterrupted one. It "
+    "also means that every epoch splits the data anew (samples move between training and "
+    "validation). Split before shuffling, or shuffle with reshuffle_each_iteration=False "
+    "before the split, for an exact resume and a fixed split.")
 NO_POSITION = (
     "The checkpoint %s holds no position of the fit's input (it was written before that was "
     "saved): this fit starts epoch %d with a new iterator of its input (%s) and skips its "
@@ -156,6 +165,7 @@ class FitInput:
     (``resume``). See the module docstring."""
 
     def __init__(self, model):
+        self._model = model
         self._epochs = compat.fit_epoch_iterator(model)
         adapter = self._epochs.data_adapter if self._epochs is not None else None
         self.kind = KINDS.index(compat.input_kind(adapter)) if adapter is not None else OTHER
@@ -242,19 +252,32 @@ class FitInput:
         return epoch, moved
 
     def _replay_dataset(self, saved, epoch, batch, first_epoch) -> None:
-        nodes = compat.random_nodes(compat.adapter_dataset(self._adapter))
+        dataset = compat.adapter_dataset(self._adapter)
+        nodes = compat.random_nodes(dataset)
         unseeded = sorted({kind for kind, seeded, _, _ in nodes if not seeded})
         if unseeded and saved.drawn:
             logger.warning(UNSEEDED_DATASET, epoch + 1, batch, " and ".join(
                 {"shuffle": "Dataset.shuffle", "random": "Dataset.random"}[k] for k in unseeded))
         elif saved.iterator > 1 and any(again and below for _, _, again, below in nodes):
             logger.warning(NOT_REPLAYABLE, epoch + 1, batch)
+        elif epoch > first_epoch and self._shares_a_shuffle_with_validation(dataset):
+            logger.warning(SHARED_WITH_VALIDATION, epoch + 1, batch)
         if saved.iterator > 1:
             start = time.perf_counter()
             compat.make_iterators(self._epochs, saved.iterator - 1)
             logger.info("Resuming: made and dropped the %d iterators of the dataset that fit "
                         "had made before the one it draws from (%.2f s).", saved.iterator - 1,
                         time.perf_counter() - start)
+
+    def _shares_a_shuffle_with_validation(self, dataset) -> bool:
+        """True when fit's ``validation_data`` is a dataset that shares a reshuffling random
+        transformation with the training input: each validation pass then draws that one's
+        seeds too, which the replay does not count."""
+        validation = compat.fit_argument(self._model, "validation_data")
+        if not isinstance(validation, tf.data.Dataset) or dataset is None:
+            return False
+        shared = {id(node) for node in compat.reshuffling_nodes(dataset)}
+        return any(id(node) in shared for node in compat.reshuffling_nodes(validation))
 
     def _replay_generator(self, saved, epoch, batch, first_epoch) -> None:
         if saved.iterator > 1:  # the generator had run out; fit draws its first batches again
