@@ -680,3 +680,17 @@ def test_last_stop_is_the_stop_of_the_newest_session_that_started(tmp_path):
     _write_session(tmp_path, ".c")
     assert sorted(p.name for p in tmp_path.iterdir())[-1].endswith(".c")
     assert eventfiles.last_stop(str(tmp_path)) == "the kernel got SIGTERM"
+
+
+def test_a_stop_ends_the_line_of_output_it_cut():
+    """Keras' progress bar cut by a stop: a resumed session's output starts a line of its
+    own, not "1/8 ━━ loss: 0.3Epoch 83/100"."""
+    history = RunHistory()
+    history.on_event(events.SessionReady(step=0, restored_from=None, is_chief=True,
+                                         wall_time=0.0))
+    history.append_output("Epoch 83/100\n1/8 ━━ loss: 0.3")
+    history.on_event(events.Stopped(events.REQUESTED, None, 657, 1.0))
+    history.on_event(events.SessionReady(step=657, restored_from="/l/model.ckpt-657",
+                                         is_chief=True, wall_time=2.0))
+    history.append_output("Epoch 83/100\n")
+    assert history.snapshot().output.splitlines()[-2:] == ["1/8 ━━ loss: 0.3", "Epoch 83/100"]

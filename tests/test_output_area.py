@@ -81,6 +81,17 @@ def test_what_the_panel_shows_is_the_newest_with_a_mark_where_older_was_left_out
     assert shown[1]["text"] == "line 96\nline 97\nline 98\nline 99\n"
 
 
+def test_a_sessions_end_ends_the_line_it_cut():
+    """A progress bar cut by a stop: the next session's text starts a line of its own; a
+    line already ended gets no blank line."""
+    log = OutputLog()
+    log.write("stdout", "Epoch 83\n1/8 ━━ loss: 0.3\r2/8 ━━")
+    log.end_line()
+    log.write("stdout", "Epoch 83\n")
+    log.end_line()
+    assert log.text() == "Epoch 83\n2/8 ━━ loss: 0.3\nEpoch 83\n"
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="Invalid value for argument `max_chars`"):
         OutputLog(max_chars=-1)

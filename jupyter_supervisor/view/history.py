@@ -262,6 +262,7 @@ class RunHistory:
             elif isinstance(event, events.Stopped):
                 self._note_step(event.step)
                 self._timeline.append(event)
+                self.outputs.end_line()
                 if event.exception is not None and not self._error:
                     self._set_failure(event.exception)
             else:

@@ -149,6 +149,18 @@ class OutputLog:
             self._chars += len(last) - before
             self._trim_text()
 
+    def end_line(self) -> None:
+        """A session's end: the line the cursor is on (a progress bar a stop cut) is ended, so
+        that what the next session writes starts a line of its own."""
+        with self._lock:
+            last = self._entries[-1] if self._entries else None
+            if isinstance(last, _Stream) and last.line:
+                self._version += 1
+                before = len(last)
+                last.write("\n")
+                self._chars += len(last) - before
+                self._trim_text()
+
     def publish(self, msg_type: str, content: dict) -> None:
         """Applies what a ``display_data``, ``update_display_data`` or ``clear_output``
         message says (its content, as ipykernel builds it: data, metadata, transient)."""
