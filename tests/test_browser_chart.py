@@ -21,7 +21,6 @@ import os
 import re
 
 import nbformat
-import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright

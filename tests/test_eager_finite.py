@@ -316,12 +316,11 @@ def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
                                    save_summaries_secs=0), async_save=async_save)
     recorder = Recorder()
     sv.add_listener(recorder)
-    steps = []
     try:
         with pytest.raises(finite.NonFiniteError) as raised:
             with sv.session():
                 sv.track(model=model, optimizer=opt)
-                steps = quiet_body(sv, train_step, poison_at=25, stop_at=50)
+                quiet_body(sv, train_step, poison_at=25, stop_at=50)
     finally:
         sv.close()
     error = raised.value

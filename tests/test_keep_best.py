@@ -518,7 +518,7 @@ def test_a_killed_kernel_keeps_its_best_and_hands_it_over(tmp_path):
         assert [e for e, _ in epochs] == [0, 1, 2, 3, 4, 4, 5]
         assert epochs[4][1] == epochs[5][1]
         table = kernel.ok("%supervise").stream()
-        assert f"fit keeps the best val_loss " in table
+        assert "fit keeps the best val_loss " in table
         assert table.rstrip().endswith("at step 24, the end of epoch 3: runs/fit/model.ckpt-24")
         assert kernel.value("get_run('fit').restore_best()") == "runs/fit/model.ckpt-24"
         assert kernel.value("float(model.weights[0].numpy().ravel()[0])") == weight_at_3
