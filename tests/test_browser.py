@@ -867,6 +867,8 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     expect(live.locator(".jsv-dead")).to_be_visible(timeout=30_000)
     expect(live.locator(".jsv-dead")).to_have_text("kernel gone — re-run the cell")
     expect(live.locator(".jsv-status")).to_have_text("unknown")  # not "running" any more
+    expect(live.locator(".jsv-rate")).to_be_hidden()               # nor its rate, its ETA
+    expect(live.locator(".jsv-eta")).to_be_hidden()
     expect(live.locator("button.jsv-resume")).to_be_disabled()
     expect(boom.locator(".jsv-dead")).to_be_visible(timeout=30_000)  # an ended run's too
     expect(boom.locator("button.jsv-resume")).to_be_disabled()
@@ -1314,18 +1316,31 @@ def test_a_chart_by_keyboard_and_its_text_alternative(module_page):
 
 
 def test_kernel_gone_only_when_its_requests_go_unanswered_busy_while_a_cell_runs(module_page):
+    """Gone: the status is unknown, and what the last state said of the present (the step
+    rate, the ETA, how long ago the checkpoint was written) is not said; all back once the
+    kernel answers."""
     page = module_page
-    view = _mount(page, "health")
+    checkpoint = "Checkpoint: step 1,000 at 04:29:56{}, written in 0.02 s, model.ckpt-1000"
+    view = _mount(page, "health", dict(
+        MODULE_STATE, progress={"fraction": 0.5, "text": "50.0% of 2,128"},
+        eta="ETA 27 s", checkpoint=[checkpoint.format(" (10 s ago)")]))
     dead, busy = view.locator(".jsv-dead"), view.locator(".jsv-busy")
+    present = [view.locator(".jsv-rate"), view.locator(".jsv-eta")]
     answer = ("() => health.emit({type: 'answer', id: health.sent.at(-1).id, parts: []}, [])")
     page.evaluate(answer)
     expect(view).to_have_attribute("data-jsv-health", "alive")
     expect(dead).to_be_visible()       # nothing answers the next requests: gone
     expect(view.locator(".jsv-status")).to_have_text("unknown")
     expect(view.locator("button.jsv-stop")).to_be_disabled()
+    for part in present:
+        expect(part).to_be_hidden()
+    expect(view.locator(".jsv-checkpoint")).to_have_text(checkpoint.format(""))
     page.evaluate(answer)
     expect(dead).to_be_hidden()
     expect(view.locator(".jsv-status")).to_have_text("running")
+    for part in present:
+        expect(part).to_be_visible()
+    expect(view.locator(".jsv-checkpoint")).to_have_text(checkpoint.format(" (10 s ago)"))
     page.evaluate("health.emit({type: 'busy'})")     # a cell runs: its requests wait
     expect(busy).to_be_visible()
     page.wait_for_function("health.sent.length > 4")

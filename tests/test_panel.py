@@ -203,6 +203,10 @@ def test_the_state_follows_every_transition_of_a_run(make_panel, clock):
     panel.tick()
     state = panel.widgets["view"].state
     assert (state["label"], state["step"]) == ("stopped", 104)   # the exact stopped step
+    # As it ended, without "(22 s ago)": a saved notebook would say so for good.
+    assert state["checkpoint"][0].endswith(
+        ", written in 0.42 s, model.ckpt-100 | initialized") and " ago)" not in \
+        state["checkpoint"][0]
     assert state["progress"]["text"] == "10.4% of 1,000" and state["eta"] == ""
     assert state["buttons"] == {"stop": False, "resume": True, "save": False}
     assert [text for _when, text in state["timeline"]] == [

@@ -406,6 +406,8 @@ function syncList(parent, items, tag) {
 const BUTTONS = [["stop", "Stop", "Stop gracefully: write a final checkpoint, then stop"],
                  ["resume", "Resume", "Continue from the newest checkpoint"],
                  ["save", "Save", "Write a checkpoint now"]];
+// text.py's format_ago, in a checkpoint line: " (just now)", " (30 s ago)", " (1 h 05 min ago)".
+const AGO = / \((just now|\d+ s ago|\d+ min ago|\d+ h \d+ min ago)\)/;
 // The header's parts after the name and status, in order.
 const HEADER_PARTS = [["step", "jsv-step"], ["rate", "jsv-rate"], ["position", "jsv-fit"],
                       ["elapsed", "jsv-elapsed"], ["role", "jsv-role"]];
@@ -661,7 +663,7 @@ class View {
     this.renderProgress(s);
     showIf(this.warningEl, !!s.warning);
     setText(this.warningEl, s.warning || "");
-    syncList(this.checkpointEl, s.checkpoint || [], "div");
+    this.renderCheckpoint(s);
     syncList(this.timelineEl, (s.timeline || []).map(([when, text]) => `${when}  ${text}`), "li");
     this.renderBest();
     showIf(this.historyEl, (s.timeline || []).length > 0);
@@ -670,6 +672,14 @@ class View {
     setText(this.messageEl, s.message || "");
     this.renderButtons();
     this.notifyAlerts(s.alerts || []);
+  }
+
+  // Without a kernel, what the last state said of the present is not said: the step rate, the
+  // ETA, how long ago the newest checkpoint was written (text.py's format_ago).
+  renderCheckpoint(s) {
+    const lines = s.checkpoint || [];
+    syncList(this.checkpointEl, this.link.health === "gone"
+      ? lines.map((line) => line.replace(AGO, "")) : lines, "div");
   }
 
   renderHeader(s) {
@@ -681,7 +691,7 @@ class View {
     if (this.statusEl.className !== statusClass) this.statusEl.className = statusClass;
     this.root.style.setProperty("--jsv-tone", this.theme.tones[gone ? "muted" : s.tone] ||
                                 this.theme.tones.muted);
-    const texts = {step: s.step_text ? `step ${s.step_text}` : "", rate: s.rate,
+    const texts = {step: s.step_text ? `step ${s.step_text}` : "", rate: gone ? "" : s.rate,
                    position: s.position, elapsed: s.elapsed, role: s.role};
     for (const [key] of HEADER_PARTS) {
       const {sep, part} = this.parts[key];
@@ -702,9 +712,10 @@ class View {
     this.barEl.setAttribute("aria-label", s.progress.text);
     this.fillEl.style.width = `${percent}%`;
     setText(this.progressTextEl, s.progress.text);
-    setText(this.etaEl, s.eta || "");
-    showIf(this.etaEl, !!s.eta);
-    showIf(this.etaSepEl, !!s.eta);
+    const eta = this.link.health === "gone" ? "" : s.eta || "";
+    setText(this.etaEl, eta);
+    showIf(this.etaEl, !!eta);
+    showIf(this.etaSepEl, !!eta);
   }
 
   renderButtons() {
@@ -734,6 +745,8 @@ class View {
     showIf(this.busyEl, health === "busy");
     if (!this.compare) {
       this.renderHeader(this.link.state);
+      this.renderProgress(this.link.state);
+      this.renderCheckpoint(this.link.state);
       this.renderButtons();
     }
   }

@@ -250,8 +250,11 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
         newest = snap.checkpoints[0]
         count = ("" if snap.checkpoint_count <= 1
                  else f" ({snap.checkpoint_count} written by this run)")
-        line = (f"Checkpoint: step {_step_text(newest.step)} at {_clock_time(newest.wall_time)} "
-                f"({format_ago(wall_now - newest.wall_time)}), written in {newest.seconds:.2f} s, "
+        # How long ago only while the run is active: a run that ended is shown (and saved in
+        # the notebook) as it ended, and "just now" would stay there for good.
+        ago = f" ({format_ago(wall_now - newest.wall_time)})" if snap.active else ""
+        line = (f"Checkpoint: step {_step_text(newest.step)} at {_clock_time(newest.wall_time)}"
+                f"{ago}, written in {newest.seconds:.2f} s, "
                 f"{os.path.basename(newest.path)}{count}")
     else:
         line = "No new checkpoint yet" if snap.ready else "No checkpoint yet"
