@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import finite
-from ..checkpoints import restore_candidates
+from ..checkpoints import CheckpointWriteError, restore_candidates
 from ..timer import Timer
 from . import restore as restoring
 from .best import Best, BestKeeper
@@ -153,7 +153,7 @@ class Checkpointer:
         self._mutex = threading.Lock()
         self._save_request: Optional[_SaveRequest] = None
         self._stepping = False       # a loop is between steps (set and cleared under _save_lock)
-        self.thread: Optional[threading.Thread] = None   # the training thread
+        self._thread: Optional[threading.Thread] = None   # the training thread (begin)
         self.items: Optional[Dict[str, object]] = None
         self._state: Optional[_RunState] = None
         self._root = None                          # tf.train.Checkpoint for restoring
@@ -171,6 +171,8 @@ class Checkpointer:
             if config.keep_best and self._logdir else None)
         self._best_writing: Optional[Best] = None  # the best whose checkpoint is written
         self.writer: Optional[CheckpointWriter] = None
+        self.last_path: Optional[str] = None      # the newest checkpoint written (writer thread)
+        self._sync_reason: Optional[str] = None   # the writer's, once it is closed
 
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
         """Names what is saved (``items``, and the run's own state) and restores the newest
@@ -208,13 +210,43 @@ class Checkpointer:
             self._restored_best(existing)
         return restored
 
-    def forget(self) -> None:
-        """After the session: drops the tracked objects. A run's record outlives its session
-        (``%supervise list``), and a cell that builds its model again must free the model of
-        its last run, with its accelerator memory."""
+    def begin(self, thread: threading.Thread) -> None:
+        """The session starts in ``thread``, its training thread: the only one that saves at
+        a step boundary; another thread's ``save_now`` is served there."""
+        self._thread = thread
+
+    @property
+    def threads(self) -> List[threading.Thread]:
+        """The threads it runs: the writer thread of the write in flight, if any."""
+        writer = self.writer
+        return writer.threads if writer is not None else []
+
+    @property
+    def sync_reason(self) -> Optional[str]:
+        """Why the checkpoints are written synchronously (None: they are not), for the user."""
+        writer = self.writer
+        return writer.sync_reason if writer is not None else self._sync_reason
+
+    def close(self) -> None:
+        """The session's end (again: nothing more): waits for the write in flight, for at most
+        ``stop_grace_secs`` (CheckpointWriteError beyond, or the write's own), lets the
+        snapshot's copies and traced writes serve the next run of the same objects, and drops
+        the tracked objects. A run's record outlives its session (``%supervise list``), and a
+        cell that builds its model again must free the model of its last run, with its
+        accelerator memory."""
         with self._save_lock:  # a save asked from another thread sees all or nothing
-            self.items = self._root = self._state = self.writer = self._rates = None
-            self.parts, self._arrays = {}, {}
+            writer, ended = self.writer, True
+            try:
+                if writer is not None:
+                    self._sync_reason = writer.sync_reason
+                    ended = writer.close(self._config.stop_grace_secs)  # reports its save first
+            finally:
+                self.items = self._root = self._state = self.writer = self._rates = None
+                self.parts, self._arrays = {}, {}
+            if not ended:
+                raise CheckpointWriteError(
+                    f"The last checkpoint was not written within "
+                    f"{self._config.stop_grace_secs:g} s (stop_grace_secs); it may be missing.")
 
     def restore(self, step: int) -> str:
         """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
@@ -319,7 +351,7 @@ class Checkpointer:
         """A checkpoint now, once its files are written: from the training thread at once;
         from another while the body steps, by the training thread at its next boundary
         (TimeoutError after ``timeout``); else at once if the run is ``ready``."""
-        if threading.current_thread() is self.thread:
+        if threading.current_thread() is self._thread:
             return self._save_and_wait()
         with self._save_lock:
             with self._mutex:
@@ -356,7 +388,7 @@ class Checkpointer:
                 return
             # The verdict of a save made before: that checkpoint was not the final one, so
             # (in the training thread) it may still roll back, and then nothing moved.
-            self._take_verdict_after_write(final=threading.current_thread() is not self.thread)
+            self._take_verdict_after_write(final=threading.current_thread() is not self._thread)
             if self.timer.moved(self._where.step) and self._save(final=True) is not None:
                 self._take_verdict_after_write(final=True)
 
@@ -480,7 +512,7 @@ class Checkpointer:
             if not self._take_verdict(final):
                 return None
             if self._policy.pending is not None and not final:
-                if threading.current_thread() is self.thread:
+                if threading.current_thread() is self._thread:
                     self._roll_back()
                 return None
             step = self._where.step
@@ -571,10 +603,10 @@ class Checkpointer:
         try:
             self._policy.refused(step, problem, kept[-1] if kept else None, final=final)
         except finite.NonFiniteError as error:
-            if threading.current_thread() is not self.thread:
+            if threading.current_thread() is not self._thread:
                 self._request_stop(error)
             raise
-        if threading.current_thread() is self.thread:
+        if threading.current_thread() is self._thread:
             self._roll_back()
         return False
 
@@ -604,7 +636,8 @@ class Checkpointer:
     def _on_saved(self, step, path, wall_time, seconds) -> None:
         """Writer thread: the checkpoint's files are under its name, listed (and, for a new
         best, kept as the best)."""
-        writer = self.writer  # forget() may drop it meanwhile (a write past the grace)
+        self.last_path = path
+        writer = self.writer  # close() may drop it meanwhile (a write past the grace)
         kept = tuple(reversed(writer.kept)) if writer is not None else ()
         self._reporter.saved(step, path, wall_time, seconds, kept)
         best = self._best_writing

@@ -91,7 +91,7 @@ class CheckpointWriter:
     by the next ``save()`` or ``wait()``; the checkpoints written before are not touched.
 
     ``owners``: the objects whose lifetime bounds the reuse of the snapshot's copies and traced
-    writes after ``release()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones)
+    writes after ``close()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones)
     that must be finite for a save to count
     (``finite.VariableCheck``). With a snapshot, the writer thread's write is guarded: the
     check of the snapshot's copies runs beside the write of the parts and gates their merge
@@ -121,9 +121,8 @@ class CheckpointWriter:
         self.checked_before = False   # the newest save's check ran before its write (no copies)
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
-        self.last_path: Optional[str] = None
+        self._closed = False
         self.sync_reason: Optional[str] = None   # why async saving was not possible
-        self.threads: "list" = []
         # -- keep-best (issue 44): the checkpoint retention keeps beside the newest ``keep``,
         # listed in the state file like them. A save with ``best=True`` takes its place once
         # the save is listed; until then the one before stays kept.
@@ -186,6 +185,8 @@ class CheckpointWriter:
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._verdict is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
+        if self._closed:
+            raise RuntimeError("save(): the writer is closed")
         self.wait()
         path = f"{self._prefix}-{step}"
         start = time.time()
@@ -219,7 +220,6 @@ class CheckpointWriter:
                                   args=(write, path, step, start, verdict, best), daemon=True)
         thread.start()
         self._thread = thread
-        self.threads.append(thread)
         return path
 
     @property
@@ -227,6 +227,12 @@ class CheckpointWriter:
         """True while the write of the newest save runs (its thread is alive)."""
         thread = self._thread
         return thread is not None and thread.is_alive()
+
+    @property
+    def threads(self) -> List[threading.Thread]:
+        """The writer thread of the write in flight ([] when none runs)."""
+        thread = self._thread
+        return [thread] if thread is not None and thread.is_alive() else []
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
@@ -236,18 +242,28 @@ class CheckpointWriter:
             if thread.is_alive():
                 return False
             self._thread = None
-            self.threads = [t for t in self.threads if t.is_alive()]
         error, self._error = self._error, None
         if error is not None:
             raise error
         return True
 
-    def release(self) -> None:
-        """After the last save, once its write ended: the snapshot's copies and traced writes
-        serve the next writer of the same objects in this process (``Snapshot.release``).
-        While a write runs, nothing is released."""
-        if self._snapshot is not None and not self.writing:
-            self._snapshot.release()
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """After the last save: waits for its write (at most ``timeout``: False when it runs
+        on), raising its CheckpointWriteError; then the snapshot's copies and traced writes
+        serve the next writer of the same objects in this process (``Snapshot.release``; not
+        while a write runs), and the writer lets go of the tracked objects: it saves no more.
+        Again: True, nothing more."""
+        if self._closed:
+            return True
+        ended = False
+        try:
+            ended = self.wait(timeout)
+        finally:
+            self._closed = True
+            if self._snapshot is not None and not self.writing:
+                self._snapshot.release()
+            self._items, self._snapshot, self._sync_writer, self._checked = {}, None, None, []
+        return ended
 
     def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
                verdict: Optional[Refusal] = None, best: bool = False) -> None:
@@ -271,7 +287,6 @@ class CheckpointWriter:
             self._error = e
             self._on_error(e)
             return
-        self.last_path = path
         seconds = time.time() - start
         self._on_saved(step, path, start + seconds, seconds)
 
