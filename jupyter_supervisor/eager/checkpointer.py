@@ -388,9 +388,9 @@ class Checkpointer:
                 return
             # The verdict of a save made before: that checkpoint was not the final one, so
             # (in the training thread) it may still roll back, and then nothing moved.
-            self._take_verdict_after_write(final=threading.current_thread() is not self._thread)
+            self._settle(final=threading.current_thread() is not self._thread)
             if self.timer.moved(self._where.step) and self._save(final=True) is not None:
-                self._take_verdict_after_write(final=True)
+                self._settle(final=True)
 
     @property
     def stepping(self) -> bool:
@@ -426,7 +426,7 @@ class Checkpointer:
             # The check of the save before ran beside its write: its verdict, at the first
             # boundary after the write ended (before, it would cost this thread a check).
             with self._save_lock:
-                rolled_back = not self._take_verdict(final=False)
+                rolled_back = not self._settle(final=False, wait=False)
         if self._policy.pending is not None:  # a save from another thread was refused
             with self._save_lock:
                 if self._policy.pending is not None:
@@ -471,12 +471,12 @@ class Checkpointer:
         if self.best is not None:
             self.best.note(scalars, self._where.step)
 
-    def take_pending_verdict(self) -> None:
-        """Takes the verdict of the newest save now, if one is pending (before a stop: a
-        rollback takes the step back)."""
+    def settle(self) -> None:
+        """Takes the verdict of the newest save now, if one is pending, once its write ended
+        (before a stop: a rollback takes the step back)."""
         if self.writer is not None and self.writer.verdict_pending:
             with self._save_lock:
-                self._take_verdict(final=False)
+                self._settle(final=False)
 
     def _save_at_boundary(self, request: Optional[_SaveRequest], final: bool = False,
                           best: Optional[Best] = None) -> Optional[str]:
@@ -509,7 +509,7 @@ class Checkpointer:
         with self._save_lock:
             if self.writer is None:
                 return None
-            if not self._take_verdict(final):
+            if not self._settle(final):
                 return None
             if self._policy.pending is not None and not final:
                 if threading.current_thread() is self._thread:
@@ -535,19 +535,19 @@ class Checkpointer:
                 self._best_writing = best
             self._state.training.assign(self.training_state())
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
-            path = self.writer.save(step, final=final, best=best is not None)
+            pending = self.writer.save(step, final=final, best=best is not None)
             self.timer.last_step = step
             # A check made before the write has its verdict now: no step more on a bad model.
-            if self.writer.checked_before and not self._take_verdict(final):
+            if pending.checked_before and not self._settle(final):
                 return None
-            return path
+            return pending.path
 
     def _save_and_wait(self, final: bool = False, best: Optional[Best] = None) -> Optional[str]:
         with self._save_lock:
             path = self._save(final, best)
             if path is not None:
                 self.writer.wait()
-                if not self._take_verdict(final):
+                if not self._settle(final):
                     return None
             return path
 
@@ -555,7 +555,7 @@ class Checkpointer:
         """With ``_save_lock`` held, before a save: True when the newest value of every
         reported scalar is finite, or with ``on_nan="ignore"``; else ``_refuse``. The trainable
         variables are checked by the writer (``CheckpointWriter``: beside the write,
-        its verdict taken by ``_take_verdict``); here only to name them."""
+        its verdict taken by ``_settle``); here only to name them."""
         if self.writer is None or not self.writer.checks:
             return True
         numbers = {tag: to_float(value) for tag, value in self._where.scalars.items()}
@@ -571,21 +571,21 @@ class Checkpointer:
             return True
         return self._refuse(step, finite.describe_problem(variables, scalars), final)
 
-    def _take_verdict_after_write(self, final: bool) -> bool:
-        """``_take_verdict`` once the write in flight ended (within ``stop_grace_secs``): at
-        the session's end the training thread waits for it anyway, and its verdict is then
-        known, where taking it during the write runs the check in this thread (and traces it,
-        the first time)."""
-        if self.writer is not None and self.writer.verdict_pending:
-            self.writer.wait(self._config.stop_grace_secs)
-        return self._take_verdict(final)
-
-    def _take_verdict(self, final: bool) -> bool:
+    def _settle(self, final: bool, wait: bool = True) -> bool:
         """With ``_save_lock`` held: takes the verdict of the newest save's check of the
-        variables (waiting for the check, not the write). True when there was none or it
+        variables, once. ``wait``: waits for its write first (at most ``stop_grace_secs``;
+        then the verdict checks the copies in this thread); else (a step boundary) takes it
+        only when it is known without a check here. True when there was none to take or it
         passed; else (the save wrote nothing) ``_refuse`` at the step of that save."""
-        verdict = self.writer.verdict() if self.writer is not None else None
-        if verdict is None or not verdict.variables:
+        writer = self.writer
+        if writer is None or not writer.verdict_pending:
+            return True
+        if not writer.verdict_known:
+            if not wait:
+                return True
+            writer.wait(self._config.stop_grace_secs)
+        verdict = writer.verdict()
+        if not verdict.variables:
             return True
         self.timer.last_step = None
         return self._refuse(verdict.step, finite.describe_problem(verdict.variables, []), final)

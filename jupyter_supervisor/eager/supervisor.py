@@ -704,7 +704,7 @@ class EagerSupervisor:
         # After the save, and its verdict: a rollback takes the step back below max_steps.
         max_steps = self._config.max_steps
         if max_steps is not None and self._where.step >= max_steps:
-            self._checkpointer.take_pending_verdict()
+            self._checkpointer.settle()
             if self._where.step >= max_steps:
                 self._ask_stop(None, None, max_steps=True)
         if self._replicas is not None:

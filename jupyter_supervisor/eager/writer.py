@@ -81,6 +81,34 @@ class Refusal:
         return bool(self.variables) or self.error is not None
 
 
+class PendingSave:
+    """A checkpoint that ``CheckpointWriter.save`` started: its ``step`` and ``path``, the
+    ``verdict`` of the check of its variables (a ``Refusal``; None when nothing is checked),
+    and its write, in a writer thread (``thread``) or done before ``save`` returned.
+    ``checked_before``: there were no copies to check, so the live variables were checked
+    before the write: the verdict is decided, and a refused save wrote nothing."""
+
+    def __init__(self, step: int, path: str, verdict: Optional[Refusal] = None,
+                 checked_before: bool = False):
+        self.step = step
+        self.path = path
+        self.verdict = verdict
+        self.checked_before = checked_before
+        self.thread: Optional[threading.Thread] = None
+
+    @property
+    def writing(self) -> bool:
+        """True while its write runs."""
+        thread = self.thread
+        return thread is not None and thread.is_alive()
+
+    @property
+    def known(self) -> bool:
+        """True when its verdict is known without a check in the calling thread: decided
+        before the write, or learnt by the write (which ended)."""
+        return self.verdict is not None and (self.verdict.known or not self.writing)
+
+
 class CheckpointWriter:
     """Writes ``<logdir>/<basename>-<step>`` checkpoints of ``items``, one at a time.
 
@@ -117,9 +145,8 @@ class CheckpointWriter:
         self._on_saved = on_saved
         self._on_error = on_error
         self._checked = list(checked)
-        self._verdict: Optional[Refusal] = None    # of the newest save, until verdict() took it
-        self.checked_before = False   # the newest save's check ran before its write (no copies)
-        self._thread: Optional[threading.Thread] = None
+        self._newest: Optional[PendingSave] = None    # the newest save (its write)
+        self._pending: Optional[PendingSave] = None   # the newest checked save, until verdict()
         self._error: Optional[BaseException] = None
         self._closed = False
         self.sync_reason: Optional[str] = None   # why async saving was not possible
@@ -150,40 +177,40 @@ class CheckpointWriter:
     @property
     def verdict_pending(self) -> bool:
         """True from a checked ``save()`` until ``verdict()`` took its verdict."""
-        return self._verdict is not None
+        return self._pending is not None
 
     @property
     def verdict_known(self) -> bool:
-        """True when a verdict is pending and its write ended: then ``verdict()`` checks the
-        copies itself only to name what a refused write held (or after a write that failed).
-        While the write runs, ``verdict()`` would run the fused check, on every core: the
-        training thread takes the verdict before then only when it must."""
-        verdict = self._verdict
-        return verdict is not None and (verdict.known or not self.writing)
+        """True when a verdict is pending and known (``PendingSave.known``): then
+        ``verdict()`` checks the copies itself only to name what a refused write held (or after
+        a write that failed). While the write runs, ``verdict()`` would run the fused check,
+        on every core: the training thread takes the verdict before then only when it must."""
+        pending = self._pending
+        return pending is not None and pending.known
 
     def verdict(self) -> Optional[Refusal]:
         """The verdict of the newest checked save, and only once; None when there is none to
         take. Raises what the check raised. Does not wait for the write: when it has not ended,
         the calling thread checks the same copies itself (a few milliseconds at 100 MB; its
         first run traces the check, about a second for a few hundred variables)."""
-        verdict, self._verdict = self._verdict, None
-        if verdict is None:
+        pending, self._pending = self._pending, None
+        if pending is None:
             return None
-        verdict.decide()
+        verdict = pending.verdict.decide()
         if verdict.error is not None:
             raise verdict.error
         return verdict
 
-    def save(self, step: int, final: bool = False, best: bool = False) -> str:
-        """Starts the checkpoint of ``step`` (see the class); returns its path. The verdict of
-        the save before must have been taken. ``final``: the last save of the session, which
+    def save(self, step: int, final: bool = False, best: bool = False) -> "PendingSave":
+        """Starts the checkpoint of ``step`` (see the class); returns it. The verdict of the
+        save before must have been taken. ``final``: the last save of the session, which
         the session's end waits for: when no write is traced for these objects yet (a short
         cell, whose only checkpoint is this one), it is written here, from the variables
         themselves, checked before op by op: tracing the snapshot's write and its check would
         cost that cell a few tenths of a second (a 1 MB model: 0.35 s, against 15 ms for the
         write; bench/bench_cell_cost.py)."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
-        if self._verdict is not None:
+        if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
         if self._closed:
             raise RuntimeError("save(): the writer is closed")
@@ -199,49 +226,49 @@ class CheckpointWriter:
             logger.info(self.sync_reason)
         write, check = (self._snapshot.write_function(self._checked) if snapped
                         else (None, None))
-        self.checked_before = bool(self._checked) and not (check and check.names)
-        verdict = None
-        if self.checked_before:  # no copies to check: the live variables, before the write
+        before = bool(self._checked) and not (check and check.names)
+        if before:  # no copies to check: the live variables, before the write
             verdict = Refusal(step, finite.VariableCheck.untraced(self._checked) if direct
                               else self._live_check()).decide()
-        elif self._checked:
-            verdict = Refusal(step, check)
-        self._verdict = verdict
-        if self.checked_before and verdict.refused:
-            return path
+        else:
+            verdict = Refusal(step, check) if self._checked else None
+        pending = self._newest = PendingSave(step, path, verdict, checked_before=before)
+        self._pending = pending if verdict is not None else None
+        if before and verdict.refused:
+            return pending
         if not snapped:
             if self._sync_writer is None:
                 self._sync_writer = tf.train.Checkpoint(**self._items)
                 _ = self._sync_writer.save_counter
             self._write(self._sync_writer.write, path, step, start, best=best)
             self.wait()
-            return path
-        thread = threading.Thread(target=self._write, name="jupyter_supervisor-checkpoint",
-                                  args=(write, path, step, start, verdict, best), daemon=True)
-        thread.start()
-        self._thread = thread
-        return path
+            return pending
+        pending.thread = threading.Thread(
+            target=self._write, name="jupyter_supervisor-checkpoint",
+            args=(write, path, step, start, verdict, best), daemon=True)
+        pending.thread.start()
+        return pending
 
     @property
     def writing(self) -> bool:
         """True while the write of the newest save runs (its thread is alive)."""
-        thread = self._thread
-        return thread is not None and thread.is_alive()
+        newest = self._newest
+        return newest is not None and newest.writing
 
     @property
     def threads(self) -> List[threading.Thread]:
         """The writer thread of the write in flight ([] when none runs)."""
-        thread = self._thread
+        newest = self._newest
+        thread = newest.thread if newest is not None else None
         return [thread] if thread is not None and thread.is_alive() else []
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-            if thread.is_alive():
+        newest = self._newest
+        if newest is not None and newest.thread is not None:
+            newest.thread.join(timeout)
+            if newest.thread.is_alive():
                 return False
-            self._thread = None
         error, self._error = self._error, None
         if error is not None:
             raise error
