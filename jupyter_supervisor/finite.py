@@ -284,7 +284,7 @@ class VariableCheck:
     @classmethod
     def eager(cls, variables: Sequence) -> "VariableCheck":
         """The check of ``variables`` (tf.Variables) as one ``tf.function``, traced at its
-        first run (about 3 ms per variable: for a model of a few hundred, a second). The same
+        first run (in a time that grows with the number of variables). The same
         variables get the same check, for as long as they live (``_EagerChecks``): each
         supervisor of a model re-run in a kernel would otherwise trace it again, and
         TensorFlow warns of retracing from the fifth."""
@@ -339,9 +339,10 @@ class VariableCheck:
         s3://, ``<prefix>.part-*``; ``remove_refused_save``). The variables must not change
         during the call: the eager writer checks the copies it writes.
 
-        The fused reduction, not the graph guard's CheckNumerics one by one: beside this write both cost it the same
-        (within the benchmark's noise), and the reduction takes a tenth of the CPU time (at
-        100 MB, 3 to 8 ms against 45), which a write beside training takes from training.
+        The fused reduction, not the graph guard's CheckNumerics one by one: beside this
+        write both cost it the same (within the benchmark's noise), and the reduction takes
+        far less CPU time (bench/bench_finite.py), which a write beside training takes from
+        training.
 
         The check runs as a function of its own, which reads the variables: an Assert made in
         the traced function itself (a stateful op without a resource input) would be ordered

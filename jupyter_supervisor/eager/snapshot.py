@@ -3,8 +3,8 @@ refreshed by the training thread at a step boundary, and a write of those copies
 per object graph structure and reused across sessions of the kernel.
 
 Why not TensorFlow's own ``CheckpointOptions(enable_async=True)``: its copy of Keras 3 variables
-creates a ``tf.Variable`` inside a ``tf.function`` and fails from the second save on (TF 2.21,
-Keras 3.15: "tf.function only supports singleton tf.Variables created on the first call").
+creates a ``tf.Variable`` inside a ``tf.function`` and fails from the second save on
+("tf.function only supports singleton tf.Variables created on the first call").
 ``Snapshot`` does what that helper does, with copies made once outside any function: the
 training thread assigns every variable to its host copy (that is all it waits for, there and
 in its next step: a copy shares the variable's buffer, which TensorFlow copies before the step
@@ -28,9 +28,8 @@ class _Traced:
     """What the snapshots of one object graph structure reuse, from one session to the next in
     a kernel (a notebook re-runs its cells, or builds its model again in the cell): the host
     copies, by the object's index in the graph, and the writes traced for them, by the indices
-    of the checked copies. Tracing a write costs far more than the write of a small model (a
-    1 MB MLP: 0.2 s against 15 ms); a traced write reads only the copies, so it serves any
-    objects of the same ``key``."""
+    of the checked copies. Tracing a write costs far more than the write of a small model; a
+    traced write reads only the copies, so it serves any objects of the same ``key``."""
 
     def __init__(self, key: tuple):
         self.key = key
@@ -235,17 +234,16 @@ class Snapshot:
         (``finite.VariableCheck.guard``: the check runs beside the write and gates the merge
         of its parts). ``check``: the fast check of the same copies (``VariableCheck.run``),
         to name the variables of a refused write or to give the verdict before the write
-        ended; traced at its first run, which most runs never need (MobileNetV2 and Adam:
-        0.9 s).
+        ended; traced at its first run, which most runs never need.
 
         The write is traced in the calling thread (the training thread: a graph built in a
         background thread, at the end of a Keras fit, deadlocked once, when the garbage
         collector freed a tf.data iterator there whose destructor waits for threads of its
         own), once per structure of the object graph saved in this process (its edges, types,
         dtypes and shapes: ``_TracedPool``), so that re-running a cell, or building the same
-        model again, reuses it (MobileNetV2 and Adam, 580 variables: 1.3 s, once). Once
-        traced, a write runs no Python per variable (there: 80 ms, where an eager write of
-        the same copies takes 190 ms)."""
+        model again, reuses it: tracing costs about as much per variable as a few writes.
+        Once traced, a write runs no Python per variable, where an eager write of the same
+        copies runs some for each."""
         copies = self.copies_of(checked)
         if any(copy is None for copy in copies):
             copies = []  # one is not saved: the caller checks the live variables instead

@@ -33,7 +33,7 @@ class Refusal:
     The training thread takes it at its first step boundary after the write ended; when it
     needs it before (its next save, the session's end), it does not wait for the write: it
     checks the same copies itself with ``check`` (``VariableCheck.run``, every core, a few
-    milliseconds at 100 MB), which gives the same answer. ``check`` also names the variables
+    milliseconds), which gives the same answer. ``check`` also names the variables
     of a refused write.
     """
 
@@ -124,8 +124,8 @@ class CheckpointWriter:
     (``finite.VariableCheck``). With a snapshot, the writer thread's write is guarded: the
     check of the snapshot's copies runs beside the write of the parts and gates their merge
     under the checkpoint's name, in the same call (``Snapshot.write_function``). The training
-    thread does not wait for it; at 100 MB it adds -1 to 4 % to the write (bench/bench_finite.py,
-    2 cores; the most on a local disk) and 3 to 8 ms of CPU time. Without a snapshot, the calling
+    thread does not wait for it, and it adds a few percent to the write at most
+    (bench/bench_finite.py; docs/performance.md). Without a snapshot, the calling
     thread checks before writing. Either way a refused save writes nothing under the
     checkpoint's name and changes neither the state file nor the retention; ``verdict()`` says
     which variables were not finite.
@@ -191,8 +191,8 @@ class CheckpointWriter:
     def verdict(self) -> Optional[Refusal]:
         """The verdict of the newest checked save, and only once; None when there is none to
         take. Raises what the check raised. Does not wait for the write: when it has not ended,
-        the calling thread checks the same copies itself (a few milliseconds at 100 MB; its
-        first run traces the check, about a second for a few hundred variables)."""
+        the calling thread checks the same copies itself (its first run traces the check,
+        which takes longer the more variables there are)."""
         pending, self._pending = self._pending, None
         if pending is None:
             return None
@@ -207,8 +207,7 @@ class CheckpointWriter:
         the session's end waits for: when no write is traced for these objects yet (a short
         cell, whose only checkpoint is this one), it is written here, from the variables
         themselves, checked before op by op: tracing the snapshot's write and its check would
-        cost that cell a few tenths of a second (a 1 MB model: 0.35 s, against 15 ms for the
-        write; bench/bench_cell_cost.py)."""
+        cost a small model's cell many times the write (bench/bench_cell_cost.py)."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
