@@ -6,12 +6,11 @@ Why not TensorFlow's own ``CheckpointOptions(enable_async=True)``: its copy of K
 creates a ``tf.Variable`` inside a ``tf.function`` and fails from the second save on
 ("tf.function only supports singleton tf.Variables created on the first call").
 ``Snapshot`` does what that helper does, with copies made once outside any function: the
-training thread assigns every variable to its host copy (that is all it waits for, there and
-in its next step: a copy shares the variable's buffer, which TensorFlow copies before the step
-updates it in place), and the writer thread saves the copies under the original objects'
-names (the saver's object map, the mechanism TensorFlow's helper uses), with one call of a
-``tf.function`` traced once, which also holds the finiteness check of the copies
-(``Snapshot.write_function``).
+training thread copies every variable into its host copy, in one call of a function traced
+once (that copy is all it waits for, there and in its next step), and the writer thread saves
+the copies under the original objects' names (the saver's object map, the mechanism
+TensorFlow's helper uses), with one call of a ``tf.function`` traced once, which also holds
+the finiteness check of the copies (``Snapshot.write_function``).
 """
 import threading
 import weakref
@@ -34,6 +33,7 @@ class _Traced:
     def __init__(self, key: tuple):
         self.key = key
         self.copies: Dict[int, tf.Variable] = {}
+        self.copy_function: Optional[Callable] = None   # of copies (_trace_copy), once made
         self.writes: Dict[tuple, tuple] = {}   # checked indices -> (write, check)
         self.owners: list = []   # weak references to the objects it was given back for
         self.traces = 0   # writes traced (the Python body of a write runs only then)
@@ -116,6 +116,26 @@ def _structure(objects: list, edges: list) -> tuple:
     return tuple(edges), tuple(kinds)
 
 
+def _trace_copy(copies: list) -> Callable:
+    """A traced function that copies the variables whose handles it is given (in the order
+    of ``copies``) into ``copies``: ``DeepCopy`` makes a buffer of the value's own, which the
+    copy takes (an assignment alone shares the variable's buffer, and TensorFlow would then
+    copy it into a new one when the next step updates the variable in place: the step after
+    the save would pay the copy). So the training thread pays one copy, in one call. The
+    variables are arguments, not captured, so that a model built again (the same structure)
+    reuses it."""
+    dtypes = [copy.dtype for copy in copies]
+
+    def copy_all(*handles):
+        for copy, handle, dtype in zip(copies, handles, dtypes):
+            value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
+            copy.assign(tf.raw_ops.DeepCopy(x=value))
+
+    function = tf.function(copy_all, autograph=False,
+                           input_signature=[tf.TensorSpec([], tf.resource)] * len(copies))
+    return function.get_concrete_function()
+
+
 class Snapshot:
     """Host copies of the variables a Checkpoint saves, and a second Checkpoint of the same
     objects that saves the copies in their place. ``copy()`` (training thread) refreshes them;
@@ -132,6 +152,7 @@ class Snapshot:
         compat.redirect_checkpoint_writes(self.writer, self._copies)
         self._objects: list = []   # the object graph the newest copy() saw (_object_graph)
         self._traced: Optional[_Traced] = None   # of that graph
+        self._handles: list = []   # of the variables of _copies, in the copy function's order
         self.why_not = ""   # why the objects cannot be copied (copy(), has_traced_write())
 
     def copies_of(self, variables) -> list:
@@ -143,20 +164,17 @@ class Snapshot:
         return [by_base.get(variable) for variable in variables]
 
     def copy(self) -> bool:
-        """Copies every variable to its host copy; False (nothing copied, ``why_not`` says
-        why) when the checkpoint saves tensors that are not in the object graph's variables (a
-        dataset iterator, a table, a v1 optimizer's slots): then the caller saves
-        synchronously."""
+        """Copies every variable into its host copy, in one call of a traced function
+        (``_trace_copy``); False (nothing copied,
+        ``why_not`` says why) when the checkpoint saves tensors that are not in the object
+        graph's variables (a dataset iterator, a table, a v1 optimizer's slots): then the
+        caller saves synchronously."""
         objects, edges = _object_graph(self.writer)
         if not self._copyable(objects):
             return False
-        fresh = ()
         if self._changed(objects, edges):
-            fresh = self._use(objects, edges)
-        with tf.device("CPU:0"):
-            for obj, copy in self._copies.items():
-                if not any(copy is new for new in fresh):
-                    copy.assign(base_variable(obj))
+            self._use(objects, edges)
+        self._traced.copy_function(*self._handles)
         return True
 
     def _copyable(self, objects: list) -> bool:
@@ -183,29 +201,31 @@ class Snapshot:
         return self._traced.key[0] != tuple(edges) or any(
             copy.shape != base_variable(obj).shape for obj, copy in self._copies.items())
 
-    def _use(self, objects: list, edges: list) -> list:
-        """The copies and traced writes of the object graph ``objects`` (its ``edges``), from
-        the pool when a snapshot of the same graph gave them back; returns the copies made
-        now (they hold their variable's value already)."""
+    def _use(self, objects: list, edges: list) -> None:
+        """The copies, the copy function and the traced writes of the object graph
+        ``objects`` (its ``edges``), from the pool when a snapshot of the same graph gave them
+        back."""
         key = _structure(objects, edges)
         if self._traced is None or self._traced.key != key:
             if self._traced is not None:
                 _POOL.give_back(self._traced, self._owners)
             self._traced = _POOL.take(key)
-        copies, fresh = self._traced.copies, []
+        copies = self._traced.copies
         self._copies.clear()
+        self._handles = []
         with tf.device("CPU:0"):
             for index, obj in enumerate(objects):
                 if not is_variable(obj):
                     continue
+                base = base_variable(obj)
                 if index not in copies:
-                    base = base_variable(obj)
                     copies[index] = tf.Variable(base.read_value(), trainable=False,
                                                 name=base.name.split(":")[0])
-                    fresh.append(copies[index])
                 self._copies[obj] = copies[index]
+                self._handles.append(base.handle)
+        if self._traced.copy_function is None:
+            self._traced.copy_function = _trace_copy(list(self._copies.values()))
         self._objects = objects
-        return fresh
 
     def has_traced_write(self) -> bool:
         """True when a write traced for the object graph as it is now is at hand (of this
@@ -220,7 +240,7 @@ class Snapshot:
 
     def release(self) -> None:
         """After the last write: the copies and traced writes go back to the pool."""
-        traced, self._traced, self._objects = self._traced, None, []
+        traced, self._traced, self._objects, self._handles = self._traced, None, [], []
         self._copies.clear()
         if traced is not None:
             _POOL.give_back(traced, self._owners)
