@@ -128,10 +128,10 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
     assert wrote < data / 10, (wrote, data)
 
 
-def address(variable) -> int:
-    """Where the value of ``variable`` (a tf.Variable) is in memory now: a read of a variable
-    shares its memory, and so does a NumPy view of a tensor in host memory."""
-    return np.asarray(variable.value()).ctypes.data
+def address(value) -> int:
+    """Where ``value`` (a tf.Variable, or a tensor in host memory) is in memory now: a read of
+    a variable shares its memory, and so does a NumPy view of a tensor in host memory."""
+    return np.asarray(value.value() if isinstance(value, tf.Variable) else value).ctypes.data
 
 
 def test_a_save_copies_the_variables_into_memory_of_their_own():

@@ -29,7 +29,8 @@ class Refusal:
     ``variables`` names the checked variables that held a NaN or an infinity ([] when all
     were finite), or ``error`` holds what the check raised.
 
-    The writer thread learns it from its write (``written``: the write passed or was refused).
+    The writer thread learns it from its write (``written``: the write passed, or its check
+    refused it).
     The training thread takes it at its first step boundary after the write ended; when it
     needs it before (its next save, the session's end), it does not wait for the write: it
     checks the same copies itself with ``check`` (``VariableCheck.run``, every core, a few
@@ -118,17 +119,13 @@ class CheckpointWriter:
     seconds)``. A write that fails is reported to ``on_error(CheckpointWriteError)`` and raised
     by the next ``save()`` or ``wait()``; the checkpoints written before are not touched.
 
-    ``owners``: the objects whose lifetime bounds the reuse of the snapshot's copies and traced
-    writes after ``close()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones)
-    that must be finite for a save to count
-    (``finite.VariableCheck``). With a snapshot, the writer thread's write is guarded: the
-    check of the snapshot's copies runs beside the write of the parts and gates their merge
-    under the checkpoint's name, in the same call (``Snapshot.write_function``). The training
-    thread does not wait for it, and it adds a few percent to the write at most
-    (bench/bench_finite.py; docs/performance.md). Without a snapshot, the calling
-    thread checks before writing. Either way a refused save writes nothing under the
-    checkpoint's name and changes neither the state file nor the retention; ``verdict()`` says
-    which variables were not finite.
+    ``owners``: the objects whose lifetime bounds the reuse of the snapshot's traced functions
+    after ``close()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones) that must
+    be finite for a save to count (``finite.VariableCheck``). With a snapshot, the writer
+    thread checks the snapshot's copies before it writes them (``Snapshot.write_function``);
+    the training thread does not wait for it. Without a snapshot, the calling thread checks
+    the variables before writing. Either way a refused save writes nothing and changes neither
+    the state file nor the retention; ``verdict()`` says which variables were not finite.
     """
 
     def __init__(self, items: Dict[str, object], logdir: str, basename: str, keep: int,
@@ -204,10 +201,11 @@ class CheckpointWriter:
     def save(self, step: int, final: bool = False, best: bool = False) -> "PendingSave":
         """Starts the checkpoint of ``step`` (see the class); returns it. The verdict of the
         save before must have been taken. ``final``: the last save of the session, which
-        the session's end waits for: when no write is traced for these objects yet (a short
-        cell, whose only checkpoint is this one), it is written here, from the variables
-        themselves, checked before op by op: tracing the snapshot's write and its check would
-        cost a small model's cell many times the write (bench/bench_cell_cost.py)."""
+        the session's end waits for: when the snapshot's functions are not traced for these
+        objects yet (a short cell, whose only checkpoint is this one), it is written here, from
+        the variables themselves, checked before op by op: tracing the snapshot's copy and its
+        check would cost a small model's cell many times the write
+        (bench/bench_cell_cost.py)."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
@@ -216,7 +214,7 @@ class CheckpointWriter:
         self.wait()
         path = f"{self._prefix}-{step}"
         start = time.time()
-        direct = final and self._snapshot is not None and not self._snapshot.has_traced_write()
+        direct = final and self._snapshot is not None and not self._snapshot.is_traced()
         snapped = self._snapshot is not None and not direct and self._snapshot.copy()
         if self._snapshot is not None and not snapped and not self.sync_reason and \
                 self._snapshot.why_not:
