@@ -230,7 +230,7 @@ class Checkpointer:
     def close(self) -> None:
         """The session's end (again: nothing more): waits for the write in flight, for at most
         ``stop_grace_secs`` (CheckpointWriteError beyond, or the write's own), lets the
-        snapshot's copies and traced writes serve the next run of the same objects, and drops
+        snapshot's traced functions serve the next run of the same objects, and drops
         the tracked objects. A run's record outlives its session (``%supervise list``), and a
         cell that builds its model again must free the model of its last run, with its
         accelerator memory."""
@@ -423,8 +423,8 @@ class Checkpointer:
         here is the newest good checkpoint's now)."""
         rolled_back = False
         if self.writer is not None and self.writer.verdict_known:
-            # The check of the save before ran beside its write: its verdict, at the first
-            # boundary after the write ended (before, it would cost this thread a check).
+            # The writer thread checked the copies of the save before: its verdict, at the
+            # first boundary after it is known (before, it would cost this thread a check).
             with self._save_lock:
                 rolled_back = not self._settle(final=False, wait=False)
         if self._policy.pending is not None:  # a save from another thread was refused
@@ -554,8 +554,8 @@ class Checkpointer:
     def _check_finite(self, step: int, final: bool) -> bool:
         """With ``_save_lock`` held, before a save: True when the newest value of every
         reported scalar is finite, or with ``on_nan="ignore"``; else ``_refuse``. The trainable
-        variables are checked by the writer (``CheckpointWriter``: beside the write,
-        its verdict taken by ``_settle``); here only to name them."""
+        variables are checked by the writer (``CheckpointWriter``: in the writer thread,
+        before the write; its verdict taken by ``_settle``); here only to name them."""
         if self.writer is None or not self.writer.checks:
             return True
         numbers = {tag: to_float(value) for tag, value in self._where.scalars.items()}

@@ -30,8 +30,8 @@ taken only at a step boundary in the training thread, so it never holds half of 
 A model that is not finite is never saved (``finite``): the run stops (``on_nan="stop"``), or
 (``"rollback"``) the newest good checkpoint is restored at that step boundary (model, optimizer,
 global step; a save asked from another thread rolls back at the next boundary, and one whose
-weights the writer found not finite at the first boundary after the write: it checks them
-beside the write) and training goes on from it, at most ``max_rollbacks`` times. Inside
+weights the writer found not finite at the first boundary after its check: it checks them in
+the background, before it writes them) and training goes on from it, at most ``max_rollbacks`` times. Inside
 ``fit`` the data goes on where it was (the batches are not replayed) and the model's running
 metrics restart.
 """

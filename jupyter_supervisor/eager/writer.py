@@ -273,9 +273,9 @@ class CheckpointWriter:
 
     def close(self, timeout: Optional[float] = None) -> bool:
         """After the last save: waits for its write (at most ``timeout``: False when it runs
-        on), raising its CheckpointWriteError; then the snapshot's copies and traced writes
-        serve the next writer of the same objects in this process (``Snapshot.release``; not
-        while a write runs), and the writer lets go of the tracked objects: it saves no more.
+        on), raising its CheckpointWriteError; then the snapshot's traced functions serve the
+        next writer of the same objects in this process (``Snapshot.release``; not while a
+        write runs), and the writer lets go of the tracked objects: it saves no more.
         Again: True, nothing more."""
         if self._closed:
             return True
