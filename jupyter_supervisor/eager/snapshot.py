@@ -315,7 +315,7 @@ class Snapshot:
         """The keys, slices and sources of the tensors of a ``tf.train.Checkpoint.write`` of the
         objects, and their object graph, as TensorFlow's saver gathers them; None (``why_not``
         says why) when a saved tensor is not a copy's."""
-        serialized, _, registered, _ = self.writer._saver._gather_serialized_tensors(None)  # pylint: disable=protected-access
+        serialized, registered = compat.checkpoint_tensors(self.writer)
         index = object_identity.ObjectIdentityDictionary()
         for number, obj in enumerate(self._variables):
             index[obj] = number
