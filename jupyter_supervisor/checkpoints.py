@@ -61,7 +61,6 @@ def describe_error(error) -> str:
     return _EAGER_OP.sub("", line)  # an op run eagerly: "... [Op:SaveV2] name: "
 
 
-
 def write_failure(logdir: str, error, what: str, newest: Optional[str]) -> str:
     """The message of a ``CheckpointWriteError``: ``error`` (what the write raised) said as
     the OS reason, ``what`` failed ("the checkpoint <path>", or its state file), ``newest``:

@@ -31,9 +31,9 @@ A model that is not finite is never saved (``finite``): the run stops (``on_nan=
 (``"rollback"``) the newest good checkpoint is restored at that step boundary (model, optimizer,
 global step; a save asked from another thread rolls back at the next boundary, and one whose
 weights the writer found not finite at the first boundary after its check: it checks them in
-the background, before it writes them) and training goes on from it, at most ``max_rollbacks`` times. Inside
-``fit`` the data goes on where it was (the batches are not replayed) and the model's running
-metrics restart.
+the background, before it writes them) and training goes on from it, at most
+``max_rollbacks`` times. Inside ``fit`` the data goes on where it was (the batches are not
+replayed) and the model's running metrics restart.
 """
 import contextlib
 import inspect
@@ -349,7 +349,8 @@ class EagerSupervisor:
             written = self._checkpointer.last_path
             raise RuntimeError(
                 "save_now() needs a running session: before it there is nothing to save, and "
-                "after it the final checkpoint was written" + (f" ({written})." if written else "."))
+                "after it the final checkpoint was written"
+                + (f" ({written})." if written else "."))
         timeout = self._config.stop_grace_secs if timeout is None else timeout
         return self._checkpointer.save_now(timeout, self._ready)
 
