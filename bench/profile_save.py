@@ -21,9 +21,9 @@ training beside it), medians of ``--rounds``: their raw bytes written to a file 
 any format), TensorFlow's SaveV2 of the same tensors (its bundle format: an index of CRC32C
 checksums, the bytes copied through its write buffer), ``tf.train.Checkpoint.write`` of the
 model and optimizer (SaveV2 beside the object graph, into a temporary directory, then merged
-under the checkpoint's name), ours (the snapshot's copy, then its traced write with the NaN
-check), and Keras' ``model.save_weights`` (an h5 file; Keras 3 puts the optimizer's variables in
-it too). Where SaveV2's CPU goes inside it is Linux perf's to say::
+under the checkpoint's name), ours (the snapshot's copy, then the NaN check of the copies and
+their write with TensorFlow's ops, as the writer thread makes it), and Keras'
+``model.save_weights`` (an h5 file; Keras 3 puts the optimizer's variables in it too). Where SaveV2's CPU goes inside it is Linux perf's to say::
 
     perf record -g -p <pid of a process saving in a loop> -- sleep 5; perf report --no-children
 
@@ -253,7 +253,7 @@ def formats(bench: Bench, rounds: int) -> None:
 
     actions = (("raw bytes to a file", raw), ("SaveV2 of the same tensors", save_v2),
                ("tf.train.Checkpoint.write", lambda: checkpoint.write(path)),
-               ("ours: copy, traced write and check", ours),
+               ("ours: copy, check and write", ours),
                ("Keras save_weights (h5)", lambda: model.save_weights(path + ".weights.h5")))
     try:
         found = {name: [] for name, _ in actions}
