@@ -69,7 +69,7 @@ ON_NAN_HELP = (
     "what was not finite and the newest good checkpoint (lower the learning rate, then resume "
     "from it). 'rollback': nothing is saved; the newest good checkpoint is restored at the "
     "body's next step (eager: the step of the save, or, when only the weights were not "
-    "finite, the first step after the writer's check) and "
+    "finite, the first step after that check) and "
     "training goes on, at most --max-rollbacks times (each shown in the panel and the event "
     "file), then as 'stop'; the checkpoint that ends a fit or the run stops it too. In a Keras "
     "fit the data goes on where it was (the bad batch is not trained again). 'ignore': no "
