@@ -26,8 +26,8 @@ def _one_by_one(tensors, names: Sequence[str], name: Optional[str] = None):
     every core. So it leaves the write its core and most of the memory bandwidth: beside the
     Supervisor's write it cost the save less than the reduction did, at several times its CPU
     time (bench/bench_finite.py; docs/performance.md). It still reads faster than a write into
-    the page cache, so the check ends first. (Beside the eager writer's traced write both cost
-    the same: ``VariableCheck.guard`` takes the fused one.)"""
+    the page cache, so the check ends first. (The eager writer checks its copies before it
+    writes them, in its own thread: the fused one, ``VariableCheck.of_copies``.)"""
     done = []
     for tensor, tensor_name in zip(tensors, names):
         with tf.control_dependencies(done):
