@@ -12,13 +12,11 @@ rotates):
              fused reduction, on every core)
 plus the check alone (``VariableCheck.run``: one fused op, one session run).
 
-Eager mode: whole saves (``writer.CheckpointWriter``: the snapshot in the calling thread, the
-files in the writer thread, one call of a traced write) with the trainable variables checked
-(``VariableCheck.guard``: the fused check of the snapshot's copies runs beside the write and
-gates its merge) and without, what the training thread waits for (``save()`` returning)
-in each and how much longer its next update of the variables in place takes (timed after
-the write ended, so without the write beside it; the snapshot shares their buffers, which
-TensorFlow copies before changing them: that part of the copy is paid there), and
+Eager mode: whole saves (``writer.CheckpointWriter``: the snapshot's copy in the calling
+thread, the files in the writer thread) with the trainable variables checked (the fused check
+of the snapshot's copies, in the writer thread before it writes them) and without, what the
+training thread waits for (``save()`` returning) in each and how much longer its next update of
+the variables in place takes (timed after the write ended, so without the write beside it), and
 ``tf.train.Checkpoint.write`` of the same objects, what a user calls instead;
 plus the fused check alone (``VariableCheck.run``: one tf.function call on every core, what
 names the variables of a refused save), and the CPU time a whole save takes in every thread of

@@ -1,20 +1,30 @@
-"""Saving at equal intervals: ours against Keras' callbacks, a hand-written
-``tf.train.CheckpointManager`` loop and TensorFlow's own graph Supervisor, for models of a few
-sizes, each against bare training of the same steps in the same run.
+"""Saving at equal intervals: ours against Keras' callbacks, TensorFlow's
+``tf.train.CheckpointManager`` (synchronous and asynchronous) and TensorFlow's own graph
+Supervisor, for models of a few sizes, each against bare training of the same steps in the
+same run: wall clock, process CPU per save, and what a save costs the step it is made in and
+the step after it.
 
 For each model size (weights + Adam's two slots, float32: ``--sizes`` in MB) and save interval
 (``--intervals`` in seconds), the number of steps N that bare training does in one interval is
 measured first (eager and graph code apart: a graph step is faster); then every mode trains the
 same ``--saves`` x N steps (batch 32, a two-layer MLP sized to the target), modes alternating,
-the order rotating each round:
+the order rotating each round (``--rounds``; medians over rounds are printed):
   fit        model.fit bare (no callback)
   fit-ours   model.fit(callbacks=[sv.callback]) under an EagerSupervisor, save_model_secs=interval
   fit-keras  model.fit with BackupAndRestore(save_freq=N) + ModelCheckpoint(save_freq=N,
              weights only): what a Keras user sets for resume + keep; both write in the
              training thread
+  fit-mc     model.fit with ModelCheckpoint(save_freq=N, save_weights_only=True) alone: one h5
+             write per save (Keras 3's weights file holds the optimizer's variables too)
   loop       a tf.function step in a Python loop, bare
   loop-ours  the same loop under sv.track(model=..., optimizer=...) + sv.step(), same interval
   loop-mgr   the same loop with tf.train.CheckpointManager(...).save() every N steps
+  loop-async the same with CheckpointManager.save(options=tf.train.CheckpointOptions(
+             enable_async=True)): TensorFlow's own asynchronous checkpoint, of the model's and
+             optimizer's tf.Variables, since it refuses the Keras 3 objects themselves (their
+             copy creates a tf.Variable inside a tf.function: "tf.function only supports
+             singleton tf.Variables created on the first call", from the second save on); its
+             run ends with Checkpoint.sync(), the wait for the last write
   graph      graph code (TF 1): the same MLP built in a tf.Graph of its own (tf.compat.v1
              variables, AdamOptimizer, random batches made in the graph), a plain
              tf.compat.v1.Session and a loop of sess.run(train_op), bare
@@ -26,30 +36,44 @@ Saver (TF's plain, ours sharded with its finiteness guard), timed from managed_s
 start to its end (the Supervisor is built before); each graph run has a fresh graph, session
 and logdir. The script runs in an eager process, so the Supervisors' threads are made to run
 inside the graph, as in a program that disabled eager execution (``threads_in_graph``).
-Printed per size x interval: each mode's median wall seconds, the ratio bare/mode (steps/s
-against bare, 1.00 = free; bare is fit, loop or graph), the saves it made, and the training
-thread's time blocked per save:
-(the mode's overhead - bare's) / saves, the median over rounds, where a run's overhead is its
-seconds less its steps at its own median step time (``overhead``: robust to a load that
-changes between runs, which the plain difference of seconds is not; it includes what a
-background write takes from training by sharing the cores). "in its step": the time the steps
-that saved took over the median step (the save call itself, on a machine quiet enough; for
-the Supervisors, what their background save takes from the steps beside it). "vs peer"
-(graph-ours only): graph-tf's seconds / ours', per round (above 1: ours trains faster).
+
+Printed per size x interval, each mode's medians over rounds:
+  seconds       wall clock of the run
+  vs bare       steps/s against bare (fit, loop or graph) in the same round: 1.00 = free
+  saves         checkpoints written
+  CPU/save      (the run's process CPU time - bare's) / saves: everything a save costs the
+                machine, in every thread (the write, the copy, the check, a step slowed by
+                them); on cores that training keeps busy, this is training time
+  blocked/save  (the run's overhead - bare's) / saves, where a run's overhead is its seconds
+                less its steps at its own median step time (robust to a load that changes
+                between runs; it includes what a background write takes from training by
+                sharing the cores)
+  in its step   the time the step that saved took over the median step, per save (eager
+                modes: the steps are known; graph modes: the longest steps, which are the
+                saving ones on a machine quiet enough)
+  step after    the time the step after each save took over the median step (eager modes)
+  vs peer       (graph-ours only) graph-tf's seconds / ours', per round (above 1: ours faster)
+and the floor: one host copy of the variables (a memcpy into buffers allocated before) and one
+synchronous tf.train.Checkpoint.write of the model and optimizer, wall and CPU; and the bound
+that the cores allow: a saver that writes in the background costs training at least its CPU
+(copy + write) spread over the cores, so at best interval / (interval + that / cores) of bare
+(when training keeps every core busy); one that writes in the training thread costs the
+write's wall clock: interval / (interval + write).
 Saves counted: the checkpoints written; for the graph Supervisors, their Saver.save calls
 (``count_saves``), including each one's first save at the session's start (step 0). Ours,
 eager and graph, also makes a final save when its session ends; TF's graph Supervisor saves
 at a stop only when asked, so graph-tf ends with ``sv.saver.save(...)``, what its user adds to
 lose nothing at a clean stop (the eager peers save at the last step already: it is a multiple
-of N). The final saves are counted, and their time is in the figures but not in "in its
-step". Each mode runs once untimed first (tracing; what the first cell of a kernel pays
-is bench_cell_cost.py's).
+of N). The final saves are counted, and their time is in seconds and CPU, but not in "in its
+step" and "step after". Each mode runs once untimed first (tracing; what the first cell of a
+kernel pays is bench_cell_cost.py's). Ours saves on a clock, the peers every N steps.
 
-The machine is shared (2 cores, other processes): wall-clock figures are noisy; read medians
-and repeat. Nothing is asserted.
+The machine may be shared: each block prints the load average when it starts. Wall clock is
+noisy there (read medians, repeat); CPU per save is steadier. Nothing is asserted.
 
     .venv/bin/python bench/bench_save_interval.py                      # ~6 min: 1 and 50 MB, 1 s
-    .venv/bin/python bench/bench_save_interval.py --sizes 1,50,150 --intervals 1,10 --rounds 3
+    .venv/bin/python bench/bench_save_interval.py --sizes 1,50,150,400 --intervals 1,10 --rounds 5
+    .venv/bin/python bench/bench_save_interval.py --sizes 150 --modes loop,loop-ours,loop-mgr,loop-async
     .venv/bin/python bench/bench_save_interval.py --modes graph,graph-tf,graph-ours
 """
 import argparse
@@ -60,6 +84,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import NamedTuple, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -76,8 +101,8 @@ from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
 
 FEATURES = 256
 BATCH = 32
-MODES = ("fit", "fit-ours", "fit-keras", "loop", "loop-ours", "loop-mgr",
-         "graph", "graph-tf", "graph-ours")
+MODES = ("fit", "fit-ours", "fit-keras", "fit-mc", "loop", "loop-ours", "loop-mgr",
+         "loop-async", "graph", "graph-tf", "graph-ours")
 GRAPH_MODES = ("graph", "graph-tf", "graph-ours")
 
 
@@ -105,14 +130,14 @@ def dataset():
 
 
 class Counter:
-    """Listener: checkpoints written."""
+    """Listener: the steps of the checkpoints written."""
 
     def __init__(self):
-        self.saves = 0
+        self.steps = []
 
     def __call__(self, record):
         if isinstance(record, events.CheckpointSaved):
-            self.saves += 1
+            self.steps.append(record.step)
 
 
 class BatchClock(keras.callbacks.Callback):
@@ -133,6 +158,18 @@ def overhead(seconds: float, marks: list, steps: int) -> float:
     runs."""
     step = statistics.median(b - a for a, b in zip(marks, marks[1:]))
     return seconds - steps * step
+
+
+def around(marks: list, at: list) -> tuple:
+    """(in its step, step after): the seconds per save that the step of each save and the step
+    after it took over the median step; ``marks``: the time at each step's start, ``at``: the
+    index of the step (into the steps between marks) that made each save."""
+    intervals = [b - a for a, b in zip(marks, marks[1:])]
+    median = statistics.median(intervals)
+    inside = [intervals[i] - median for i in at if i < len(intervals)]
+    after = [intervals[i + 1] - median for i in at if i + 1 < len(intervals)]
+    return (statistics.mean(inside) if inside else 0.0,
+            statistics.mean(after) if after else 0.0)
 
 
 def peak(marks: list, saves: int) -> float:
@@ -232,15 +269,17 @@ class GraphBench:
                 steps += 1
             return steps / (time.perf_counter() - start)
 
-    def run(self, mode: str, steps: int, interval: float, logdir: str):
-        """(wall seconds, saves, overhead seconds, in-step seconds per save) of ``steps``
-        steps in ``mode``; as ``Bench.run``."""
+    def run(self, mode: str, steps: int, interval: float, logdir: str) -> "Result":
+        """The ``Result`` of ``steps`` steps in ``mode``, as ``Bench.run``'s."""
         marks = []
+        cpu = time.process_time()
         took, saves = self._run(mode, steps, interval, logdir, marks)
+        cpu = time.process_time() - cpu
         if mode != "graph-tf":  # graph-tf's mark before its final save is in marks already
             marks.append(time.perf_counter())  # after the last step (before a final save)
         inside = saves - 1 if mode != "graph" else saves  # the final save: after the steps
-        return took, saves, overhead(took, marks[:-1], steps), peak(marks, inside)
+        return Result(took, cpu, saves, overhead(took, marks[:-1], steps),
+                      peak(marks, inside), None)
 
     def _run(self, mode, steps, interval, logdir, marks):
         model = GraphModel(self.width)
@@ -314,17 +353,19 @@ class Bench:
         self.step_once().numpy()
         return steps / (time.perf_counter() - start)
 
-    def run(self, mode: str, steps: int, every: int, interval: float, logdir: str):
-        """(wall seconds, saves, overhead seconds, in-step seconds per save) of ``steps``
-        steps in ``mode``."""
+    def run(self, mode: str, steps: int, every: int, interval: float, logdir: str) -> "Result":
+        """The ``Result`` of ``steps`` steps in ``mode``."""
         marks = []
-        took, saves = self._run(mode, steps, every, interval, logdir, marks)
-        if mode != "graph-tf":  # graph-tf's mark before its final save is in marks already
-            marks.append(time.perf_counter())  # after the last step (before a final save)
-        inside = saves - 1 if mode.endswith("-ours") else saves  # ours' final: after the steps
-        return took, saves, overhead(took, marks[:-1], steps), peak(marks, inside)
+        cpu = time.process_time()
+        took, at = self._run(mode, steps, every, interval, logdir, marks)
+        cpu = time.process_time() - cpu
+        marks.append(time.perf_counter())  # after the last step (before a final save)
+        saves = len(at)
+        inside, after = around(marks, [i for i in at if i is not None])
+        return Result(took, cpu, saves, overhead(took, marks[:-1], steps), inside, after)
 
     def _run(self, mode, steps, every, interval, logdir, marks):
+        """(wall seconds, the step index of each save: None for one made after the steps)."""
         model = self.model
         clock = [BatchClock(marks)]
         if mode.endswith("-ours"):
@@ -347,35 +388,89 @@ class Bench:
                 sv.close()
             took = time.perf_counter() - start
             sv.flush_events(30)
-            return took, counter.saves
+            # The save of step s is made at the boundary that ends it: in a loop, in the
+            # step's own sv.step() (step s - 1 of marks); in fit, before batch s trains.
+            offset = 0 if mode == "fit-ours" else -1
+            return took, [s + offset if s < steps else None for s in counter.steps]
         start = time.perf_counter()
         if mode == "fit":
             model.fit(self.data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False,
                       callbacks=clock)
-            return time.perf_counter() - start, 0
-        if mode == "fit-keras":
-            callbacks = [
-                keras.callbacks.BackupAndRestore(os.path.join(logdir, "backup"),
-                                                 save_freq=every),
-                keras.callbacks.ModelCheckpoint(os.path.join(logdir, "m.weights.h5"),
-                                                save_weights_only=True, save_freq=every)]
+            return time.perf_counter() - start, []
+        if mode in ("fit-keras", "fit-mc"):
+            callbacks = [keras.callbacks.ModelCheckpoint(
+                os.path.join(logdir, "m.weights.h5"), save_weights_only=True, save_freq=every)]
+            if mode == "fit-keras":
+                callbacks.insert(0, keras.callbacks.BackupAndRestore(
+                    os.path.join(logdir, "backup"), save_freq=every))
             model.fit(self.data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False,
                       callbacks=clock + callbacks)
-            return time.perf_counter() - start, steps // every
-        manager = None
+            # Each saves at the end of batch s - 1 (0-based) for s = every, 2 every, ...
+            return time.perf_counter() - start, list(range(every - 1, steps, every))
+        manager = checkpoint = options = None
         if mode == "loop-mgr":
-            manager = tf.train.CheckpointManager(
-                tf.train.Checkpoint(model=model, optimizer=model.optimizer), logdir,
-                max_to_keep=5)
-        saves, loss = 0, None
+            checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        elif mode == "loop-async":
+            # The tf.Variables of the Keras variables: the Keras objects fail (see above).
+            checkpoint = tf.train.Checkpoint(**{
+                f"v{i}": v.value for i, v in enumerate(model.variables
+                                                       + model.optimizer.variables)})
+            options = tf.train.CheckpointOptions(enable_async=True)
+        if checkpoint is not None:
+            manager = tf.train.CheckpointManager(checkpoint, logdir, max_to_keep=5)
+        at, loss = [], None
         for step in range(1, steps + 1):
             marks.append(time.perf_counter())
             loss = self.step_once()
             if manager is not None and step % every == 0:
-                manager.save(checkpoint_number=step)
-                saves += 1
+                manager.save(checkpoint_number=step, options=options)
+                at.append(step - 1)
         loss.numpy()
-        return time.perf_counter() - start, saves
+        if options is not None:
+            checkpoint.sync()  # the last write
+        return time.perf_counter() - start, at
+
+
+class Result(NamedTuple):
+    """One timed run: wall seconds, process CPU seconds, saves, overhead seconds (``overhead``),
+    seconds per save in the step that saved and in the step after (None: not measured)."""
+    seconds: float
+    cpu: float
+    saves: int
+    overhead: float
+    in_step: float
+    after: Optional[float]
+
+
+def floor(bench: "Bench", logdir: str, repeats: int = 3) -> dict:
+    """What one save cannot cost less than: one host copy of every variable (a memcpy into
+    buffers allocated before) and one synchronous ``tf.train.Checkpoint.write`` of the model and
+    its optimizer; medians of ``repeats`` of (wall, CPU) seconds."""
+    values = [v.numpy() for v in bench.model.variables + bench.model.optimizer.variables]
+    buffers = [np.empty_like(v) for v in values]
+    checkpoint = tf.train.Checkpoint(model=bench.model, optimizer=bench.model.optimizer)
+    path = os.path.join(logdir, "floor")
+
+    def copy():
+        for value, buffer in zip(values, buffers):
+            np.copyto(buffer, value)
+
+    def write():
+        checkpoint.write(path)
+        for name in tf.io.gfile.glob(path + ".*"):
+            os.remove(name)
+
+    found = {}
+    for name, action in (("copy", copy), ("write", write)):
+        action()  # first touch of the buffers, first write traced
+        walls, cpus = [], []
+        for _ in range(repeats):
+            wall, cpu = time.perf_counter(), time.process_time()
+            action()
+            walls.append(time.perf_counter() - wall)
+            cpus.append(time.process_time() - cpu)
+        found[name] = (statistics.median(walls), statistics.median(cpus))
+    return found
 
 
 def main():
@@ -393,13 +488,18 @@ def main():
     eager_modes = [m for m in modes if m not in GRAPH_MODES]
     graph_modes = [m for m in modes if m in GRAPH_MODES]
     print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds; wall clock, noisy")
+          f"{os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds")
+    floors = {}
     for size in (float(s) for s in args.sizes.split(",")):
         # Only what the modes asked for is built: a 150 MB eager model is not freed.
         bench = Bench(size) if eager_modes else None
         graph = GraphBench(size) if graph_modes else None
         rate = bench.steps_per_second() if bench else None
         graph_rate = graph.steps_per_second() if graph else None
+        if bench is not None:
+            logdir = tempfile.mkdtemp(prefix="bench_interval_")
+            floors[size] = floor(bench, logdir)
+            shutil.rmtree(logdir, ignore_errors=True)
         for interval in (float(i) for i in args.intervals.split(",")):
             # Each kind runs N x saves steps, N: its own bare steps in one interval.
             every = {m: max(1, round((graph_rate if m in GRAPH_MODES else rate) * interval))
@@ -417,19 +517,14 @@ def main():
 
             for mode in modes:  # warm-up, not timed: each mode's first tracing and calls
                 run(mode, min(steps[mode], 2 * every[mode]))
-            seconds = {m: [] for m in modes}
-            saves = {m: [] for m in modes}
-            extra = {m: [] for m in modes}
-            peaks = {m: [] for m in modes}
+            results = {m: [] for m in modes}
+            load = os.getloadavg()[0]
             for r in range(args.rounds):
                 for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
-                    took, made, spent, step = run(mode, steps[mode])
-                    seconds[mode].append(took)
-                    saves[mode].append(made)
-                    extra[mode].append(spent)
-                    peaks[mode].append(step)
+                    results[mode].append(run(mode, steps[mode]))
             megabytes = bench.megabytes if bench else graph.megabytes
-            print(f"\n{megabytes:.1f} MB model, save every {interval:g} s")
+            print(f"\n{megabytes:.1f} MB model, save every {interval:g} s (load {load:.1f} "
+                  f"at the start, {os.getloadavg()[0]:.1f} at the end)")
             if eager_modes:
                 m = eager_modes[0]
                 print(f"  eager: {every[m]} steps (bare: {rate:.1f} steps/s), {steps[m]} steps "
@@ -438,28 +533,50 @@ def main():
                 m = graph_modes[0]
                 print(f"  graph: {every[m]} steps (bare: {graph_rate:.1f} steps/s), {steps[m]} "
                       f"steps per run")
+            if bench is not None:
+                print_floor(floors[size], interval)
             print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'saves':>6s} "
-                  f"{'blocked/save':>13s} {'in its step':>13s} {'vs peer':>8s}")
+                  f"{'CPU/save':>10s} {'blocked/save':>13s} {'in its step':>12s} "
+                  f"{'step after':>11s} {'vs peer':>8s}")
             for mode in modes:
-                bare = "fit" if mode.startswith("fit") else (
-                    "graph" if mode in GRAPH_MODES else "loop")
-                med = statistics.median(seconds[mode])
-                made = statistics.median(saves[mode])
-                line = f"  {mode:10s} {med:8.2f}"
-                if bare in seconds and mode != bare:
-                    ratio = statistics.median(b / s for b, s in zip(seconds[bare],
-                                                                    seconds[mode]))
-                    blocked = statistics.median(
-                        (s - b) / n for s, b, n in zip(extra[mode], extra[bare],
-                                                       saves[mode]) if n)
-                    line += (f" {ratio:8.2f} {made:6g} {blocked * 1000:10.0f} ms "
-                             f"{statistics.median(peaks[mode]) * 1000:10.0f} ms")
-                    if mode == "graph-ours" and "graph-tf" in seconds:
-                        # Steps/s of ours against TF's Supervisor, per round, as vs bare.
-                        peer = statistics.median(t / s for t, s in zip(seconds["graph-tf"],
-                                                                       seconds[mode]))
-                        line += f" {peer:8.2f}"
-                print(line)
+                print(row(mode, results))
+
+
+def print_floor(found: dict, interval: float) -> None:
+    """The floor lines: one copy, one synchronous write, the bounds at ``interval``."""
+    (copy_wall, copy_cpu), (write_wall, write_cpu) = found["copy"], found["write"]
+    cores = os.cpu_count()
+    background = interval / (interval + (copy_cpu + write_cpu) / cores)
+    synchronous = interval / (interval + write_wall)
+    print(f"  floor: one host copy {copy_wall * 1000:.0f} ms ({copy_cpu * 1000:.0f} ms CPU), "
+          f"one synchronous write {write_wall * 1000:.0f} ms ({write_cpu * 1000:.0f} ms CPU); "
+          f"bound vs bare: {background:.2f} writing in the background on {cores} busy cores, "
+          f"{synchronous:.2f} writing in the training thread")
+
+
+def row(mode: str, results: dict) -> str:
+    """One mode's line of medians (see the module docstring)."""
+    runs = results[mode]
+    median = lambda values: statistics.median(values)  # noqa: E731
+    line = f"  {mode:10s} {median([r.seconds for r in runs]):8.2f}"
+    bare = "fit" if mode.startswith("fit") else ("graph" if mode in GRAPH_MODES else "loop")
+    if bare not in results or mode == bare:
+        return line
+    pairs = list(zip(results[bare], runs))
+    ratio = median([b.seconds / r.seconds for b, r in pairs])
+    saved = [(b, r) for b, r in pairs if r.saves]
+    cpu = median([(r.cpu - b.cpu) / r.saves for b, r in saved]) if saved else 0.0
+    blocked = median([(r.overhead - b.overhead) / r.saves for b, r in saved]) if saved else 0.0
+    after = [r.after for r in runs if r.after is not None]
+    line += (f" {ratio:8.2f} {median([r.saves for r in runs]):6g} {cpu * 1000:7.0f} ms "
+             f"{blocked * 1000:10.0f} ms {median([r.in_step for r in runs]) * 1000:9.0f} ms "
+             + (f"{median(after) * 1000:8.0f} ms" if after else f"{'-':>11s}"))
+    if mode == "graph-ours" and "graph-tf" in results:
+        # Steps/s of ours against TF's Supervisor, per round, as vs bare.
+        peer = median([t.seconds / r.seconds for t, r in zip(results["graph-tf"], runs)])
+        line += f" {peer:8.2f}"
+    return line
+
 
 if __name__ == "__main__":
     main()

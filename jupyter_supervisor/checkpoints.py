@@ -45,6 +45,10 @@ class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (a full disk, permissions); earlier ones are intact."""
 
 
+# What TensorFlow appends to the message of an op that failed when run eagerly.
+_EAGER_OP = re.compile(r"\s*\[Op:[^\]]*\](\s*name:.*)?$")
+
+
 def describe_error(error) -> str:
     """The line of an error's message that says what went wrong: for a TensorFlow error not
     "Graph execution error:", node names, stack frames or hints."""
@@ -53,7 +57,8 @@ def describe_error(error) -> str:
              "[[", "File ", "Hint:")
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line[:1].isspace() and not line.startswith(noise)]
-    return lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
+    line = lines[-1] if lines else (text.splitlines()[0] if text else type(error).__name__)
+    return _EAGER_OP.sub("", line)  # an op run eagerly: "... [Op:SaveV2] name: "
 
 
 def write_failure(logdir: str, error, what: str, newest: Optional[str]) -> str:

@@ -87,14 +87,17 @@ def add_control_input(op, control) -> None:
 
 # ---------------------------------------------------------------------------- TensorFlow (eager)
 
-def redirect_checkpoint_writes(checkpoint, object_map) -> None:
-    """``Checkpoint._saver._object_map``: ``checkpoint`` then saves, for each object of
-    ``object_map``, its mapped copy's value under the object's name (the mechanism TensorFlow's
-    own async checkpointing uses for its host copies)."""
+def checkpoint_tensors(checkpoint) -> Tuple[dict, dict]:
+    """``Checkpoint._saver._gather_serialized_tensors``: what ``checkpoint.write`` saves, as
+    ``({trackable: {checkpoint key: tensor}}, {name: a registered saver})``, the serialized
+    object graph under the trackable None. A snapshot writes its copies under these keys, with
+    this object graph, so that its checkpoint is the one ``write`` makes."""
     saver = getattr(checkpoint, "_saver", None)
-    if saver is None or not hasattr(saver, "_object_map"):
-        raise _missing("tf.train.Checkpoint._saver._object_map", "TensorFlow")
-    saver._object_map = object_map  # pylint: disable=protected-access
+    gather = getattr(saver, "_gather_serialized_tensors", None)
+    if gather is None:
+        raise _missing("tf.train.Checkpoint._saver._gather_serialized_tensors", "TensorFlow")
+    serialized, _, registered, _ = gather(None)
+    return serialized, registered
 
 
 def saves_own_tensors(obj) -> bool:

@@ -16,10 +16,9 @@ checkpoint gets its name, a backend checks
   writes the same files), or before the write of a plain Saver; ``VariableCheck.in_graph``
   builds it once in the Supervisor's graph, before the graph is finalized, for the variables
   a guard cannot cover. In eager mode ``VariableCheck.eager`` wraps the fused form in a
-  ``tf.function``, and ``VariableCheck.guard`` puts it into the traced write of the snapshot
-  the eager writer saves (``eager/writer.py``), as the gate of its merge, as the graph guard
-  does for a sharded Saver (there the gentle form measured cheaper; in the eager write both
-  cost the same, and the fused one far less CPU time);
+  ``tf.function`` for the live variables, and ``VariableCheck.of_copies`` checks the host
+  copies of a snapshot (``eager/snapshot.py``) in the writer thread, before it writes them: in
+  the background, so the fused form, which takes far less CPU time than the gentle one;
 * the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
   is usually the first sign. In mixed precision a Keras ``LossScaleOptimizer`` skips a step
   whose float16 values overflowed (that loss is not finite, by design): while its loss scale
@@ -44,7 +43,7 @@ import time
 import weakref
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-from . import compat, events
+from . import events
 from ._validate import check_number, invalid
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -64,12 +63,13 @@ _NAMES_SHOWN = 3
 ON_NAN_HELP = (
     "What happens when a checkpoint is due and the model is not finite (a NaN or an infinity "
     "in a trainable variable or in the newest value of a scalar summary; checked with every "
-    "checkpoint: periodic, final, Save, sv.save_checkpoint(); the variables beside the write, "
-    "which gets the checkpoint's name only if they pass). 'stop': nothing is saved and the "
-    "run fails with a message naming the step, what was not finite and the newest good "
-    "checkpoint (lower the learning rate, then resume from it). 'rollback': nothing is saved; "
-    "the newest good checkpoint is restored at the body's next step (eager: the step of the "
-    "save, or, when only the weights were not finite, the first step after the write) and "
+    "checkpoint: periodic, final, Save, sv.save_checkpoint(); the variables in the background, "
+    "before the write (eager) or beside it (graph), which gets the checkpoint's name only if "
+    "they pass). 'stop': nothing is saved and the run fails with a message naming the step, "
+    "what was not finite and the newest good checkpoint (lower the learning rate, then resume "
+    "from it). 'rollback': nothing is saved; the newest good checkpoint is restored at the "
+    "body's next step (eager: the step of the save, or, when only the weights were not "
+    "finite, the first step after that check) and "
     "training goes on, at most --max-rollbacks times (each shown in the panel and the event "
     "file), then as 'stop'; the checkpoint that ends a fit or the run stops it too. In a Keras "
     "fit the data goes on where it was (the bad batch is not trained again). 'ignore': no "
@@ -238,7 +238,9 @@ def _reusable_flags(graph, names: List[str]):
     return None
 
 
-def _float_variables(variables) -> list:
+def float_variables(variables) -> list:
+    """The variables of ``variables`` that can hold a NaN or an infinity: those a check
+    checks."""
     return [v for v in variables if v.dtype.base_dtype.name in FLOAT_TYPES]
 
 
@@ -267,7 +269,7 @@ class VariableCheck:
         without one, returns None."""
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         graph = graph if graph is not None else tf.compat.v1.get_default_graph()
-        variables = _float_variables(variables)
+        variables = float_variables(variables)
         names = [_name(v) for v in variables]
         if not variables:
             return cls([], lambda sess: [])
@@ -284,29 +286,34 @@ class VariableCheck:
     @classmethod
     def eager(cls, variables: Sequence) -> "VariableCheck":
         """The check of ``variables`` (tf.Variables) as one ``tf.function``, traced at its
-        first run (about 3 ms per variable: for a model of a few hundred, a second). The same
+        first run (in a time that grows with the number of variables). The same
         variables get the same check, for as long as they live (``_EagerChecks``): each
         supervisor of a model re-run in a kernel would otherwise trace it again, and
         TensorFlow warns of retracing from the fifth."""
-        variables = _float_variables(variables)
+        variables = float_variables(variables)
         return _EAGER_CHECKS.get(cls, variables)
+
+    @classmethod
+    def of_copies(cls, variables: Sequence, copies: Sequence) -> "VariableCheck":
+        """The check of ``copies``, host tensors holding the values of the float ``variables``
+        at an instant (a snapshot's, in their order), named after the variables; its function
+        is ``copies_flags``'s."""
+        if not copies:
+            return cls([], lambda: [])
+        flags = copies_flags(copies)
+        return cls([_name(v) for v in variables], lambda: flags(*copies).numpy())
 
     @classmethod
     def untraced(cls, variables: Sequence) -> "VariableCheck":
         """The check of ``variables`` (tf.Variables), run op by op, nothing traced: for a
         check run once, where tracing ``eager``'s would cost more than running it (a few
         milliseconds for a small model, against a tenth of a second or more to trace)."""
-        variables = _float_variables(variables)
+        variables = float_variables(variables)
         if not variables:
             return cls([], lambda: [])
         return cls([_name(v) for v in variables], lambda: finite_flags(variables).numpy())
 
-    _refs: tuple = ()  # eager: weak references to the variables checked
     traces = 0   # eager: times its function was traced (once, at its first run)
-
-    @property
-    def _variables(self) -> list:
-        return [ref() for ref in self._refs]
 
     def run(self, *sess) -> List[str]:
         """The names of the variables holding a NaN or an infinity now ([] if none)."""
@@ -314,77 +321,16 @@ class VariableCheck:
             return []
         return [name for name, ok in zip(self.names, self._evaluate(*sess)) if not ok]
 
-    def standing_for(self, variables: Sequence) -> "VariableCheck":
-        """The same check, naming ``variables`` (of the same dtypes, in the same order) in
-        place of the variables it checks: the check of a snapshot's copies names the
-        variables they are copies of."""
-        names = [_name(v) for v in _float_variables(variables)]
-        if len(names) != len(self.names):
-            raise ValueError(f"standing_for: {len(names)} float variables for a check of "
-                             f"{len(self.names)}")
-        if names == self.names:
-            return self
-        check = VariableCheck(names, self._evaluate)
-        check._refs = self._refs
-        return check
-
-    def guard(self, write: Callable):
-        """Eager: ``write(prefix)`` builds, in a ``tf.function`` being traced, the write of a
-        checkpoint that saves this check's variables (``tf.train.Checkpoint.write``). Returns a
-        function that builds the same write, guarded: the merge of its parts under the
-        checkpoint's name waits for this check (``finite_flags``, in an Assert that names the
-        variables that are not finite), which runs beside the write of the parts, in the same
-        call. So one call either writes the checkpoint or raises InvalidArgumentError
-        (``is_guard_failure``) and leaves only the parts: the ``<prefix>_temp`` directory (on
-        s3://, ``<prefix>.part-*``; ``remove_refused_save``). The variables must not change
-        during the call: the eager writer checks the copies it writes.
-
-        The fused reduction, not the graph guard's CheckNumerics one by one: beside this write both cost it the same
-        (within the benchmark's noise), and the reduction takes a tenth of the CPU time (at
-        100 MB, 3 to 8 ms against 45), which a write beside training takes from training.
-
-        The check runs as a function of its own, which reads the variables: an Assert made in
-        the traced function itself (a stateful op without a resource input) would be ordered
-        by ``tf.function``'s automatic control dependencies after the write it must gate, or
-        before the write, which it must not delay."""
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        if not self.names:
-            return write
-        variables, names = self._variables, self.names
-
-        def check():
-            flags = finite_flags(variables)  # each variable's reduction on its device
-            bad = tf.boolean_mask(tf.constant(names), tf.logical_not(flags))
-            done = tf.debugging.Assert(tf.reduce_all(flags), [GUARD_TEXT, bad],
-                                       summarize=len(names))
-            with tf.control_dependencies([done]):
-                return tf.constant(True)
-
-        check = tf.function(check, autograph=False)
-
-        def guarded(prefix):
-            graph = tf.compat.v1.get_default_graph()
-            before = len(graph.get_operations())
-            written = write(prefix)
-            merges = [op for op in graph.get_operations()[before:]
-                      if op.type == "MergeV2Checkpoints"]
-            if not merges:
-                raise RuntimeError("VariableCheck.guard: the write has no merge to gate")
-            passed = check().op
-            for merge in merges:
-                compat.add_control_input(merge, passed)
-            return written
-
-        return guarded
-
 
 class _EagerChecks:
     """The eager ``VariableCheck`` of each list of variables in use, held by weak references
-    to the variables: a check lives while its variables do."""
+    to the variables: a check lives while its variables do; and the traced check of copies
+    of each structure (``of_copies``)."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._checks: Dict[tuple, tuple] = {}   # ids -> (weak references, check)
+        # (and ("copies", specs) -> ((), a check whose ``function`` is the traced check)
 
     def get(self, cls, variables: list) -> "VariableCheck":
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -404,7 +350,6 @@ class _EagerChecks:
 
             flags = tf.function(traced, autograph=False)
             check = cls([_name(v) for v in variables], lambda: flags().numpy())
-        check._refs = refs
         with self._lock:
             self._checks[key] = (refs, check)
         return check
@@ -415,8 +360,38 @@ class _EagerChecks:
             if found is not None and any(ref() is None for ref in found[0]):
                 del self._checks[key]
 
+    def of_copies(self, copies: Sequence) -> Callable:
+        """The traced ``finite_flags`` of tensors like ``copies`` (dtypes and shapes), traced
+        now if it is not yet: one per structure of a model, kept for the process (it holds no
+        tensor); its entry counts its traces."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        key = ("copies",) + tuple((c.dtype.name, tuple(c.shape.as_list())) for c in copies)
+        with self._lock:
+            found = self._checks.get(key)
+        if found is not None:
+            return found[1].function
+        entry = VariableCheck([], lambda: [])
+
+        def traced(*values):
+            entry.traces += 1
+            return finite_flags(values)
+
+        entry.function = tf.function(
+            traced, autograph=False,
+            input_signature=[tf.TensorSpec(c.shape, c.dtype) for c in copies],
+        ).get_concrete_function()
+        with self._lock:
+            return self._checks.setdefault(key, ((), entry))[1].function
+
 
 _EAGER_CHECKS = _EagerChecks()
+
+
+def copies_flags(copies: Sequence) -> Callable:
+    """A traced function: ``finite_flags`` of tensors like ``copies`` (a snapshot's host
+    copies of float variables), one bool per tensor; one per structure of a model in a
+    process, traced in the calling thread at the first call for that structure."""
+    return _EAGER_CHECKS.of_copies(copies)
 
 
 # The text the failure of a guarded save carries (``VariableCheck.guard``,

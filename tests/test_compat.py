@@ -64,18 +64,13 @@ def test_add_control_input(graph):
     assert first in second.control_inputs
 
 
-def test_redirect_checkpoint_writes(tmp_path):
+def test_checkpoint_tensors():
     variable = tf.Variable([1.0, 2.0])
-    copy = tf.Variable([5.0, 6.0])
-    from tensorflow.python.util import object_identity  # pylint: disable=C0415
-    mapping = object_identity.ObjectIdentityDictionary()
-    mapping[variable] = copy
     checkpoint = tf.train.Checkpoint(v=variable)
-    compat.redirect_checkpoint_writes(checkpoint, mapping)
-    path = checkpoint.write(str(tmp_path / "ckpt"))
-    restored = tf.Variable([0.0, 0.0])
-    tf.train.Checkpoint(v=restored).read(path).assert_consumed()
-    np.testing.assert_array_equal(restored.numpy(), [5.0, 6.0])  # the copy's value, v's name
+    serialized, registered = compat.checkpoint_tensors(checkpoint)
+    assert registered == {}
+    assert list(serialized[variable]) == ["v/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert list(serialized[None]) == ["_CHECKPOINTABLE_OBJECT_GRAPH"]   # the object graph
 
 
 def test_saves_own_tensors():

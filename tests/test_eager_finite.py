@@ -302,10 +302,10 @@ def leftovers(logdir):
     return [n for n in os.listdir(str(logdir)) if "_temp" in n or "tempstate" in n]
 
 
-@pytest.mark.parametrize("async_save", [True, False], ids=["beside the write", "before it"])
+@pytest.mark.parametrize("async_save", [True, False], ids=["in the writer thread", "before it"])
 def test_weights_that_diverge_quietly_are_never_saved(tmp_path, async_save):
-    """No loss reported; every step saves. With a snapshot, the check of the snapshot runs
-    beside its write and gates it: the step-25 save is refused (nothing under its name,
+    """No loss reported; every step saves. With a snapshot, the writer thread checks the
+    snapshot before it writes it: the step-25 save is refused (nothing under its name,
     retention untouched) and the training thread, which did not wait for the check, stops at
     the next boundary naming step 25. Saving synchronously, the check runs before the write;
     the stop is the same."""
@@ -353,7 +353,7 @@ def quiet_rollback(tmp_path, backends, stop_at, settle=False):
 
 @pytest.mark.parametrize("settle", [False, True], ids=["write running", "write ended"])
 def test_quiet_weights_roll_back_at_the_next_step(tmp_path, backends, settle):
-    """The check beside the write refuses the step-25 save; its verdict reaches the training
+    """The writer thread's check refuses the step-25 save; its verdict reaches the training
     thread at the next boundary (step 26: one step later, always, since every step saves and a
     save takes the verdict of the one before first), which rolls back to 24, and does not
     write step 24 again: the same, whether that write had ended by then or not."""

@@ -156,28 +156,32 @@ def test_the_eager_check_is_the_same_computation_on_tf_variables():
         assert check.run() == ["dense/kernel", "bias"]
 
 
-def guarded_write(variables):
-    """The eager writer's guarded write of ``variables`` (``write(path)``, traced) and the
-    check of their copies, as ``eager/snapshot.py`` makes them: a call of ``refresh()`` copies
-    the variables' values for the next write."""
+def checked_write(variables):
+    """The eager writer's checked write of the copies of ``variables`` (``write(path)``) and
+    the check of those copies (``check()``), as ``eager/snapshot.py`` makes them:
+    ``refresh()`` copies the variables' values, and makes the write and check of that copy."""
     snapshot = Snapshot({f"v{i}": v for i, v in enumerate(variables)})
-    refresh = snapshot.copy
-    assert refresh()
-    write, check = snapshot.write_function(variables)
-    return (lambda path: write(tf.constant(str(path)))), check, refresh
+    made = {}
+
+    def refresh():
+        assert snapshot.copy()
+        made["write"], made["check"] = snapshot.write_function(variables)
+
+    refresh()
+    return (lambda path: made["write"](str(path))), (lambda: made["check"]), refresh
 
 
-def test_a_guarded_write_writes_a_finite_state_and_refuses_the_rest(tmp_path):
-    """VariableCheck.guard: one call writes the checkpoint, the same one an eager write makes,
-    or, when a checked variable is not finite, raises the guard's error naming it and leaves
-    nothing under the checkpoint's name (only TensorFlow's ``_temp`` parts, which
-    remove_refused_save deletes). A refusal does not break the next write."""
+def test_a_checked_write_writes_a_finite_state_and_refuses_the_rest(tmp_path):
+    """A snapshot's write: one call writes the checkpoint, the same one an eager write makes,
+    or, when a checked variable is not finite, raises the guard's error naming it and writes
+    nothing at all (the check runs before the write). A refusal does not break the next
+    write."""
     with context.eager_mode():
         good = tf.Variable(tf.ones([300, 100]), name="dense/kernel")
         other = tf.Variable(3.0, dtype=tf.float64, name="bias")
         steps = tf.Variable(7, name="steps")
-        write, check, refresh = guarded_write([good, other, steps])
-        assert check.names == ["dense/kernel", "bias"]
+        write, check, refresh = checked_write([good, other, steps])
+        assert check().names == ["dense/kernel", "bias"]
         first = str(tmp_path / "ckpt-1")
         write(first)
         eager = str(tmp_path / "eager-1")
@@ -197,16 +201,14 @@ def test_a_guarded_write_writes_a_finite_state_and_refuses_the_rest(tmp_path):
             write(refused)
         assert finite.is_guard_failure(raised.value)
         assert "dense/kernel" in str(raised.value)
-        assert glob.glob(refused + ".*") == [] and os.path.isdir(refused + "_temp")
-        finite.remove_refused_save(refused)
-        assert not os.path.exists(refused + "_temp")
+        assert glob.glob(refused + "*") == []
 
         good.assign(tf.ones([300, 100]))
         other.assign(-np.inf)
         refresh()
         with pytest.raises(tf.errors.InvalidArgumentError, match="bias"):
             write(refused)
-        assert check.run() == ["bias"]
+        assert check().run() == ["bias"]
         other.assign(2.0)
         refresh()
         write(tmp_path / "ckpt-3")
@@ -236,30 +238,21 @@ def test_a_refused_save_on_s3_leaves_no_parts(tmp_path):
                                               if not n.startswith("ckpt-2.part-")]
 
 
-def test_the_guard_is_the_fused_check_and_gates_only_the_merge():
-    """What guard adds to the write: a function of its own holding the fused check (a
-    reduction per float variable, on the copies' device, in an Assert), as a control input of
-    the merge alone: the parts are written beside it, not after it."""
+def test_the_check_of_a_snapshot_is_the_fused_check_traced_once_per_structure():
+    """The check of a snapshot's copies: a reduction per float variable (the int step is not
+    checked), named after the variables, in one traced function per structure of the copies,
+    which copies of other variables of the same dtypes and shapes reuse."""
     with context.eager_mode():
         variables = [tf.Variable(tf.zeros([4]), name=f"layer{i}") for i in range(3)]
         snapshot = Snapshot({"layers": variables, "steps": tf.Variable(0)})
         assert snapshot.copy()
-        write, _ = snapshot.write_function(variables)
-        ops = write.graph.get_operations()
-        merges = [op for op in ops if op.type == "MergeV2Checkpoints"]
-        assert len(merges) == 1
-        calls = [op for op in merges[0].control_inputs if op.type.endswith("PartitionedCall")]
-        assert len(calls) == 1
-        called = write.graph._get_function(  # pylint: disable=protected-access
-            calls[0].get_attr("f").name)
-        inner = called.graph.get_operations()
-        assert len([op for op in inner if op.type == "Assert"]) == 1
-        sums = [op for op in inner if op.type == "Sum"]
-        assert len(sums) == 3  # one per float variable: the int step is not checked
-        assert all(op.device.endswith("CPU:0") for op in sums)  # where the copies are
-        assert not any(op.type in ("CheckNumerics", "Assert") for op in ops)
-        saves = [op for op in ops if op.type == "SaveV2"]
-        assert saves and not any(calls[0] in _upstream(save) for save in saves)
+        _, check = snapshot.write_function(variables)
+        assert check.names == ["layer0", "layer1", "layer2"] and check.run() == []
+        function = finite.copies_flags(snapshot.copies_of(variables))
+        sums = [op for op in function.graph.get_operations() if op.type == "Sum"]
+        assert len(sums) == 3
+        assert finite.copies_flags([tf.ones([4])] * 3) is function
+        snapshot.release()
 
 
 def test_scalar_watch_reports_the_summary_that_went_bad_first():

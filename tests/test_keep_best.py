@@ -362,7 +362,7 @@ def test_a_best_refused_as_not_finite_is_no_best(tmp_path, backends):
         assert sv.report(val_loss=0.5) == at_step(tmp_path, 1)
         sv.step()
         w.assign(float("nan"))
-        sv.report(val_loss=0.1)      # refused: the check beside its write finds w not finite
+        sv.report(val_loss=0.1)      # refused: the writer's check finds w not finite
         assert sv.save_now() is None  # the save after it takes that verdict: a rollback
         assert sv.read_step() == 1 and float(w.numpy()) == 1.0
         sv.step()

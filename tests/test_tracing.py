@@ -42,10 +42,10 @@ def kernel(tmp_path):
     k.shutdown()
 
 
-def test_ten_cells_in_a_kernel_trace_the_write_once_per_model_and_never_warn(kernel):
+def test_ten_cells_in_a_kernel_trace_the_copy_once_per_model_and_never_warn(kernel):
     """Ten %%supervise cells, alternating two models (as a notebook re-runs its cells), each
     with a fresh logdir (so each saves a final checkpoint and takes its check's verdict): two
-    traced writes, each traced once, and one trace of each check; no message the kernel sent
+    traced copy functions, each traced once, and one trace of each check; no message the kernel sent
     mentions retracing or any warning."""
     kernel.ok(MODELS)
     start = len(kernel.iopub)
@@ -69,11 +69,11 @@ def test_ten_cells_in_a_kernel_trace_the_write_once_per_model_and_never_warn(ker
             and m["content"]["name"] == "stderr"] == []
 
 
-def test_cells_that_build_their_model_again_trace_the_write_once_and_free_it(kernel):
+def test_cells_that_build_their_model_again_trace_the_copy_once_and_free_it(kernel):
     """Five times: a cell builds the model (in the kernel's main thread, where Keras numbers
     each new model: sequential_2, sequential_3, ...), and a %%supervise cell fits it. The
     model before is freed once the name is bound again (an ended run keeps no model alive),
-    and the new one takes the write traced for it: one traced write, traced once. Keras traces
+    and the new one takes the copy function traced for it: traced once. Keras traces
     a new train function for each new model, and TensorFlow may warn of that; no warning
     names a function of ours."""
     kernel.ok(MODELS + "import gc, weakref\nbuilt = []\n")
@@ -141,9 +141,9 @@ def _refused(model, layer, value, logdir, save_now):
 
 
 def test_the_reuse_keeps_no_model_alive(tmp_path):
-    """Once the model is freed, its copies and traced writes are kept for a model of the same
-    structure (the cell builds it again) until a run of another structure, which frees them;
-    nothing of them keeps the model alive. Its checks are freed with it."""
+    """Once the model is freed, its traced copy function is kept for a model of the same
+    structure (the cell builds it again) until a run of another structure, which frees it;
+    nothing of it keeps the model alive. Its checks are freed with it."""
     x = np.ones((32, 4), np.float32)
     model = _mlp(3, 1)
     for run in range(2):

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import finite
-from ..checkpoints import restore_candidates
+from ..checkpoints import CheckpointWriteError, restore_candidates
 from ..timer import Timer
 from . import restore as restoring
 from .best import Best, BestKeeper
@@ -153,7 +153,7 @@ class Checkpointer:
         self._mutex = threading.Lock()
         self._save_request: Optional[_SaveRequest] = None
         self._stepping = False       # a loop is between steps (set and cleared under _save_lock)
-        self.thread: Optional[threading.Thread] = None   # the training thread
+        self._thread: Optional[threading.Thread] = None   # the training thread (begin)
         self.items: Optional[Dict[str, object]] = None
         self._state: Optional[_RunState] = None
         self._root = None                          # tf.train.Checkpoint for restoring
@@ -171,6 +171,8 @@ class Checkpointer:
             if config.keep_best and self._logdir else None)
         self._best_writing: Optional[Best] = None  # the best whose checkpoint is written
         self.writer: Optional[CheckpointWriter] = None
+        self.last_path: Optional[str] = None      # the newest checkpoint written (writer thread)
+        self._sync_reason: Optional[str] = None   # the writer's, once it is closed
 
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
         """Names what is saved (``items``, and the run's own state) and restores the newest
@@ -208,13 +210,43 @@ class Checkpointer:
             self._restored_best(existing)
         return restored
 
-    def forget(self) -> None:
-        """After the session: drops the tracked objects. A run's record outlives its session
-        (``%supervise list``), and a cell that builds its model again must free the model of
-        its last run, with its accelerator memory."""
+    def begin(self, thread: threading.Thread) -> None:
+        """The session starts in ``thread``, its training thread: the only one that saves at
+        a step boundary; another thread's ``save_now`` is served there."""
+        self._thread = thread
+
+    @property
+    def threads(self) -> List[threading.Thread]:
+        """The threads it runs: the writer thread of the write in flight, if any."""
+        writer = self.writer
+        return writer.threads if writer is not None else []
+
+    @property
+    def sync_reason(self) -> Optional[str]:
+        """Why the checkpoints are written synchronously (None: they are not), for the user."""
+        writer = self.writer
+        return writer.sync_reason if writer is not None else self._sync_reason
+
+    def close(self) -> None:
+        """The session's end (again: nothing more): waits for the write in flight, for at most
+        ``stop_grace_secs`` (CheckpointWriteError beyond, or the write's own), lets the
+        snapshot's traced functions serve the next run of the same objects, and drops
+        the tracked objects. A run's record outlives its session (``%supervise list``), and a
+        cell that builds its model again must free the model of its last run, with its
+        accelerator memory."""
         with self._save_lock:  # a save asked from another thread sees all or nothing
-            self.items = self._root = self._state = self.writer = self._rates = None
-            self.parts, self._arrays = {}, {}
+            writer, ended = self.writer, True
+            try:
+                if writer is not None:
+                    self._sync_reason = writer.sync_reason
+                    ended = writer.close(self._config.stop_grace_secs)  # reports its save first
+            finally:
+                self.items = self._root = self._state = self.writer = self._rates = None
+                self.parts, self._arrays = {}, {}
+            if not ended:
+                raise CheckpointWriteError(
+                    f"The last checkpoint was not written within "
+                    f"{self._config.stop_grace_secs:g} s (stop_grace_secs); it may be missing.")
 
     def restore(self, step: int) -> str:
         """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
@@ -319,7 +351,7 @@ class Checkpointer:
         """A checkpoint now, once its files are written: from the training thread at once;
         from another while the body steps, by the training thread at its next boundary
         (TimeoutError after ``timeout``); else at once if the run is ``ready``."""
-        if threading.current_thread() is self.thread:
+        if threading.current_thread() is self._thread:
             return self._save_and_wait()
         with self._save_lock:
             with self._mutex:
@@ -356,9 +388,9 @@ class Checkpointer:
                 return
             # The verdict of a save made before: that checkpoint was not the final one, so
             # (in the training thread) it may still roll back, and then nothing moved.
-            self._take_verdict_after_write(final=threading.current_thread() is not self.thread)
+            self._settle(final=threading.current_thread() is not self._thread)
             if self.timer.moved(self._where.step) and self._save(final=True) is not None:
-                self._take_verdict_after_write(final=True)
+                self._settle(final=True)
 
     @property
     def stepping(self) -> bool:
@@ -391,10 +423,10 @@ class Checkpointer:
         here is the newest good checkpoint's now)."""
         rolled_back = False
         if self.writer is not None and self.writer.verdict_known:
-            # The check of the save before ran beside its write: its verdict, at the first
-            # boundary after the write ended (before, it would cost this thread a check).
+            # The writer thread checked the copies of the save before: its verdict, at the
+            # first boundary after it is known (before, it would cost this thread a check).
             with self._save_lock:
-                rolled_back = not self._take_verdict(final=False)
+                rolled_back = not self._settle(final=False, wait=False)
         if self._policy.pending is not None:  # a save from another thread was refused
             with self._save_lock:
                 if self._policy.pending is not None:
@@ -439,12 +471,12 @@ class Checkpointer:
         if self.best is not None:
             self.best.note(scalars, self._where.step)
 
-    def take_pending_verdict(self) -> None:
-        """Takes the verdict of the newest save now, if one is pending (before a stop: a
-        rollback takes the step back)."""
+    def settle(self) -> None:
+        """Takes the verdict of the newest save now, if one is pending, once its write ended
+        (before a stop: a rollback takes the step back)."""
         if self.writer is not None and self.writer.verdict_pending:
             with self._save_lock:
-                self._take_verdict(final=False)
+                self._settle(final=False)
 
     def _save_at_boundary(self, request: Optional[_SaveRequest], final: bool = False,
                           best: Optional[Best] = None) -> Optional[str]:
@@ -477,10 +509,10 @@ class Checkpointer:
         with self._save_lock:
             if self.writer is None:
                 return None
-            if not self._take_verdict(final):
+            if not self._settle(final):
                 return None
             if self._policy.pending is not None and not final:
-                if threading.current_thread() is self.thread:
+                if threading.current_thread() is self._thread:
                     self._roll_back()
                 return None
             step = self._where.step
@@ -503,27 +535,27 @@ class Checkpointer:
                 self._best_writing = best
             self._state.training.assign(self.training_state())
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
-            path = self.writer.save(step, final=final, best=best is not None)
+            pending = self.writer.save(step, final=final, best=best is not None)
             self.timer.last_step = step
             # A check made before the write has its verdict now: no step more on a bad model.
-            if self.writer.checked_before and not self._take_verdict(final):
+            if pending.checked_before and not self._settle(final):
                 return None
-            return path
+            return pending.path
 
     def _save_and_wait(self, final: bool = False, best: Optional[Best] = None) -> Optional[str]:
         with self._save_lock:
             path = self._save(final, best)
             if path is not None:
                 self.writer.wait()
-                if not self._take_verdict(final):
+                if not self._settle(final):
                     return None
             return path
 
     def _check_finite(self, step: int, final: bool) -> bool:
         """With ``_save_lock`` held, before a save: True when the newest value of every
         reported scalar is finite, or with ``on_nan="ignore"``; else ``_refuse``. The trainable
-        variables are checked by the writer (``CheckpointWriter``: beside the write,
-        its verdict taken by ``_take_verdict``); here only to name them."""
+        variables are checked by the writer (``CheckpointWriter``: in the writer thread,
+        before the write; its verdict taken by ``_settle``); here only to name them."""
         if self.writer is None or not self.writer.checks:
             return True
         numbers = {tag: to_float(value) for tag, value in self._where.scalars.items()}
@@ -539,21 +571,21 @@ class Checkpointer:
             return True
         return self._refuse(step, finite.describe_problem(variables, scalars), final)
 
-    def _take_verdict_after_write(self, final: bool) -> bool:
-        """``_take_verdict`` once the write in flight ended (within ``stop_grace_secs``): at
-        the session's end the training thread waits for it anyway, and its verdict is then
-        known, where taking it during the write runs the check in this thread (and traces it,
-        the first time)."""
-        if self.writer is not None and self.writer.verdict_pending:
-            self.writer.wait(self._config.stop_grace_secs)
-        return self._take_verdict(final)
-
-    def _take_verdict(self, final: bool) -> bool:
+    def _settle(self, final: bool, wait: bool = True) -> bool:
         """With ``_save_lock`` held: takes the verdict of the newest save's check of the
-        variables (waiting for the check, not the write). True when there was none or it
+        variables, once. ``wait``: waits for its write first (at most ``stop_grace_secs``;
+        then the verdict checks the copies in this thread); else (a step boundary) takes it
+        only when it is known without a check here. True when there was none to take or it
         passed; else (the save wrote nothing) ``_refuse`` at the step of that save."""
-        verdict = self.writer.verdict() if self.writer is not None else None
-        if verdict is None or not verdict.variables:
+        writer = self.writer
+        if writer is None or not writer.verdict_pending:
+            return True
+        if not writer.verdict_known:
+            if not wait:
+                return True
+            writer.wait(self._config.stop_grace_secs)
+        verdict = writer.verdict()
+        if not verdict.variables:
             return True
         self.timer.last_step = None
         return self._refuse(verdict.step, finite.describe_problem(verdict.variables, []), final)
@@ -571,10 +603,10 @@ class Checkpointer:
         try:
             self._policy.refused(step, problem, kept[-1] if kept else None, final=final)
         except finite.NonFiniteError as error:
-            if threading.current_thread() is not self.thread:
+            if threading.current_thread() is not self._thread:
                 self._request_stop(error)
             raise
-        if threading.current_thread() is self.thread:
+        if threading.current_thread() is self._thread:
             self._roll_back()
         return False
 
@@ -604,7 +636,8 @@ class Checkpointer:
     def _on_saved(self, step, path, wall_time, seconds) -> None:
         """Writer thread: the checkpoint's files are under its name, listed (and, for a new
         best, kept as the best)."""
-        writer = self.writer  # forget() may drop it meanwhile (a write past the grace)
+        self.last_path = path
+        writer = self.writer  # close() may drop it meanwhile (a write past the grace)
         kept = tuple(reversed(writer.kept)) if writer is not None else ()
         self._reporter.saved(step, path, wall_time, seconds, kept)
         best = self._best_writing

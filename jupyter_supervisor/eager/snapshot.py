@@ -1,21 +1,22 @@
 """The snapshot of an eager run's variables that a checkpoint is written from: host copies
-refreshed by the training thread at a step boundary, and a write of those copies traced once
-per object graph structure and reused across sessions of the kernel.
+taken by the training thread at a step boundary, and their write as a ``tf.train.Checkpoint`` of
+the tracked objects, in a writer thread.
 
 Why not TensorFlow's own ``CheckpointOptions(enable_async=True)``: its copy of Keras 3 variables
-creates a ``tf.Variable`` inside a ``tf.function`` and fails from the second save on (TF 2.21,
-Keras 3.15: "tf.function only supports singleton tf.Variables created on the first call").
-``Snapshot`` does what that helper does, with copies made once outside any function: the
-training thread assigns every variable to its host copy (that is all it waits for, there and
-in its next step: a copy shares the variable's buffer, which TensorFlow copies before the step
-updates it in place), and the writer thread saves the copies under the original objects'
-names (the saver's object map, the mechanism TensorFlow's helper uses), with one call of a
-``tf.function`` traced once, which also holds the finiteness check of the copies
-(``Snapshot.write_function``).
+creates a ``tf.Variable`` inside a ``tf.function`` and fails from the second save on
+("tf.function only supports singleton tf.Variables created on the first call").
+``Snapshot`` does what that helper does without making variables: the training thread copies
+every variable into a host tensor of its own, in one call of a function traced once per object
+graph structure (that copy is all it waits for, there and in its next step), and the writer
+thread checks the copies for NaN and infinity, then writes them with TensorFlow's own ops, under
+the keys and with the object graph that ``tf.train.Checkpoint.write`` gives them, worked out once
+per snapshot (``Snapshot.write_function``). The ops run in the writer thread: a traced write's
+kernels would run on TensorFlow's shared thread pools, beside the training step's, and cost the
+run more CPU than the same write made eagerly (docs/performance.md).
 """
 import threading
 import weakref
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.python.util import object_identity
@@ -26,18 +27,17 @@ from .variables import base_variable, has_slot_variables, is_variable
 
 class _Traced:
     """What the snapshots of one object graph structure reuse, from one session to the next in
-    a kernel (a notebook re-runs its cells, or builds its model again in the cell): the host
-    copies, by the object's index in the graph, and the writes traced for them, by the indices
-    of the checked copies. Tracing a write costs far more than the write of a small model (a
-    1 MB MLP: 0.2 s against 15 ms); a traced write reads only the copies, so it serves any
+    a kernel (a notebook re-runs its cells, or builds its model again in the cell): the
+    function that copies the variables (``_trace_copy``; the check of the copies is
+    ``finite.copies_flags``, per structure too). Tracing costs far more than a save of a small
+    model; the function captures nothing (the variables are its arguments), so it serves any
     objects of the same ``key``."""
 
     def __init__(self, key: tuple):
         self.key = key
-        self.copies: Dict[int, tf.Variable] = {}
-        self.writes: Dict[tuple, tuple] = {}   # checked indices -> (write, check)
+        self.copy_function: Optional[Callable] = None
         self.owners: list = []   # weak references to the objects it was given back for
-        self.traces = 0   # writes traced (the Python body of a write runs only then)
+        self.traces = 0   # copy functions traced (the Python body of one runs only then)
 
     @property
     def orphaned(self) -> bool:
@@ -47,12 +47,11 @@ class _Traced:
 
 class _TracedPool:
     """The ``_Traced`` of each object graph structure not in use. A snapshot takes its
-    structure's (or a new one) and gives it back when its writes ended, so two runs never share
-    copies. An entry lives while an object it was given back for lives (weak references); the
-    newest entry whose objects were all freed (an orphan) is kept too, until a snapshot takes
-    it or takes an entry of another structure: a cell that builds its model again frees the
-    model of its last run before the new one saves, and the new one takes that entry. So the
-    copies of a freed model stay in memory only until the next run, which would need as much."""
+    structure's (or a new one) and gives it back after its last write. An entry lives while an
+    object it was given back for lives (weak references); the newest entry whose objects were
+    all freed (an orphan) is kept too, until a snapshot takes it or takes an entry of another
+    structure: a cell that builds its model again frees the model of its last run before the
+    new one saves, and the new one takes that entry."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -70,10 +69,10 @@ class _TracedPool:
             return found or _Traced(key)
 
     def holds(self, key: tuple) -> bool:
-        """True when a free entry of ``key`` has a traced write."""
+        """True when a free entry of ``key`` has a traced copy function."""
         with self._lock:
             found = self._free.get(key)
-            return found is not None and bool(found.writes)
+            return found is not None and found.copy_function is not None
 
     def give_back(self, traced: _Traced, owners) -> None:
         known = [ref() for ref in traced.owners]
@@ -101,63 +100,103 @@ _POOL = _TracedPool()
 
 
 def _structure(objects: list, edges: list) -> tuple:
-    """What a traced write of ``objects`` depends on: the edges and names of the object graph,
-    and each object's type, or a variable's dtype and shape. Not the variables' own names: a
-    model built again (Keras names it ``sequential_1``) reuses the write traced for the model
-    before. Its copies keep that model's names, which the checkpoint records beside each value
-    (``full_name``, read only by a TF1 name-based Saver); the finiteness check's messages name
-    the variables of the run (``Snapshot.write_function``)."""
+    """What the traced functions of ``objects`` depend on: the edges and names of the object
+    graph, and each object's type, or a variable's dtype, shape and device. Not the variables'
+    own names: a model built again (Keras names it ``sequential_1``) reuses the functions
+    traced for the model before."""
     kinds = []
     for obj in objects:
         if is_variable(obj):
             base = base_variable(obj)
-            kinds.append((base.dtype.name, tuple(base.shape.as_list())))
+            kinds.append((base.dtype.name, tuple(base.shape.as_list()), base.device))
         else:
             kinds.append(type(obj).__qualname__)
     return tuple(edges), tuple(kinds)
 
 
+def _in_host_memory(variable: tf.Variable) -> bool:
+    return tf.DeviceSpec.from_string(variable.device or "").device_type in (None, "CPU")
+
+
+def _trace_copy(variables: list) -> Callable:
+    """A traced function that copies the variables whose handles it is given (of the dtypes and
+    devices of ``variables``, in their order) into host tensors of their own, and returns them.
+    A read of a variable in host memory shares its buffer (and TensorFlow would copy that
+    buffer when the next step updates the variable in place: the step after the save would pay
+    the copy): ``DeepCopy`` copies it now. A variable elsewhere (an accelerator's memory) is
+    copied by its move to host memory. The variables are arguments, not captured, so that a
+    model built again (the same structure) reuses the function."""
+    kinds = [(variable.dtype, _in_host_memory(variable)) for variable in variables]
+
+    def copy_all(*handles):
+        copies = []
+        for handle, (dtype, in_host_memory) in zip(handles, kinds):
+            value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
+            with tf.device("CPU:0"):
+                copies.append(tf.raw_ops.DeepCopy(x=value) if in_host_memory
+                              else tf.identity(value))
+        return copies
+
+    function = tf.function(copy_all, autograph=False,
+                           input_signature=[tf.TensorSpec([], tf.resource)] * len(kinds))
+    return function.get_concrete_function()
+
+
+class _Plan(NamedTuple):
+    """How the copies of a snapshot's variables are written as a ``tf.train.Checkpoint`` of its
+    objects: each saved tensor's checkpoint key (``names``), slice spec (``slices``) and source
+    (``order``: the index of a copy, or None for the object graph, ``graph``: a string tensor
+    holding its serialized ``TrackableObjectGraph``)."""
+    names: tf.Tensor
+    slices: tf.Tensor
+    order: Tuple[Optional[int], ...]
+    graph: tf.Tensor
+
+
 class Snapshot:
-    """Host copies of the variables a Checkpoint saves, and a second Checkpoint of the same
-    objects that saves the copies in their place. ``copy()`` (training thread) refreshes them;
-    ``write_function(checked)`` then writes the state of that instant (from any thread).
-    ``release()`` after the last write: the copies and the traced writes go to the next
-    snapshot of the same object graph in this process (``_TracedPool``). ``owners``: the
-    objects whose lifetime bounds theirs (default: ``items``'s)."""
+    """Host copies of the variables a ``tf.train.Checkpoint`` of ``items`` saves, taken at an
+    instant, and their write as that checkpoint. ``copy()`` (training thread) takes them;
+    ``write_function(checked)`` then makes the write of that copy (run it from any thread).
+    ``release()`` after the last write: the traced functions go to the next snapshot of the same
+    object graph in this process (``_TracedPool``). ``owners``: the objects whose lifetime bounds
+    theirs (default: ``items``'s)."""
 
     def __init__(self, items: Dict[str, object], owners=None):
         self.writer = tf.train.Checkpoint(**items)
         _ = self.writer.save_counter  # created now, so that it is saved (and restores cleanly)
         self._owners = list(items.values() if owners is None else owners)
-        self._copies = object_identity.ObjectIdentityDictionary()
-        compat.redirect_checkpoint_writes(self.writer, self._copies)
-        self._objects: list = []   # the object graph the newest copy() saw (_object_graph)
+        self._objects: list = []     # the object graph the newest copy() saw (_object_graph)
+        self._variables: list = []   # its variables, in the copy function's order
+        self._handles: list = []     # theirs, the copy function's arguments
+        self._shapes: list = []      # theirs, when the copy function was chosen
         self._traced: Optional[_Traced] = None   # of that graph
-        self.why_not = ""   # why the objects cannot be copied (copy(), has_traced_write())
+        self._plan: Optional[_Plan] = None       # of that graph, made at its first write
+        self._copies: list = []      # the newest copy: a host tensor per variable
+        self.why_not = ""   # why the objects cannot be copied (copy(), is_traced())
 
     def copies_of(self, variables) -> list:
-        """The host copies of ``variables`` (tf.Variables), in their order; None for one
+        """The newest copies of ``variables`` (tf.Variables), in their order; None for one
         without a copy (not saved, or before the first ``copy()``)."""
         by_base = object_identity.ObjectIdentityDictionary()
-        for obj, copy in self._copies.items():
+        for obj, copy in zip(self._variables, self._copies):
             by_base[base_variable(obj)] = copy
         return [by_base.get(variable) for variable in variables]
 
     def copy(self) -> bool:
-        """Copies every variable to its host copy; False (nothing copied, ``why_not`` says
-        why) when the checkpoint saves tensors that are not in the object graph's variables (a
-        dataset iterator, a table, a v1 optimizer's slots): then the caller saves
-        synchronously."""
+        """Copies every variable into a host tensor of its own, in one call of a traced function
+        (``_trace_copy``); False (nothing copied, ``why_not`` says why) when the checkpoint
+        saves tensors that are not in the object graph's variables (a dataset iterator, a table,
+        a v1 optimizer's slots): then the caller saves synchronously."""
         objects, edges = _object_graph(self.writer)
         if not self._copyable(objects):
             return False
-        fresh = ()
         if self._changed(objects, edges):
-            fresh = self._use(objects, edges)
-        with tf.device("CPU:0"):
-            for obj, copy in self._copies.items():
-                if not any(copy is new for new in fresh):
-                    copy.assign(base_variable(obj))
+            self._use(objects, edges)
+        if self._plan is None:
+            self._plan = self._make_plan()
+            if self._plan is None:
+                return False
+        self._copies = self._traced.copy_function(*self._handles)
         return True
 
     def _copyable(self, objects: list) -> bool:
@@ -176,105 +215,130 @@ class Snapshot:
 
     def _changed(self, objects: list, edges: list) -> bool:
         """True when the object graph is not the one of the newest copy(): other objects,
-        other edges (a write traced for other names would save the objects under those), or a
-        variable of another shape."""
+        other edges (the keys of the checkpoint would change), or a variable of another
+        shape."""
         if self._traced is None or len(objects) != len(self._objects) or any(
                 new is not old for new, old in zip(objects, self._objects)):
             return True
         return self._traced.key[0] != tuple(edges) or any(
-            copy.shape != base_variable(obj).shape for obj, copy in self._copies.items())
+            base_variable(obj).shape != shape for obj, shape in zip(self._variables,
+                                                                     self._shapes))
 
-    def _use(self, objects: list, edges: list) -> list:
-        """The copies and traced writes of the object graph ``objects`` (its ``edges``), from
-        the pool when a snapshot of the same graph gave them back; returns the copies made
-        now (they hold their variable's value already)."""
+    def _use(self, objects: list, edges: list) -> None:
+        """The traced functions of the object graph ``objects`` (its ``edges``), from the pool
+        when a snapshot of the same structure gave them back."""
         key = _structure(objects, edges)
         if self._traced is None or self._traced.key != key:
             if self._traced is not None:
                 _POOL.give_back(self._traced, self._owners)
             self._traced = _POOL.take(key)
-        copies, fresh = self._traced.copies, []
-        self._copies.clear()
-        with tf.device("CPU:0"):
-            for index, obj in enumerate(objects):
-                if not is_variable(obj):
-                    continue
-                if index not in copies:
-                    base = base_variable(obj)
-                    copies[index] = tf.Variable(base.read_value(), trainable=False,
-                                                name=base.name.split(":")[0])
-                    fresh.append(copies[index])
-                self._copies[obj] = copies[index]
         self._objects = objects
-        return fresh
+        self._variables = [obj for obj in objects if is_variable(obj)]
+        bases = [base_variable(obj) for obj in self._variables]
+        self._handles = [base.handle for base in bases]
+        self._shapes = [base.shape for base in bases]
+        self._plan = None
+        if self._traced.copy_function is None:
+            self._traced.copy_function = _trace_copy(bases)
+            self._traced.traces += 1
 
-    def has_traced_write(self) -> bool:
-        """True when a write traced for the object graph as it is now is at hand (of this
-        snapshot, or in the pool): a save then costs no tracing. False, with ``why_not``, when
-        the object graph cannot be copied at all."""
+    def is_traced(self) -> bool:
+        """True when the functions a save needs for the object graph as it is now are traced
+        (of this snapshot, or in the pool): a save then costs no tracing. False, with
+        ``why_not``, when the object graph cannot be copied at all."""
         objects, edges = _object_graph(self.writer)
         if not self._copyable(objects):
             return False
         if self._traced is not None and not self._changed(objects, edges):
-            return bool(self._traced.writes)
+            return self._traced.copy_function is not None
         return _POOL.holds(_structure(objects, edges))
 
     def release(self) -> None:
-        """After the last write: the copies and traced writes go back to the pool."""
-        traced, self._traced, self._objects = self._traced, None, []
-        self._copies.clear()
+        """After the last write: the traced functions go back to the pool."""
+        traced, self._traced = self._traced, None
+        self._objects, self._variables, self._handles, self._shapes = [], [], [], []
+        self._plan, self._copies = None, []
         if traced is not None:
             _POOL.give_back(traced, self._owners)
 
-    def write_function(self, checked) -> Tuple[Callable[[str], object], finite.VariableCheck]:
-        """After a ``copy()``: ``(write, check)``. ``write(path)`` writes the copies as the
-        checkpoint ``path`` in one call of a traced ``tf.function``; with ``checked``
-        (tf.Variables saved here, the trainable ones), it is refused, raising
-        InvalidArgumentError (``finite.is_guard_failure``) and leaving only its parts
-        (``<path>_temp``; on s3://, ``<path>.part-*``), unless their copies are finite
-        (``finite.VariableCheck.guard``: the check runs beside the write and gates the merge
-        of its parts). ``check``: the fast check of the same copies (``VariableCheck.run``),
-        to name the variables of a refused write or to give the verdict before the write
-        ended; traced at its first run, which most runs never need (MobileNetV2 and Adam:
-        0.9 s).
+    def write_function(self, checked) -> Tuple[Callable[[str], None], finite.VariableCheck]:
+        """After a ``copy()``: ``(write, check)`` of that copy. ``write(path)`` writes it as the
+        checkpoint ``path``, the one ``tf.train.Checkpoint.write`` of the same objects writes,
+        in the calling thread (its ops run there): its parts first (``<path>_temp``; on s3://,
+        ``<path>.part-*``), then merged under the checkpoint's name, as TensorFlow does. With
+        ``checked`` (tf.Variables saved here, the trainable ones), it first runs ``check``, the
+        check of their copies, and writes nothing when one is not finite: it raises
+        InvalidArgumentError (``finite.is_guard_failure``) naming them. ``check`` also serves to
+        give the verdict before the write ended, in another thread.
 
-        The write is traced in the calling thread (the training thread: a graph built in a
-        background thread, at the end of a Keras fit, deadlocked once, when the garbage
-        collector freed a tf.data iterator there whose destructor waits for threads of its
-        own), once per structure of the object graph saved in this process (its edges, types,
-        dtypes and shapes: ``_TracedPool``), so that re-running a cell, or building the same
-        model again, reuses it (MobileNetV2 and Adam, 580 variables: 1.3 s, once). Once
-        traced, a write runs no Python per variable (there: 80 ms, where an eager write of
-        the same copies takes 190 ms)."""
-        copies = self.copies_of(checked)
-        if any(copy is None for copy in copies):
-            copies = []  # one is not saved: the caller checks the live variables instead
-        by_copy = object_identity.ObjectIdentityDictionary()
-        for index, copy in self._traced.copies.items():
-            by_copy[copy] = index
-        key = tuple(by_copy[copy] for copy in copies)
-        if key not in self._traced.writes:
-            self._traced.writes[key] = self._trace_write(copies)
-        function, check = self._traced.writes[key]
-        # The copies may be named after the variables of a model built before this one.
-        return function, check.standing_for(checked) if copies else check
+        The functions it uses are traced in the calling thread, the training thread: a graph
+        built in a background thread, at the end of a Keras fit, deadlocked once, when the
+        garbage collector freed a tf.data iterator there whose destructor waits for threads of
+        its own."""
+        copies, plan = list(self._copies), self._plan   # this copy's: copy() makes new ones
+        check, flags = self._check(checked, copies)
 
-    def _trace_write(self, copies: list) -> tuple:
-        """(the traced write, the check of ``copies``): see ``write_function``."""
-        check = finite.VariableCheck.eager(copies)
-        device = next(iter(self._copies.values())).device  # save_counter's copy, at least
-        writer, traced = self.writer, self._traced
+        def write(path: str) -> None:
+            bad = [name for name, ok in zip(check.names, flags()) if not ok]
+            if bad:
+                raise tf.errors.InvalidArgumentError(
+                    None, None, f"{finite.GUARD_TEXT}: {', '.join(bad)}")
+            tensors = [plan.graph if index is None else copies[index] for index in plan.order]
+            with tf.device("CPU:0"):
+                # TensorFlow's sharded protocol: the parts, then the merge under the name.
+                parts = tf.raw_ops.ShardedFilename(
+                    basename=path + (".part" if path.startswith("s3://") else "_temp/part"),
+                    shard=0, num_shards=1)
+                tf.raw_ops.SaveV2(prefix=parts, tensor_names=plan.names,
+                                  shape_and_slices=plan.slices, tensors=tensors)
+                tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=[parts],
+                                              destination_prefix=path, delete_old_dirs=True)
+        return write, check
 
-        def write(prefix):
-            traced.traces += 1
-            # On the copies' own device, so that the object graph is saved with them: one
-            # shard, as an eager write makes (a bare "/cpu:0" would make a second one).
-            with tf.device(device):
-                return writer.write(prefix)
+    def _check(self, checked, copies: list) -> Tuple[finite.VariableCheck, Callable]:
+        """(the finiteness check of the copies, in ``copies``, of the float variables of
+        ``checked``, named after them; its flags, one per name). A check of nothing when one
+        of them has no copy (it is not saved: the caller checks the live variables
+        instead)."""
+        floats = finite.float_variables(checked)
+        index = object_identity.ObjectIdentityDictionary()
+        for number, obj in enumerate(self._variables):
+            index[base_variable(obj)] = number
+        chosen = [index.get(variable) for variable in floats]
+        if not chosen or None in chosen:
+            return finite.VariableCheck([], lambda: []), lambda: []
+        values = [copies[number] for number in chosen]
+        flags = finite.copies_flags(values)
+        return finite.VariableCheck.of_copies(floats, values), lambda: flags(*values).numpy()
 
-        function = tf.function(check.guard(write), autograph=False,
-                               input_signature=[tf.TensorSpec([], tf.string)])
-        return function.get_concrete_function(), check
+    def _make_plan(self) -> Optional[_Plan]:
+        """The keys, slices and sources of the tensors of a ``tf.train.Checkpoint.write`` of the
+        objects, and their object graph, as TensorFlow's saver gathers them; None (``why_not``
+        says why) when a saved tensor is not a copy's."""
+        serialized, registered = compat.checkpoint_tensors(self.writer)
+        index = object_identity.ObjectIdentityDictionary()
+        for number, obj in enumerate(self._variables):
+            index[obj] = number
+        names, slices, order, graph = [], [], [], None
+        for trackable, tensors in serialized.items():
+            for key, tensor in tensors.items():
+                if trackable is None:
+                    graph = tensor
+                    index_of = None
+                elif trackable in index and not isinstance(tensor, dict):
+                    index_of = index[trackable]
+                else:  # a variable saved in slices, or state of another kind
+                    self.why_not = (f"the checkpoint saves {key} other than as the value of "
+                                    "one variable, which a snapshot cannot copy.")
+                    return None
+                names.append(key)
+                slices.append("")
+                order.append(index_of)
+        if registered:
+            self.why_not = "a tracked object is saved by a saver of its own."
+            return None
+        with tf.device("CPU:0"):
+            return _Plan(tf.constant(names), tf.constant(slices), tuple(order), graph)
 
 
 def _object_graph(root) -> Tuple[list, list]:

@@ -30,10 +30,10 @@ taken only at a step boundary in the training thread, so it never holds half of 
 A model that is not finite is never saved (``finite``): the run stops (``on_nan="stop"``), or
 (``"rollback"``) the newest good checkpoint is restored at that step boundary (model, optimizer,
 global step; a save asked from another thread rolls back at the next boundary, and one whose
-weights the writer found not finite at the first boundary after the write: it checks them
-beside the write) and training goes on from it, at most ``max_rollbacks`` times. Inside
-``fit`` the data goes on where it was (the batches are not replayed) and the model's running
-metrics restart.
+weights the writer found not finite at the first boundary after its check: it checks them in
+the background, before it writes them) and training goes on from it, at most
+``max_rollbacks`` times. Inside ``fit`` the data goes on where it was (the batches are not
+replayed) and the model's running metrics restart.
 """
 import contextlib
 import inspect
@@ -49,7 +49,7 @@ import tensorflow as tf
 from .. import events, finite
 from ..backend import StopBody, clean_up
 from ..config import RunConfig
-from ..checkpoints import CheckpointWriteError, prepare_logdir, remove_partial_saves
+from ..checkpoints import prepare_logdir, remove_partial_saves
 from .._validate import check_checkpoint_path, invalid
 from ..lockfile import LogdirLock
 from . import claims
@@ -270,8 +270,7 @@ class EagerSupervisor:
 
     def owns_thread(self, thread) -> bool:
         """True for the checkpoint writer's threads."""
-        writer = self._checkpointer.writer
-        return writer is not None and thread in writer.threads
+        return thread in self._checkpointer.threads
 
     def notes(self) -> List[str]:
         """What this run does differently from what its options suggest (more may come when
@@ -347,11 +346,11 @@ class EagerSupervisor:
         if not self._logdir:
             return None
         if not self._active:
-            writer = self._checkpointer.writer
+            written = self._checkpointer.last_path
             raise RuntimeError(
                 "save_now() needs a running session: before it there is nothing to save, and "
                 "after it the final checkpoint was written"
-                + (f" ({writer.last_path})." if writer and writer.last_path else "."))
+                + (f" ({written})." if written else "."))
         timeout = self._config.stop_grace_secs if timeout is None else timeout
         return self._checkpointer.save_now(timeout, self._ready)
 
@@ -366,7 +365,8 @@ class EagerSupervisor:
         if self._closed:
             raise RuntimeError("This backend is closed; build a new EagerSupervisor.")
         self._entered = True
-        self._thread = self._checkpointer.thread = threading.current_thread()
+        self._thread = threading.current_thread()
+        self._checkpointer.begin(self._thread)
         self._active = True
         if self._lock is not None:  # the unlisted saves go once a listed checkpoint restored
             remove_partial_saves(os.path.join(self._logdir, self._config.checkpoint_basename))
@@ -386,20 +386,9 @@ class EagerSupervisor:
 
     def close(self) -> None:
         """After the session (or instead of it): releases the logdir, closes the files."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._checkpointer.writer is not None:
-            with contextlib.suppress(Exception):
-                self._checkpointer.writer.wait(self._config.stop_grace_secs)
-            self._checkpointer.writer.release()
-        self._checkpointer.forget()
-        if self._callback is not None:
-            self._callback.set_model(None)
-        claims.release(self)
-        self._reporter.close()
-        if self._lock is not None:
-            self._lock.release()
+        error = self._release()
+        if error is not None:
+            raise error
 
     # ------------------------------------------------------------------------- the body's API
 
@@ -716,7 +705,7 @@ class EagerSupervisor:
         # After the save, and its verdict: a rollback takes the step back below max_steps.
         max_steps = self._config.max_steps
         if max_steps is not None and self._where.step >= max_steps:
-            self._checkpointer.take_pending_verdict()
+            self._checkpointer.settle()
             if self._where.step >= max_steps:
                 self._ask_stop(None, None, max_steps=True)
         if self._replicas is not None:
@@ -758,19 +747,13 @@ class EagerSupervisor:
         except BaseException as e:  # pylint: disable=broad-except
             error = error or e
         self._where.input = None  # a fit that raised left it: it holds the fit's input
-        writer = self._checkpointer.writer
-        if writer is not None:
-            try:
-                if not writer.wait(self._config.stop_grace_secs):
-                    error = error or CheckpointWriteError(
-                        "The last checkpoint was not written within "
-                        f"{self._config.stop_grace_secs:g} s (stop_grace_secs); it may be "
-                        "missing.")
-            except BaseException as e:  # pylint: disable=broad-except
-                error = error or e
-            writer.release()
-            if writer.sync_reason:
-                self._notes.append(writer.sync_reason)
+        try:
+            self._checkpointer.close()   # the final checkpoint written (or past the grace)
+        except BaseException as e:  # pylint: disable=broad-except
+            error = error or e
+        sync_reason = self._checkpointer.sync_reason
+        if sync_reason:
+            self._notes.append(sync_reason)
         if self._attached is None and self._logdir and error is None and self._callback is None:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
@@ -789,12 +772,31 @@ class EagerSupervisor:
         # Whatever ended the session, its last step is on the curves (and in the event file),
         # with where training really ended, not the last throttled Progress.
         self._reporter.end(step, self._where.scalars, self._last_progress)
+        error = self._release(error)
+        reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED
+        self._reporter.stopped(reason, error, step, self._stop_why or "")
+        if error is not None:
+            raise error
+
+    def _release(self, error: Optional[BaseException] = None) -> Optional[BaseException]:
+        """Gives back what the session holds, once (``_end``, then ``close``; or ``close``
+        alone): the checkpointer (the write in flight waited for, within ``stop_grace_secs``;
+        the tracked objects dropped), the callback's model, the event file (the session's end
+        marked), the claims on the objects, the logdir's lock. Returns the error that ends the
+        run: ``error``, else the first failure here."""
+        if self._closed:
+            return error
+        self._closed = True
+        try:
+            self._checkpointer.close()
+        except BaseException as e:  # pylint: disable=broad-except
+            error = error or e
+        if self._callback is not None:
+            self._callback.set_model(None)
+        step = self._where.step if self._ready else None
         error = clean_up(error, "closing the event file",
                          lambda: self._reporter.end_session(step, self._stop_why or ""))
         claims.release(self)
         if self._lock is not None:
             error = clean_up(error, "releasing the logdir's lock", self._lock.release)
-        reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED
-        self._reporter.stopped(reason, error, step, self._stop_why or "")
-        if error is not None:
-            raise error
+        return error

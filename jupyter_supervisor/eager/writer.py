@@ -29,11 +29,12 @@ class Refusal:
     ``variables`` names the checked variables that held a NaN or an infinity ([] when all
     were finite), or ``error`` holds what the check raised.
 
-    The writer thread learns it from its write (``written``: the write passed or was refused).
+    The writer thread learns it from its write (``written``: the write passed, or its check
+    refused it).
     The training thread takes it at its first step boundary after the write ended; when it
     needs it before (its next save, the session's end), it does not wait for the write: it
     checks the same copies itself with ``check`` (``VariableCheck.run``, every core, a few
-    milliseconds at 100 MB), which gives the same answer. ``check`` also names the variables
+    milliseconds), which gives the same answer. ``check`` also names the variables
     of a refused write.
     """
 
@@ -81,6 +82,34 @@ class Refusal:
         return bool(self.variables) or self.error is not None
 
 
+class PendingSave:
+    """A checkpoint that ``CheckpointWriter.save`` started: its ``step`` and ``path``, the
+    ``verdict`` of the check of its variables (a ``Refusal``; None when nothing is checked),
+    and its write, in a writer thread (``thread``) or done before ``save`` returned.
+    ``checked_before``: there were no copies to check, so the live variables were checked
+    before the write: the verdict is decided, and a refused save wrote nothing."""
+
+    def __init__(self, step: int, path: str, verdict: Optional[Refusal] = None,
+                 checked_before: bool = False):
+        self.step = step
+        self.path = path
+        self.verdict = verdict
+        self.checked_before = checked_before
+        self.thread: Optional[threading.Thread] = None
+
+    @property
+    def writing(self) -> bool:
+        """True while its write runs."""
+        thread = self.thread
+        return thread is not None and thread.is_alive()
+
+    @property
+    def known(self) -> bool:
+        """True when its verdict is known without a check in the calling thread: decided
+        before the write, or learnt by the write (which ended)."""
+        return self.verdict is not None and (self.verdict.known or not self.writing)
+
+
 class CheckpointWriter:
     """Writes ``<logdir>/<basename>-<step>`` checkpoints of ``items``, one at a time.
 
@@ -90,17 +119,13 @@ class CheckpointWriter:
     seconds)``. A write that fails is reported to ``on_error(CheckpointWriteError)`` and raised
     by the next ``save()`` or ``wait()``; the checkpoints written before are not touched.
 
-    ``owners``: the objects whose lifetime bounds the reuse of the snapshot's copies and traced
-    writes after ``release()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones)
-    that must be finite for a save to count
-    (``finite.VariableCheck``). With a snapshot, the writer thread's write is guarded: the
-    check of the snapshot's copies runs beside the write of the parts and gates their merge
-    under the checkpoint's name, in the same call (``Snapshot.write_function``). The training
-    thread does not wait for it; at 100 MB it adds -1 to 4 % to the write (bench/bench_finite.py,
-    2 cores; the most on a local disk) and 3 to 8 ms of CPU time. Without a snapshot, the calling
-    thread checks before writing. Either way a refused save writes nothing under the
-    checkpoint's name and changes neither the state file nor the retention; ``verdict()`` says
-    which variables were not finite.
+    ``owners``: the objects whose lifetime bounds the reuse of the snapshot's traced functions
+    after ``close()`` (``Snapshot``). ``checked``: tf.Variables (the trainable ones) that must
+    be finite for a save to count (``finite.VariableCheck``). With a snapshot, the writer
+    thread checks the snapshot's copies before it writes them (``Snapshot.write_function``);
+    the training thread does not wait for it. Without a snapshot, the calling thread checks
+    the variables before writing. Either way a refused save writes nothing and changes neither
+    the state file nor the retention; ``verdict()`` says which variables were not finite.
     """
 
     def __init__(self, items: Dict[str, object], logdir: str, basename: str, keep: int,
@@ -117,13 +142,11 @@ class CheckpointWriter:
         self._on_saved = on_saved
         self._on_error = on_error
         self._checked = list(checked)
-        self._verdict: Optional[Refusal] = None    # of the newest save, until verdict() took it
-        self.checked_before = False   # the newest save's check ran before its write (no copies)
-        self._thread: Optional[threading.Thread] = None
+        self._newest: Optional[PendingSave] = None    # the newest save (its write)
+        self._pending: Optional[PendingSave] = None   # the newest checked save, until verdict()
         self._error: Optional[BaseException] = None
-        self.last_path: Optional[str] = None
+        self._closed = False
         self.sync_reason: Optional[str] = None   # why async saving was not possible
-        self.threads: "list" = []
         # -- keep-best (issue 44): the checkpoint retention keeps beside the newest ``keep``,
         # listed in the state file like them. A save with ``best=True`` takes its place once
         # the save is listed; until then the one before stays kept.
@@ -151,45 +174,47 @@ class CheckpointWriter:
     @property
     def verdict_pending(self) -> bool:
         """True from a checked ``save()`` until ``verdict()`` took its verdict."""
-        return self._verdict is not None
+        return self._pending is not None
 
     @property
     def verdict_known(self) -> bool:
-        """True when a verdict is pending and its write ended: then ``verdict()`` checks the
-        copies itself only to name what a refused write held (or after a write that failed).
-        While the write runs, ``verdict()`` would run the fused check, on every core: the
-        training thread takes the verdict before then only when it must."""
-        verdict = self._verdict
-        return verdict is not None and (verdict.known or not self.writing)
+        """True when a verdict is pending and known (``PendingSave.known``): then
+        ``verdict()`` checks the copies itself only to name what a refused write held (or after
+        a write that failed). While the write runs, ``verdict()`` would run the fused check,
+        on every core: the training thread takes the verdict before then only when it must."""
+        pending = self._pending
+        return pending is not None and pending.known
 
     def verdict(self) -> Optional[Refusal]:
         """The verdict of the newest checked save, and only once; None when there is none to
         take. Raises what the check raised. Does not wait for the write: when it has not ended,
-        the calling thread checks the same copies itself (a few milliseconds at 100 MB; its
-        first run traces the check, about a second for a few hundred variables)."""
-        verdict, self._verdict = self._verdict, None
-        if verdict is None:
+        the calling thread checks the same copies itself (its first run traces the check,
+        which takes longer the more variables there are)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
             return None
-        verdict.decide()
+        verdict = pending.verdict.decide()
         if verdict.error is not None:
             raise verdict.error
         return verdict
 
-    def save(self, step: int, final: bool = False, best: bool = False) -> str:
-        """Starts the checkpoint of ``step`` (see the class); returns its path. The verdict of
-        the save before must have been taken. ``final``: the last save of the session, which
-        the session's end waits for: when no write is traced for these objects yet (a short
-        cell, whose only checkpoint is this one), it is written here, from the variables
-        themselves, checked before op by op: tracing the snapshot's write and its check would
-        cost that cell a few tenths of a second (a 1 MB model: 0.35 s, against 15 ms for the
-        write; bench/bench_cell_cost.py)."""
+    def save(self, step: int, final: bool = False, best: bool = False) -> "PendingSave":
+        """Starts the checkpoint of ``step`` (see the class); returns it. The verdict of the
+        save before must have been taken. ``final``: the last save of the session, which
+        the session's end waits for: when the snapshot's functions are not traced for these
+        objects yet (a short cell, whose only checkpoint is this one), it is written here, from
+        the variables themselves, checked before op by op: tracing the snapshot's copy and its
+        check would cost a small model's cell many times the write
+        (bench/bench_cell_cost.py)."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
-        if self._verdict is not None:
+        if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
+        if self._closed:
+            raise RuntimeError("save(): the writer is closed")
         self.wait()
         path = f"{self._prefix}-{step}"
         start = time.time()
-        direct = final and self._snapshot is not None and not self._snapshot.has_traced_write()
+        direct = final and self._snapshot is not None and not self._snapshot.is_traced()
         snapped = self._snapshot is not None and not direct and self._snapshot.copy()
         if self._snapshot is not None and not snapped and not self.sync_reason and \
                 self._snapshot.why_not:
@@ -198,56 +223,71 @@ class CheckpointWriter:
             logger.info(self.sync_reason)
         write, check = (self._snapshot.write_function(self._checked) if snapped
                         else (None, None))
-        self.checked_before = bool(self._checked) and not (check and check.names)
-        verdict = None
-        if self.checked_before:  # no copies to check: the live variables, before the write
+        before = bool(self._checked) and not (check and check.names)
+        if before:  # no copies to check: the live variables, before the write
             verdict = Refusal(step, finite.VariableCheck.untraced(self._checked) if direct
                               else self._live_check()).decide()
-        elif self._checked:
-            verdict = Refusal(step, check)
-        self._verdict = verdict
-        if self.checked_before and verdict.refused:
-            return path
+        else:
+            verdict = Refusal(step, check) if self._checked else None
+        pending = self._newest = PendingSave(step, path, verdict, checked_before=before)
+        self._pending = pending if verdict is not None else None
+        if before and verdict.refused:
+            return pending
         if not snapped:
             if self._sync_writer is None:
                 self._sync_writer = tf.train.Checkpoint(**self._items)
                 _ = self._sync_writer.save_counter
             self._write(self._sync_writer.write, path, step, start, best=best)
             self.wait()
-            return path
-        thread = threading.Thread(target=self._write, name="jupyter_supervisor-checkpoint",
-                                  args=(write, path, step, start, verdict, best), daemon=True)
-        thread.start()
-        self._thread = thread
-        self.threads.append(thread)
-        return path
+            return pending
+        pending.thread = threading.Thread(
+            target=self._write, name="jupyter_supervisor-checkpoint",
+            args=(write, path, step, start, verdict, best), daemon=True)
+        pending.thread.start()
+        return pending
 
     @property
     def writing(self) -> bool:
         """True while the write of the newest save runs (its thread is alive)."""
-        thread = self._thread
-        return thread is not None and thread.is_alive()
+        newest = self._newest
+        return newest is not None and newest.writing
+
+    @property
+    def threads(self) -> List[threading.Thread]:
+        """The writer thread of the write in flight ([] when none runs)."""
+        newest = self._newest
+        thread = newest.thread if newest is not None else None
+        return [thread] if thread is not None and thread.is_alive() else []
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-            if thread.is_alive():
+        newest = self._newest
+        if newest is not None and newest.thread is not None:
+            newest.thread.join(timeout)
+            if newest.thread.is_alive():
                 return False
-            self._thread = None
-            self.threads = [t for t in self.threads if t.is_alive()]
         error, self._error = self._error, None
         if error is not None:
             raise error
         return True
 
-    def release(self) -> None:
-        """After the last save, once its write ended: the snapshot's copies and traced writes
-        serve the next writer of the same objects in this process (``Snapshot.release``).
-        While a write runs, nothing is released."""
-        if self._snapshot is not None and not self.writing:
-            self._snapshot.release()
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """After the last save: waits for its write (at most ``timeout``: False when it runs
+        on), raising its CheckpointWriteError; then the snapshot's traced functions serve the
+        next writer of the same objects in this process (``Snapshot.release``; not while a
+        write runs), and the writer lets go of the tracked objects: it saves no more.
+        Again: True, nothing more."""
+        if self._closed:
+            return True
+        ended = False
+        try:
+            ended = self.wait(timeout)
+        finally:
+            self._closed = True
+            if self._snapshot is not None and not self.writing:
+                self._snapshot.release()
+            self._items, self._snapshot, self._sync_writer, self._checked = {}, None, None, []
+        return ended
 
     def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
                verdict: Optional[Refusal] = None, best: bool = False) -> None:
@@ -271,7 +311,6 @@ class CheckpointWriter:
             self._error = e
             self._on_error(e)
             return
-        self.last_path = path
         seconds = time.time() - start
         self._on_saved(step, path, start + seconds, seconds)
 

@@ -22,13 +22,12 @@ def _one_by_one(tensors, names: Sequence[str], name: Optional[str] = None):
     other. The check ``guard_saver`` runs beside a graph Saver's write, which reads the same
     bytes.
 
-    CheckNumerics is a plain loop: one thread, about 2.5 GB/s where ``finite_flags``'s
-    reduction reads 30 on every core. So it leaves the write its core and most of the memory
-    bandwidth: beside the Supervisor's write, the reduction cost 2 to 4 % of the save, this
-    -1 to 3 % (bench/bench_finite.py, 2 cores), at about ten times its CPU time. A write into
-    the page cache is slower (1.3 to 1.8 GB/s here), so the check ends first. (Beside the
-    eager writer's traced write both cost the same: ``VariableCheck.guard`` takes the fused
-    one.)"""
+    CheckNumerics is a plain loop on one thread, where ``finite_flags``'s reduction reads on
+    every core. So it leaves the write its core and most of the memory bandwidth: beside the
+    Supervisor's write it cost the save less than the reduction did, at several times its CPU
+    time (bench/bench_finite.py; docs/performance.md). It still reads faster than a write into
+    the page cache, so the check ends first. (The eager writer checks its copies before it
+    writes them, in its own thread: the fused one, ``VariableCheck.of_copies``.)"""
     done = []
     for tensor, tensor_name in zip(tensors, names):
         with tf.control_dependencies(done):

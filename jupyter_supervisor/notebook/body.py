@@ -123,11 +123,11 @@ def _function_of(source: str, code, own: Sequence[str]):
 
     Why: executed as module code with the run's names in a dict subclass, every name the body
     reads costs a dict miss and a KeyError, and every one it binds a Python call, on each
-    step: 1-2 % of a fast training step (bench/bench_interleaved.py). As a function, the
-    names it binds are declared ``global`` (they go to the notebook, as in any cell), the
-    others are read from the notebook as globals, and the run's own are closure variables.
-    Not for a body that binds one of the run's own names, calls exec, eval, locals, vars,
-    dir or get_ipython at top level (IPython's magics read and bind the caller's locals:
+    step: a measurable share of a fast training step (bench/bench_interleaved.py). As a
+    function, the names it binds are declared ``global`` (they go to the notebook, as in any
+    cell), the others are read from the notebook as globals, and the run's own are closure
+    variables. Not for a body that binds one of the run's own names, calls exec, eval, locals,
+    vars, dir or get_ipython at top level (IPython's magics read and bind the caller's locals:
     ``%time x = f()``), awaits at top level, uses ``from m import *``, or does not compile as a
     function (a ``global`` after use): those run as module code.
     """

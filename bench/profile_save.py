@@ -1,0 +1,331 @@
+"""Where one eager save of ours goes: the training thread, the writer thread, TensorFlow's own
+threads, and the step after the save, for the model of ``bench_save_interval.py`` at one size.
+
+Runs ``--steps`` steps bare, then the same steps under an ``EagerSupervisor`` that saves every
+``--every`` steps (its timer is given a clock that this script moves, so that the saves fall on
+known steps), in a custom loop (``--mode loop``) or in ``model.fit`` (``--mode fit``), each
+``--rounds`` times, alternating; and then, apart, one synchronous ``tf.train.Checkpoint.write``
+of the same objects and one host copy of their variables (the floor of
+``bench_save_interval.py``). Every thread's CPU time is read from Linux's
+``/proc/self/task/*/schedstat`` (nanoseconds) before and after each run, so that the CPU of a
+save is split by thread: the training thread, the writer thread(s), and the rest (TensorFlow's
+inter- and intra-op pools, which run the ops of a ``tf.function`` and the parallel kernels;
+the event dispatcher). Printed per save, as medians over rounds: wall and CPU of the save call
+in the training thread (what the step that saves pays), the step after it against the median
+step (wall, and the training thread's CPU), the writer thread's wall and CPU (split into the
+write of the files and the rest: state file, retention, report), the other threads' CPU beyond
+bare's, and the process's CPU beyond bare's. Linux only.
+
+``--formats``: instead, what writing the same variables costs in each format, alone (no
+training beside it), medians of ``--rounds``: their raw bytes written to a file (the floor of
+any format), TensorFlow's SaveV2 of the same tensors (its bundle format: an index of CRC32C
+checksums, the bytes copied through its write buffer), ``tf.train.Checkpoint.write`` of the
+model and optimizer (SaveV2 beside the object graph, into a temporary directory, then merged
+under the checkpoint's name), ours (the snapshot's copy, then the NaN check of the copies and
+their write with TensorFlow's ops, as the writer thread makes it), and Keras'
+``model.save_weights`` (an h5 file; Keras 3 puts the optimizer's variables in it too). Where SaveV2's CPU goes inside it is Linux perf's to say::
+
+    perf record -g -p <pid of a process saving in a loop> -- sleep 5; perf report --no-children
+
+    .venv/bin/python bench/profile_save.py --size 150 --mode loop
+    .venv/bin/python bench/profile_save.py --size 400 --mode fit --every 8
+    .venv/bin/python bench/profile_save.py --size 150 --formats
+"""
+import argparse
+import glob
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bench_save_interval import Bench, floor  # noqa: E402
+from jupyter_supervisor import events  # noqa: E402
+from jupyter_supervisor.config import RunConfig  # noqa: E402
+from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
+from jupyter_supervisor.eager import writer as writing  # noqa: E402
+from jupyter_supervisor.eager.snapshot import Snapshot  # noqa: E402
+from jupyter_supervisor.eager.variables import base_variable  # noqa: E402
+
+SECS = 1000.0  # the supervisor's interval, on the clock this script moves
+
+
+def thread_cpu() -> dict:
+    """{native thread id: CPU seconds} of every thread of this process."""
+    found = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
+                found[int(tid)] = int(f.read().split()[0]) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # ended meanwhile
+    return found
+
+
+class Clock:
+    """The supervisor timer's clock: moved by ``SECS`` when a save is wanted."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class WriterProbe:
+    """Wraps ``CheckpointWriter._write`` (the writer thread's work) and the write of the files
+    it calls, to record their native thread ids, wall and CPU seconds."""
+
+    def __init__(self):
+        self.records = []   # (tid, wall, cpu, files wall, files cpu)
+        self._original = writing.CheckpointWriter._write
+
+    def __enter__(self):
+        probe, original = self, self._original
+
+        def _write(writer, write, *args, **kwargs):
+            timed = {}
+
+            def files(path):
+                wall, cpu = time.perf_counter(), time.thread_time()
+                try:
+                    return write(path)
+                finally:
+                    timed["wall"] = time.perf_counter() - wall
+                    timed["cpu"] = time.thread_time() - cpu
+
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return original(writer, files, *args, **kwargs)
+            finally:
+                probe.records.append((threading.get_native_id(), time.perf_counter() - wall,
+                                      time.thread_time() - cpu, timed.get("wall", 0.0),
+                                      timed.get("cpu", 0.0)))
+
+        writing.CheckpointWriter._write = _write
+        return self
+
+    def __exit__(self, *exc):
+        writing.CheckpointWriter._write = self._original
+
+
+class Marks(keras.callbacks.Callback):
+    """fit: the time and training-thread CPU at each batch's start; moves ``clock`` so that a
+    save falls due at the boundary before batch ``b`` when ``b`` is a multiple of ``every``."""
+
+    def __init__(self, marks, clock=None, every=0):
+        super().__init__()
+        self.marks, self.clock, self.every = marks, clock, every
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.clock is not None and batch and batch % self.every == 0:
+            self.clock.now += SECS
+        self.marks.append((time.perf_counter(), time.thread_time()))
+
+
+def run(bench: Bench, mode: str, steps: int, every: int, logdir, probe) -> dict:
+    """One run of ``steps`` steps; ``logdir`` None: bare. Returns its figures."""
+    marks, saved = [], []
+    before, process = thread_cpu(), time.process_time()
+    start = time.perf_counter()
+    training = threading.get_native_id()
+    save_calls = []
+    if logdir is None:
+        if mode == "fit":
+            bench.model.fit(bench.data, steps_per_epoch=steps, epochs=1, verbose=0,
+                            shuffle=False, callbacks=[Marks(marks)])
+        else:
+            for _ in range(steps):
+                marks.append((time.perf_counter(), time.thread_time()))
+                bench.step_once()
+            bench.step_once().numpy()
+    else:
+        sv = EagerSupervisor(RunConfig(logdir=logdir, save_model_secs=SECS,
+                                       save_summaries_secs=0))
+        clock = Clock()
+        sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
+        sv.add_listener(lambda r: saved.append(r.step)
+                        if isinstance(r, events.CheckpointSaved) else None)
+        checkpointer = sv._checkpointer  # pylint: disable=protected-access
+        save = checkpointer._save  # pylint: disable=protected-access
+
+        def timed_save(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return save(*args, **kwargs)
+            finally:
+                if threading.get_native_id() == training:
+                    save_calls.append((time.perf_counter() - wall, time.thread_time() - cpu))
+
+        checkpointer._save = timed_save  # pylint: disable=protected-access
+        try:
+            with sv.session():
+                if mode == "fit":
+                    bench.model.fit(bench.data, steps_per_epoch=steps, epochs=1, verbose=0,
+                                    shuffle=False,
+                                    callbacks=[Marks(marks, clock, every), sv.callback])
+                else:
+                    sv.track(model=bench.model, optimizer=bench.model.optimizer)
+                    for step in range(1, steps + 1):
+                        marks.append((time.perf_counter(), time.thread_time()))
+                        loss = bench.step_once()
+                        if step % every == 0:
+                            clock.now += SECS
+                        sv.step(loss=loss)
+        finally:
+            sv.close()
+        sv.flush_events(30)
+    took = time.perf_counter() - start
+    cpu = time.process_time() - process
+    after = thread_cpu()
+    marks.append((time.perf_counter(), time.thread_time()))
+    spent = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+    return {"seconds": took, "cpu": cpu, "marks": marks, "spent": spent, "training": training,
+            "saved": [s for s in saved if s < steps], "saves": len(saved),
+            "save_calls": save_calls}
+
+
+def per_save(bare: dict, ours: dict, writers: set, mode: str) -> dict:
+    """Figures per save of one run of ours against one bare run."""
+    saves = max(1, ours["saves"])
+    walls = [b[0] - a[0] for a, b in zip(ours["marks"], ours["marks"][1:])]
+    cpus = [b[1] - a[1] for a, b in zip(ours["marks"], ours["marks"][1:])]
+    median_wall, median_cpu = statistics.median(walls), statistics.median(cpus)
+    offset = 0 if mode == "fit" else -1  # see bench_save_interval.Bench._run
+    after = [s + offset + 1 for s in ours["saved"] if s + offset + 1 < len(walls)]
+
+    def others(run):
+        return sum(cpu for tid, cpu in run["spent"].items()
+                   if tid != run["training"] and tid not in writers)
+
+    training = ours["spent"].get(ours["training"], 0.0) - bare["spent"].get(bare["training"], 0)
+    calls = ours["save_calls"]
+    return {
+        "save call wall": statistics.mean(c[0] for c in calls) if calls else 0.0,
+        "save call CPU": statistics.mean(c[1] for c in calls) if calls else 0.0,
+        "step after, wall over median": (statistics.mean(walls[i] - median_wall for i in after)
+                                         if after else 0.0),
+        "step after, training CPU over median": (
+            statistics.mean(cpus[i] - median_cpu for i in after) if after else 0.0),
+        "training thread CPU over bare": training / saves,
+        "writer thread CPU": sum(ours["spent"].get(t, 0.0) for t in writers) / saves,
+        "other threads CPU over bare": (others(ours) - others(bare)) / saves,
+        "process CPU over bare": (ours["cpu"] - bare["cpu"]) / saves,
+    }
+
+
+def formats(bench: Bench, rounds: int) -> None:
+    """Prints the wall and CPU milliseconds of writing the model's and optimizer's variables
+    in each format (see the module docstring)."""
+    model, optimizer = bench.model, bench.model.optimizer
+    variables = [base_variable(v) for v in model.variables + optimizer.variables]
+    values = [v.value() for v in variables]
+    arrays = [np.asarray(v) for v in values]  # views of the variables' memory
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    snapshot = Snapshot({"model": model, "optimizer": optimizer})
+    logdir = tempfile.mkdtemp(prefix="profile_save_")
+    path = os.path.join(logdir, "ckpt")
+
+    def raw():
+        with open(path, "wb") as f:
+            for array in arrays:
+                f.write(memoryview(np.ascontiguousarray(array)).cast("B"))
+
+    def save_v2():
+        tf.raw_ops.SaveV2(prefix=path, tensor_names=[f"t{i}" for i in range(len(values))],
+                          shape_and_slices=[""] * len(values), tensors=values)
+
+    def ours():
+        snapshot.copy()
+        write, _ = snapshot.write_function([base_variable(v)
+                                            for v in model.trainable_variables])
+        write(path)
+
+    actions = (("raw bytes to a file", raw), ("SaveV2 of the same tensors", save_v2),
+               ("tf.train.Checkpoint.write", lambda: checkpoint.write(path)),
+               ("ours: copy, check and write", ours),
+               ("Keras save_weights (h5)", lambda: model.save_weights(path + ".weights.h5")))
+    try:
+        found = {name: [] for name, _ in actions}
+        for number in range(rounds + 1):  # the first: warm-up (tracing), not counted
+            for name, action in actions:
+                wall, cpu = time.perf_counter(), time.process_time()
+                action()
+                if number:
+                    found[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+                for leftover in glob.glob(path + "*"):
+                    if os.path.isdir(leftover):
+                        shutil.rmtree(leftover)
+                    else:
+                        os.remove(leftover)
+    finally:
+        snapshot.release()
+        shutil.rmtree(logdir, ignore_errors=True)
+    print(f"writing {bench.megabytes:.0f} MB, alone (ms; load {os.getloadavg()[0]:.1f} at the "
+          "end):")
+    for name, timed in found.items():
+        print(f"  {name:38s} wall {statistics.median(t[0] for t in timed) * 1000:8.1f}   CPU "
+              f"{statistics.median(t[1] for t in timed) * 1000:8.1f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=float, default=150, help="model size in MB")
+    parser.add_argument("--mode", choices=("loop", "fit"), default="loop")
+    parser.add_argument("--steps", type=int, default=48, help="steps per run")
+    parser.add_argument("--every", type=int, default=6, help="a save every this many steps")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--formats", action="store_true",
+                        help="what writing the variables costs in each format, alone")
+    args = parser.parse_args()
+    bench = Bench(args.size)
+    if args.formats:
+        print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, load "
+              f"{os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds")
+        formats(bench, args.rounds)
+        return
+    print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, "
+          f"{bench.megabytes:.0f} MB model, {args.mode}, {args.steps} steps, a save every "
+          f"{args.every}, medians of {args.rounds} rounds; load {os.getloadavg()[0]:.1f}")
+    rows, writer_rows = [], []
+    with WriterProbe() as probe:
+        for number in range(args.rounds + 1):  # the first: warm-up (tracing), not counted
+            logdir = tempfile.mkdtemp(prefix="profile_save_")
+            try:
+                bare = run(bench, args.mode, args.steps, args.every, None, probe)
+                first = len(probe.records)
+                ours = run(bench, args.mode, args.steps, args.every, logdir, probe)
+            finally:
+                shutil.rmtree(logdir, ignore_errors=True)
+            records = probe.records[first:]
+            if number:
+                rows.append(per_save(bare, ours, {r[0] for r in records}, args.mode))
+                writer_rows.append(records)
+        logdir = tempfile.mkdtemp(prefix="profile_save_")
+        found = floor(bench, logdir)
+        shutil.rmtree(logdir, ignore_errors=True)
+    print(f"load {os.getloadavg()[0]:.1f} at the end; per save (ms):")
+    for key in rows[0]:
+        print(f"  {key:42s} {statistics.median(r[key] for r in rows) * 1000:8.1f}")
+    writes = [r for records in writer_rows for r in records]
+    for label, index in (("writer thread: wall", 1), ("writer thread: CPU", 2),
+                         ("  of which the files: wall", 3), ("  of which the files: CPU", 4)):
+        print(f"  {label:42s} {statistics.median(r[index] for r in writes) * 1000:8.1f}")
+    (copy_wall, copy_cpu), (write_wall, write_cpu) = found["copy"], found["write"]
+    print(f"floor: one host copy {copy_wall * 1000:.1f} ms wall, {copy_cpu * 1000:.1f} ms CPU; "
+          f"one synchronous write {write_wall * 1000:.1f} ms wall, {write_cpu * 1000:.1f} ms "
+          "CPU")
+
+
+if __name__ == "__main__":
+    main()

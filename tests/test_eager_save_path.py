@@ -1,0 +1,144 @@
+"""What a periodic eager save leaves to the training thread: one copy of the variables, nothing
+else. The files, their serialization and the object graph's are the writer thread's, and the
+copy is in memory of its own, so that the step after the save pays nothing for it."""
+import os
+import threading
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.checkpoint import save_util
+
+from jupyter_supervisor import events
+from jupyter_supervisor.eager.snapshot import Snapshot
+
+from eager_models import data, make_model
+from helpers import FakeClock, wait_for
+
+DEADLINE = 60
+INTERVAL = 10.0   # save_model_secs, on a clock the tests move
+
+
+def loop_setup():
+    """(model, optimizer, train_step): a Keras MLP of about 200 KB with Adam's slots, trained
+    one batch a step."""
+    model = make_model(features=64, units=256)
+    x, y = data(n=32, features=64)
+    model.optimizer.build(model.trainable_variables)
+    return model, model.optimizer, lambda: model.train_on_batch(x, y)
+
+
+def saving_loop(tmp_path, backends):
+    """(sv, its timer's clock, model, optimizer, step, saves): a supervised loop whose saves
+    fall due when the test moves the clock by INTERVAL; ``step()`` trains one step;
+    ``saves``: the steps of the checkpoints written, as reported."""
+    model, opt, train_step = loop_setup()
+    sv = backends(tmp_path, save_model_secs=INTERVAL)
+    clock = FakeClock()
+    sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
+    saves = []
+    sv.add_listener(lambda r: saves.append(r.step) if isinstance(r, events.CheckpointSaved)
+                    else None)
+
+    def step():
+        return sv.step(loss=train_step())
+    return sv, clock, model, opt, step, saves
+
+
+def written(sv, saves, step):
+    """Waits until the checkpoint of ``step`` is written and its writer thread ended (a save
+    that falls due while a write runs is put off)."""
+    wait_for(lambda: step in saves and not sv._checkpointer.threads,  # pylint: disable=W0212
+             DEADLINE, what=f"the checkpoint of step {step}")
+
+
+def written_bytes() -> int:
+    """The bytes the calling thread has passed to write calls (Linux's task I/O accounting)."""
+    with open("/proc/thread-self/io", encoding="ascii") as f:
+        fields = dict(line.split(": ") for line in f.read().splitlines())
+    return int(fields["wchar"])
+
+
+def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_thread(
+        tmp_path, backends, monkeypatch):
+    """Periodic saves of a custom loop, after the first (which traces the snapshot's write in
+    the training thread, once per model structure): the training thread serializes no object
+    graph (what every eager ``tf.train.Checkpoint.write`` does), passes no byte of the
+    checkpoints to a file, and does not wait for the write of the files, which runs in
+    another thread: held there until the training thread has trained two steps more."""
+    serializers = []
+    serialize = save_util.serialize_graph_view
+
+    def recorded_serialize(*args, **kwargs):
+        serializers.append(threading.current_thread())
+        return serialize(*args, **kwargs)
+
+    monkeypatch.setattr(save_util, "serialize_graph_view", recorded_serialize)
+    writes = []     # (the thread that wrote the files, whether it waited as told)
+    holds = []      # an Event per write to hold until it is set
+    write_function = Snapshot.write_function
+
+    def held(self, checked):
+        write, check = write_function(self, checked)
+
+        def held_write(path):
+            hold = holds.pop(0) if holds else None
+            writes.append((threading.current_thread(), hold is None or hold.wait(DEADLINE)))
+            return write(path)
+        return held_write, check
+
+    monkeypatch.setattr(Snapshot, "write_function", held)
+    sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
+    with sv.session():
+        training = threading.current_thread()
+        sv.track(model=model, optimizer=opt)
+        clock.now += INTERVAL
+        step()  # the first save: its write is traced here
+        written(sv, saves, 1)
+        del serializers[:], writes[:]
+        before = written_bytes()
+        for _ in range(2):
+            hold = threading.Event()
+            holds.append(hold)
+            clock.now += INTERVAL
+            saved_at = step()       # a periodic save: its write is held...
+            step()
+            step()                  # ...while this thread trains on
+            hold.set()
+            written(sv, saves, saved_at)
+        wrote = written_bytes() - before
+        watched, serialized = list(writes), list(serializers)
+        sv.request_stop()
+    assert not any(thread is training for thread, _ in watched)
+    assert [waited for _, waited in watched] == [True, True]
+    assert not any(thread is training for thread in serialized)
+    assert sv.flush_events(DEADLINE)
+    assert saves == [1, 2, 5, 7]  # 7: the final checkpoint
+    data = os.path.getsize(str(tmp_path / "model.ckpt-5.data-00000-of-00001"))
+    assert wrote < data / 10, (wrote, data)
+
+
+def address(value) -> int:
+    """Where ``value`` (a tf.Variable, or a tensor in host memory) is in memory now: a read of
+    a variable shares its memory, and so does a NumPy view of a tensor in host memory."""
+    return np.asarray(value.value() if isinstance(value, tf.Variable) else value).ctypes.data
+
+
+def test_a_save_copies_the_variables_into_memory_of_their_own():
+    """The snapshot a save writes holds copies in memory of their own, equal to the variables
+    at the save: none shares a variable's memory. One that did would make the step after the
+    save pay the copy: TensorFlow copies a variable whose memory is shared into new memory
+    before it updates it in place (copy on write)."""
+    model, opt, train_step = loop_setup()
+    train_step()
+    snapshot = Snapshot({"model": model, "optimizer": opt})
+    variables = [v if isinstance(v, tf.Variable) else v.value
+                 for v in model.variables + opt.variables]
+    for _ in range(2):
+        assert snapshot.copy()
+        copies = snapshot.copies_of(variables)
+        assert address(variables[0]) == address(variables[0])  # a read copies nothing
+        for variable, copy in zip(variables, copies):
+            assert address(copy) != address(variable), variable.name
+            np.testing.assert_array_equal(copy.numpy(), variable.numpy())
+        train_step()
+    snapshot.release()
