@@ -356,9 +356,10 @@ class EagerSupervisor:
 
     @contextlib.contextmanager
     def session(self):
-        """In the run's thread: yields ``{"sv": self}`` for the body. Leaving it stops the step
-        counter and writes a final checkpoint (unless an error ended the block); the Stopped
-        record comes last. StopBody and OutOfRangeError end the block cleanly."""
+        """In the run's thread: yields ``{"sv": self}`` for the body. Leaving it writes a final
+        checkpoint (unless an error ended the block) and releases what the session holds
+        (``_release``); the Stopped record comes last. StopBody and OutOfRangeError end the
+        block cleanly. One session per backend."""
         if self._entered:
             raise RuntimeError("This backend ran its session already; a resume builds a new "
                                "EagerSupervisor.")
