@@ -608,6 +608,30 @@ def _ends_in_place(page, views, end, status) -> None:
         _has_settings(view)
 
 
+# True once this call saved the notebook and it is clean; while it is dirty (or not saved yet)
+# and no save runs, starts one.
+SAVED_CLEAN_JS = """() => {
+    if (!document.querySelector('.jp-mod-dirty') && window.jsvSaves > 0 && !window.jsvSaving) {
+        return true;
+    }
+    if (!window.jsvSaving) {
+        window.jsvSaving = true;
+        window.jsvSaves = (window.jsvSaves || 0) + 1;
+        window.jupyterapp.commands.execute("docmanager:save")
+            .finally(() => { window.jsvSaving = false; });
+    }
+    return false;
+}"""
+
+
+def _save(page):
+    """Saves the notebook (as Ctrl+S does). A record's update can arrive while it is being
+    saved (each also goes out with the answer to the view's next request): the notebook is then
+    dirty again, and is saved again, as a person would, until a save leaves it clean."""
+    page.evaluate("window.jsvSaves = 0")
+    page.wait_for_function(SAVED_CLEAN_JS, polling=250)
+
+
 class Saved:
     """Saves the notebook in the page (as Ctrl+S does), keeps each save, and has nbconvert
     export each to HTML meanwhile."""
@@ -618,8 +642,7 @@ class Saved:
         self.exports = []
 
     def save(self, page, label):
-        _command(page, "docmanager:save")
-        page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')")
+        _save(page)
         copy = self.folder / f"{label}.ipynb"
         shutil.copyfile(self.lab.root / "panel.ipynb", copy)
         log = open(self.folder / f"{label}.log", "w", encoding="utf-8")  # closed in close()
@@ -1079,8 +1102,7 @@ def test_without_pushes_and_subshells_in_notebook_7(lab, tmp_path):
             expect(live.locator(".jsv-timeline")).to_contain_text("stopped at step")
             _shot(page, live, "notebook7-stopped.png")
             step = int(live.locator(".jsv-step").get_attribute("data-step"))
-            _command(page, "docmanager:save")
-            page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')")
+            _save(page)
             saved = nbformat.read(str(lab.root / "panel.ipynb"), as_version=4)
             [record] = [o.data for cell in saved.cells for o in cell.get("outputs", [])
                         if 'class="jsv-record"' in o.get("data", {}).get("text/html", "")]
