@@ -196,8 +196,8 @@ class CallbackStates:
             protocol = _protocol(callback)
             if protocol is not None:
                 self._entries.append((key(callback), callback, *protocol))
-            elif _own_attributes(callback):
-                self._unsaved.append((type(callback).__name__, _own_attributes(callback)))
+            elif (attributes := _own_attributes(callback)):
+                self._unsaved.append((type(callback).__name__, attributes))
         self._keep, self._restored = keep, restored
         self._states()  # a get_state() that cannot be saved fails before training starts
 
