@@ -100,9 +100,10 @@ class RunConfig:
         "('run' without a logdir)."))
     # Notebook-friendly defaults: a crash loses at most a minute, the plots move every 10 s.
     save_model_secs: float = _option(60, _number(), Option(
-        "Seconds between checkpoints (0: only the final one). One due while the one before "
-        "is still being written waits for that write, up to one more interval, without "
-        "stopping training. Default: %(default)s.",
+        "Seconds between checkpoints (0: only the final one). Eager code: a checkpoint whose "
+        "write takes longer makes the next one due this long after that write ended; one due "
+        "while a write still runs waits for it, up to one more interval, without stopping "
+        "training. Default: %(default)s.",
         metavar="SECS", kind=float))
     save_summaries_secs: float = _option(10, _number(), Option(
         "Seconds between summaries and step-rate records (0: none); the panel draws what the "

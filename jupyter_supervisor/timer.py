@@ -2,8 +2,9 @@
 TensorFlow).
 
 As TensorFlow's ``SecondOrStepTimer`` (``basic_session_run_hooks.py``), it separates *when* from
-*what*: the caller asks ``due(step)`` at a step boundary and does the work, then ``restart``s
-the interval; it is due every ``secs`` seconds or every ``steps`` steps, never both. It also
+*what*: the caller asks ``due(step)`` at a step boundary, ``restart``s the interval and does the
+work; it is due every ``secs`` seconds or every ``steps`` steps, never both. Work done in the
+background that outlasts the interval starts the next one when it ends (``ended``). It also
 remembers the step the newest checkpoint holds (``last_step``), so that a save that would
 write the same state again is skipped (``moved``): TensorFlow's ``CheckpointSaverHook.end()``
 rule, "save a last time unless the last step was just saved".
@@ -67,6 +68,23 @@ class Timer:
         """Starts the next interval now (at ``step``, for a step timer)."""
         self._last_time = self._clock()
         self._last_trigger_step = step
+
+    def ended(self) -> Optional[float]:
+        """The work started at the last ``restart`` (a checkpoint's write, in the background)
+        ended now. When it outlasted the interval, the next interval starts now, and this
+        returns the seconds it took (else None): work that takes longer than the interval is
+        followed by one interval without it, not started again at once (which would make it
+        run all the time). Seconds only: a step timer is unchanged."""
+        if self.secs is None or self._last_time is None:
+            return None
+        now = self._clock()
+        took = now - self._last_time
+        if took <= self.secs:
+            return None
+        # Another thread may restart meanwhile (a save that waited for this one): both are
+        # "now", so either value serves.
+        self._last_time = now
+        return took
 
     def moved(self, step: Optional[int]) -> bool:
         """True unless the newest checkpoint holds ``step`` already (``last_step``)."""

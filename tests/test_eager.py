@@ -496,15 +496,16 @@ def test_custom_loop_track_step_stop_and_resume(tmp_path, backends):
     assert checkpoint_step(checkpoint_paths(str(tmp_path))[0]) == 10
 
 
-def test_a_due_save_waits_for_the_write_before_it_at_most_one_interval(tmp_path, backends,
-                                                                      monkeypatch):
+def test_a_write_that_outlasts_the_interval_is_followed_by_one_interval_without_a_write(
+        tmp_path, backends, monkeypatch):
     """A write that outlasts the save interval (a large model, a slow disk; here the real
     write, held back until an event is set; the interval is 10 s of a clock the test moves):
     the boundaries while it runs neither wait for it nor start another save, so training goes
-    on, for at most one more interval; the first boundary after the write ended saves. Before,
-    the training thread waited for that write at the next due save, which made a 150 MB model
-    saved every second train slower under us than under Keras' callbacks
-    (bench/bench_save_interval.py)."""
+    on, for at most one more interval; the next save is due one interval after the write
+    ended, not at once (writes back to back would take a core from training all the time:
+    bench/bench_save_interval.py at 400 MB every second), and the session's end says so.
+    Before, the training thread waited for that write at the next due save, which made a
+    150 MB model saved every second train slower under us than under Keras' callbacks."""
     release, started = threading.Event(), []
     write_function = Snapshot.write_function
 
@@ -534,14 +535,42 @@ def test_a_due_save_waits_for_the_write_before_it_at_most_one_interval(tmp_path,
             clock.now = now
             sv.step(loss=train_step())
         assert [checkpoint_step(p) for p in started] == [1] and writer.writing
-        release.set()
+        release.set()   # the write ends at 29
         wait_for(lambda: not writer.writing, 60, what="the end of the write")
-        assert sv.step(loss=train_step()) == 12  # the write ended: this boundary saves
+        clock.now = 38.5
+        assert sv.step(loss=train_step()) == 12  # within an interval of the write's end
+        assert [checkpoint_step(p) for p in started] == [1]
+        clock.now = 39
+        assert sv.step(loss=train_step()) == 13  # one interval after it: this boundary saves
         wait_for(lambda: len(started) == 2, 60, what="the second write")
     assert sv.flush_events(30)
-    assert [r.step for r in rec.of(events.CheckpointSaved)] == [1, 12]  # 12: final too
-    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [12, 1]
-    assert sv.read_step() == 12 == int(opt.iterations)
+    assert [r.step for r in rec.of(events.CheckpointSaved)] == [1, 13]  # 13: final too
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [13, 1]
+    assert sv.read_step() == 13 == int(opt.iterations)
+    [note] = [n for n in sv.notes() if "to write" in n]
+    assert note == ("A checkpoint took up to 19 s to write, longer than --save-model-secs 10: "
+                    "the next one was taken 10 s after that write ended, so checkpoints came "
+                    "about every 29 s. Set --save-model-secs above a write's time for "
+                    "checkpoints at the interval you set.")
+
+
+def test_writes_within_the_interval_keep_it_and_say_nothing(tmp_path, backends):
+    """Writes shorter than the interval: a save is due one interval after the one before
+    started, and the session's end has no note about the writes' time."""
+    model, opt, train_step = custom_setup()
+    sv = backends(tmp_path, save_model_secs=10)
+    clock = FakeClock()
+    sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
+    rec = Recorder(sv)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        for step in range(1, 6):
+            clock.now = 10 * step
+            assert sv.step(loss=train_step()) == step
+            sv._checkpointer.writer.wait()  # pylint: disable=protected-access
+    assert sv.flush_events(30)
+    assert [r.step for r in rec.of(events.CheckpointSaved)] == [1, 2, 3, 4, 5]
+    assert not [n for n in sv.notes() if "to write" in n]
 
 
 def test_loop_that_never_looks_ends_at_a_step_boundary(tmp_path, backends):

@@ -50,6 +50,31 @@ def test_a_timer_is_overdue_once_it_was_due_for_one_interval_more():
     assert not Timer(clock=clock).overdue(10**9)
 
 
+def test_work_that_outlasts_the_interval_starts_the_next_one_when_it_ends():
+    """A checkpoint's write longer than the interval: the next save is due one interval
+    after the write ended, not at once (the writes would follow one another all the time);
+    a write within the interval leaves the interval as it was."""
+    clock = Clock()
+    timer = Timer(secs=10, clock=clock)
+    assert timer.ended() is None  # never restarted
+    timer.restart()
+    clock.now += 4
+    assert timer.ended() is None and not timer.due()
+    clock.now += 6
+    assert timer.due()
+    timer.restart()   # at 10
+    clock.now += 15   # the write ends at 25
+    assert timer.ended() == 15 and not timer.due()
+    clock.now += 9.5
+    assert not timer.due()
+    clock.now += 0.5  # 35: one interval after the write's end
+    assert timer.due() and not timer.overdue()
+    steps = Timer(steps=5, clock=clock)
+    steps.restart(3)
+    clock.now += 100
+    assert steps.ended() is None and steps.due(8)
+
+
 @pytest.mark.parametrize("off", [dict(), dict(secs=0), dict(secs=None, steps=0)])
 def test_a_timer_of_zero_is_never_due(off):
     timer = Timer(**off, clock=Clock())

@@ -173,6 +173,8 @@ class Checkpointer:
         self.writer: Optional[CheckpointWriter] = None
         self.last_path: Optional[str] = None      # the newest checkpoint written (writer thread)
         self._sync_reason: Optional[str] = None   # the writer's, once it is closed
+        # The longest write that outlasted the interval (seconds; None: none did).
+        self.longest_write: Optional[float] = None
 
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
         """Names what is saved (``items``, and the run's own state) and restores the newest
@@ -436,12 +438,14 @@ class Checkpointer:
 
     def save_at_boundary(self, due: bool = True) -> None:
         """Saves when a save is asked for, or is due (unless not ``due``: a boundary whose
-        state a next one very soon supersedes). A due save is put off while the write
-        before it runs (a write longer than the interval: a large model, a slow disk), to the
-        first boundary after that write, for at most one more interval; then this thread
-        waits for the write. So training does not wait for a write that ends within two
-        intervals (Keras' callbacks make it wait for every write), and a crash loses at most
-        two intervals of work and a write."""
+        state a next one very soon supersedes). The interval counts from the save's start;
+        a write that outlasts it (a large model, a slow disk) starts the next interval when
+        it ends (``Timer.ended``), so that the writes of the background do not follow one
+        another without a pause, taking a core from training all the time (at 400 MB every
+        second, bench/bench_save_interval.py). A write still running when the next save is
+        due since one more interval makes this thread wait for it, then save. So training
+        does not wait for a write that ends within two intervals (Keras' callbacks make it
+        wait for every write), and a crash loses at most two writes and an interval."""
         request = self._save_request
         if request is not None:
             self._save_at_boundary(request)
@@ -535,6 +539,9 @@ class Checkpointer:
                 self._best_writing = best
             self._state.training.assign(self.training_state())
             logger.info("Saving checkpoint %s-%d", self._config.checkpoint_basename, step)
+            # Every save starts the interval, before its write: the write's end
+            # (``_on_saved``) then tells whether it outlasted the interval.
+            self.timer.restart()
             pending = self.writer.save(step, final=final, best=best is not None)
             self.timer.last_step = step
             # A check made before the write has its verdict now: no step more on a bad model.
@@ -637,6 +644,9 @@ class Checkpointer:
         """Writer thread: the checkpoint's files are under its name, listed (and, for a new
         best, kept as the best)."""
         self.last_path = path
+        took = self.timer.ended()
+        if took is not None:
+            self.longest_write = max(self.longest_write or 0.0, took)
         writer = self.writer  # close() may drop it meanwhile (a write past the grace)
         kept = tuple(reversed(writer.kept)) if writer is not None else ()
         self._reporter.saved(step, path, wall_time, seconds, kept)

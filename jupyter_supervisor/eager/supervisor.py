@@ -755,6 +755,13 @@ class EagerSupervisor:
         sync_reason = self._checkpointer.sync_reason
         if sync_reason:
             self._notes.append(sync_reason)
+        longest, secs = self._checkpointer.longest_write, self._checkpointer.timer.secs
+        if longest is not None:
+            self._notes.append(
+                f"A checkpoint took up to {longest:.3g} s to write, longer than --save-model-secs "
+                f"{secs:g}: the next one was taken {secs:g} s after that write ended, so "
+                f"checkpoints came about every {longest + secs:.3g} s. Set --save-model-secs "
+                "above a write's time for checkpoints at the interval you set.")
         if self._attached is None and self._logdir and error is None and self._callback is None:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
