@@ -9,6 +9,7 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import save_util
 
 from jupyter_supervisor import events
+from jupyter_supervisor.eager import writer as writing
 from jupyter_supervisor.eager.snapshot import Snapshot
 
 from eager_models import data, make_model
@@ -75,6 +76,7 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
     monkeypatch.setattr(save_util, "serialize_graph_view", recorded_serialize)
     writes = []     # (the thread that wrote the files, whether it waited as told)
     holds = []      # an Event per write to hold until it is set
+    niceness = []   # the writing thread's, per write
     write_function = Snapshot.write_function
 
     def held(self, checked):
@@ -82,6 +84,7 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
 
         def held_write(path):
             hold = holds.pop(0) if holds else None
+            niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
             writes.append((threading.current_thread(), hold is None or hold.wait(DEADLINE)))
             return write(path)
         return held_write, check
@@ -110,6 +113,9 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
         sv.request_stop()
     assert not any(thread is training for thread, _ in watched)
     assert [waited for _, waited in watched] == [True, True]
+    # The writer yields the cores to training (Linux: a thread's own niceness).
+    ours = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert niceness[-2:] == [min(19, ours + writing.WRITER_NICENESS)] * 2, (niceness, ours)
     assert not any(thread is training for thread in serialized)
     assert sv.flush_events(DEADLINE)
     assert saves == [1, 2, 5, 7]  # 7: the final checkpoint
