@@ -573,6 +573,23 @@ def test_writes_within_the_interval_keep_it_and_say_nothing(tmp_path, backends):
     assert not [n for n in sv.notes() if "to write" in n]
 
 
+def test_an_interval_shorter_than_any_write_saves_at_every_step_and_says_nothing(
+        tmp_path, backends):
+    """The tutorials' way to save at every step (an interval far below a write's time): every
+    boundary still saves, after the write before it ended, and no note tells the user about
+    writes longer than the interval they set."""
+    model, opt, train_step = custom_setup()
+    sv = backends(tmp_path, save_model_secs=EVERY_STEP)
+    rec = Recorder(sv)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        for _ in range(4):
+            sv.step(loss=train_step())
+    assert sv.flush_events(30)
+    assert [r.step for r in rec.of(events.CheckpointSaved)] == [1, 2, 3, 4]
+    assert not [n for n in sv.notes() if "to write" in n]
+
+
 def test_loop_that_never_looks_ends_at_a_step_boundary(tmp_path, backends):
     model, opt, train_step = custom_setup()
     sv = backends(tmp_path, save_model_secs=3600)

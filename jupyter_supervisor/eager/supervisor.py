@@ -756,7 +756,9 @@ class EagerSupervisor:
         if sync_reason:
             self._notes.append(sync_reason)
         longest, secs = self._checkpointer.longest_write, self._checkpointer.timer.secs
-        if longest is not None:
+        # An interval under a second asks for checkpoints as often as they can be written
+        # (the tutorials' 0.000001: one at every step): nothing to say.
+        if longest is not None and secs >= 1:
             self._notes.append(
                 f"A checkpoint took up to {longest:.3g} s to write, longer than --save-model-secs "
                 f"{secs:g}: the next one was taken {secs:g} s after that write ended, so "

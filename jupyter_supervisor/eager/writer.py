@@ -350,24 +350,23 @@ class CheckpointWriter:
                                          older[-1] if older else None)
 
 
-# The writer thread's niceness above the training thread's (Linux: per thread). On cores that
-# training keeps busy, the write then takes the cores mostly when training leaves them (its
-# Python between steps, its input): at 400 MB saved every second on 2 cores, the step after a
-# save took 20-30 ms more than a median step, against 80-120 ms at the same priority, and a save
-# cost less CPU (bench/bench_save_interval.py). Niceness 5, not 19: a write held back too long
-# outlasts the interval, and one due twice over makes training wait for it.
-WRITER_NICENESS = 5
+# The writer thread's niceness (Linux: per thread), the lowest priority: on cores that training
+# keeps busy, the write takes them mostly when training leaves them (its Python between steps,
+# its input). At 150 MB saved every second on 2 cores (medians of 6 rounds), a loop trained at
+# 0.86 of bare with it, against 0.82 at training's own priority, and a save cost 193 ms of CPU
+# against 294 ms (bench/bench_save_interval.py's model). A write held back so long that it
+# outlasts the interval delays the next save (``Timer.ended``), and training waits for it only
+# when it outlasts two.
+WRITER_NICENESS = 19
 
 
 def yield_to_training() -> None:
-    """Lowers the calling thread's CPU priority by ``WRITER_NICENESS`` (Linux, where a thread
-    has a niceness of its own; elsewhere nothing)."""
+    """Gives the calling thread the lowest CPU priority, ``WRITER_NICENESS`` (Linux, where a
+    thread has a niceness of its own; elsewhere nothing)."""
     if not sys.platform.startswith("linux"):
         return
-    tid = threading.get_native_id()
     with contextlib.suppress(OSError):  # a priority is a preference: the write goes on
-        os.setpriority(os.PRIO_PROCESS, tid,
-                       min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICENESS))
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
 
 
 def _checkpoint_files(path: str) -> List[str]:
