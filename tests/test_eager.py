@@ -496,6 +496,16 @@ def test_custom_loop_track_step_stop_and_resume(tmp_path, backends):
     assert checkpoint_step(checkpoint_paths(str(tmp_path))[0]) == 10
 
 
+def saving_every_10_s(tmp_path, backends):
+    """(model, optimizer, train_step, sv, clock, recorder): a custom loop saving every 10 s of
+    ``clock``, which the test moves."""
+    model, opt, train_step = custom_setup()
+    sv = backends(tmp_path, save_model_secs=10)
+    clock = FakeClock()
+    sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
+    return model, opt, train_step, sv, clock, Recorder(sv)
+
+
 def test_a_write_that_outlasts_the_interval_is_followed_by_one_interval_without_a_write(
         tmp_path, backends, monkeypatch):
     """A write that outlasts the save interval (a large model, a slow disk; here the real
@@ -520,11 +530,7 @@ def test_a_write_that_outlasts_the_interval_is_followed_by_one_interval_without_
         return held_write, check
 
     monkeypatch.setattr(Snapshot, "write_function", held)
-    model, opt, train_step = custom_setup()
-    sv = backends(tmp_path, save_model_secs=10)
-    clock = FakeClock()
-    sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
-    rec = Recorder(sv)
+    model, opt, train_step, sv, clock, rec = saving_every_10_s(tmp_path, backends)
     with sv.session():
         sv.track(model=model, optimizer=opt)  # the interval starts at 0
         clock.now = 10
@@ -557,11 +563,7 @@ def test_a_write_that_outlasts_the_interval_is_followed_by_one_interval_without_
 def test_writes_within_the_interval_keep_it_and_say_nothing(tmp_path, backends):
     """Writes shorter than the interval: a save is due one interval after the one before
     started, and the session's end has no note about the writes' time."""
-    model, opt, train_step = custom_setup()
-    sv = backends(tmp_path, save_model_secs=10)
-    clock = FakeClock()
-    sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
-    rec = Recorder(sv)
+    model, opt, train_step, sv, clock, rec = saving_every_10_s(tmp_path, backends)
     with sv.session():
         sv.track(model=model, optimizer=opt)
         for step in range(1, 6):
