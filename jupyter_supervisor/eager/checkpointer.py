@@ -438,7 +438,8 @@ class Checkpointer:
 
     def save_at_boundary(self, due: bool = True) -> None:
         """Saves when a save is asked for, or is due (unless not ``due``: a boundary whose
-        state a next one very soon supersedes). The interval counts from the save's start;
+        state a next one very soon supersedes). The interval counts from the save's start (a
+        synchronous write's end: ``_save_at_boundary`` starts it again once ``_save`` returns);
         a write that outlasts it (a large model, a slow disk) starts the next interval when
         it ends (``Timer.ended``), so that the writes of the background do not follow one
         another without a pause, taking a core from training all the time (at 400 MB every

@@ -144,10 +144,7 @@ class OutputLog:
             if not isinstance(last, _Stream) or last.name != name:
                 last = _Stream(name)
                 self._entries.append(last)
-            before = len(last)
-            last.write(text)
-            self._chars += len(last) - before
-            self._trim_text()
+            self._extend(last, text)
 
     def end_line(self) -> None:
         """A session's end: the line the cursor is on (a progress bar a stop cut) is ended, so
@@ -156,10 +153,14 @@ class OutputLog:
             last = self._entries[-1] if self._entries else None
             if isinstance(last, _Stream) and last.line:
                 self._version += 1
-                before = len(last)
-                last.write("\n")
-                self._chars += len(last) - before
-                self._trim_text()
+                self._extend(last, "\n")
+
+    def _extend(self, stream: "_Stream", text: str) -> None:
+        """With ``_lock`` held: writes ``text`` to ``stream``, counted, and trims the log."""
+        before = len(stream)
+        stream.write(text)
+        self._chars += len(stream) - before
+        self._trim_text()
 
     def publish(self, msg_type: str, content: dict) -> None:
         """Applies what a ``display_data``, ``update_display_data`` or ``clear_output``
