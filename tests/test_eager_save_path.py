@@ -9,7 +9,6 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import save_util
 
 from jupyter_supervisor import events
-from jupyter_supervisor.eager import writer as writing
 from jupyter_supervisor.eager.snapshot import Snapshot
 
 from eager_models import data, make_model
@@ -76,8 +75,8 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
     monkeypatch.setattr(save_util, "serialize_graph_view", recorded_serialize)
     writes = []     # (the thread that wrote the files, whether it waited as told)
     holds = []      # an Event per write to hold until it is set
-    niceness = []   # the writing thread's, per write
-    own_niceness = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    policies = []   # the writing thread's scheduling policy, per write
+    own_policy = os.sched_getscheduler(threading.get_native_id())
     write_function = Snapshot.write_function
 
     def held(self, checked):
@@ -85,7 +84,7 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
 
         def held_write(path):
             hold = holds.pop(0) if holds else None
-            niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            policies.append(os.sched_getscheduler(threading.get_native_id()))
             writes.append((threading.current_thread(), hold is None or hold.wait(DEADLINE)))
             return write(path)
         return held_write, check
@@ -114,10 +113,11 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
         sv.request_stop()
     assert not any(thread is training for thread, _ in watched)
     assert [waited for _, waited in watched] == [True, True]
-    # The writer yields the cores to training (Linux: a thread's own niceness); training
-    # keeps its own.
-    assert niceness[-2:] == [writing.WRITER_NICENESS] * 2 == [19] * 2, niceness
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own_niceness
+    # The writer yields the cores to training (Linux: a thread's own scheduling policy);
+    # training keeps its own.
+    assert policies[-2:] == [os.SCHED_IDLE] * 2, policies
+    assert own_policy != os.SCHED_IDLE
+    assert os.sched_getscheduler(threading.get_native_id()) == own_policy
     assert not any(thread is training for thread in serialized)
     assert sv.flush_events(DEADLINE)
     assert saves == [1, 2, 5, 7]  # 7: the final checkpoint
