@@ -44,6 +44,10 @@ Printed per size x interval, each mode's medians over rounds:
   CPU/save      (the run's process CPU time - bare's) / saves: everything a save costs the
                 machine, in every thread (the write, the copy, the check, a step slowed by
                 them); on cores that training keeps busy, this is training time
+  wall/save     (the run's seconds - bare's) / saves: the training time one checkpoint cost,
+                the figure to compare savers by when they made different numbers of saves
+                (ours saves on a clock: where saving slows training, its run holds more
+                intervals, and more saves, than the peers' N-step schedule)
   blocked/save  (the run's overhead - bare's) / saves, where a run's overhead is its seconds
                 less its steps at its own median step time (robust to a load that changes
                 between runs; it includes what a background write takes from training by
@@ -53,6 +57,9 @@ Printed per size x interval, each mode's medians over rounds:
                 saving ones on a machine quiet enough)
   step after    the time the step after each save took over the median step (eager modes)
   vs peer       (graph-ours only) graph-tf's seconds / ours', per round (above 1: ours faster)
+and, under the eager modes, ours against the peer with the lowest wall/save (fit-ours against
+fit-keras and fit-mc, loop-ours against loop-mgr and loop-async): the peer's wall/save and
+CPU/save over ours' (above 1: a save of ours costs less).
 and the floor: one host copy of the variables (a memcpy into buffers allocated before) and one
 synchronous tf.train.Checkpoint.write of the model and optimizer, wall and CPU; and the bound
 that the cores allow: a saver that writes in the background costs training at least its CPU
@@ -536,10 +543,15 @@ def main():
             if bench is not None:
                 print_floor(floors[size], interval)
             print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'saves':>6s} "
-                  f"{'CPU/save':>10s} {'blocked/save':>13s} {'in its step':>12s} "
-                  f"{'step after':>11s} {'vs peer':>8s}")
+                  f"{'wall/save':>10s} {'CPU/save':>10s} {'blocked/save':>13s} "
+                  f"{'in its step':>12s} {'step after':>11s} {'vs peer':>8s}")
             for mode in modes:
                 print(row(mode, results))
+            for ours, peers in (("fit-ours", ("fit-keras", "fit-mc")),
+                                ("loop-ours", ("loop-mgr", "loop-async"))):
+                line = per_save_line(ours, peers, results)
+                if line:
+                    print(line)
 
 
 def print_floor(found: dict, interval: float) -> None:
@@ -554,21 +566,56 @@ def print_floor(found: dict, interval: float) -> None:
           f"{synchronous:.2f} writing in the training thread")
 
 
+def bare_of(mode: str) -> str:
+    """The bare mode that ``mode`` is measured against."""
+    return "fit" if mode.startswith("fit") else ("graph" if mode in GRAPH_MODES else "loop")
+
+
+def per_save(mode: str, results: dict) -> Optional[tuple]:
+    """(wall/save, CPU/save) of ``mode``: medians over rounds of its seconds and process CPU
+    beyond bare's in the same round, per save; None without a bare run or a save."""
+    bare = bare_of(mode)
+    if bare not in results or mode == bare:
+        return None
+    saved = [(b, r) for b, r in zip(results[bare], results[mode]) if r.saves]
+    if not saved:
+        return None
+    return (statistics.median([(r.seconds - b.seconds) / r.saves for b, r in saved]),
+            statistics.median([(r.cpu - b.cpu) / r.saves for b, r in saved]))
+
+
+def per_save_line(ours: str, peers: tuple, results: dict) -> str:
+    """Ours against the peer whose save cost the least wall clock, per save ("" when one of
+    them did not run)."""
+    mine = per_save(ours, results) if ours in results else None
+    theirs = {p: per_save(p, results) for p in peers if p in results}
+    theirs = {p: cost for p, cost in theirs.items() if cost is not None}
+    if mine is None or not theirs:
+        return ""
+    peer = min(theirs, key=lambda p: theirs[p][0])
+    (wall, cpu), (peer_wall, peer_cpu) = mine, theirs[peer]
+    ratio = lambda a, b: f"{a / b:.2f}" if b > 0 else "-"  # noqa: E731
+    return (f"  per save, {ours} against {peer}: wall {peer_wall * 1000:.0f} / "
+            f"{wall * 1000:.0f} ms = {ratio(peer_wall, wall)}, CPU {peer_cpu * 1000:.0f} / "
+            f"{cpu * 1000:.0f} ms = {ratio(peer_cpu, cpu)} (above 1: ours costs less)")
+
+
 def row(mode: str, results: dict) -> str:
     """One mode's line of medians (see the module docstring)."""
     runs = results[mode]
     median = lambda values: statistics.median(values)  # noqa: E731
     line = f"  {mode:10s} {median([r.seconds for r in runs]):8.2f}"
-    bare = "fit" if mode.startswith("fit") else ("graph" if mode in GRAPH_MODES else "loop")
+    bare = bare_of(mode)
     if bare not in results or mode == bare:
         return line
     pairs = list(zip(results[bare], runs))
     ratio = median([b.seconds / r.seconds for b, r in pairs])
     saved = [(b, r) for b, r in pairs if r.saves]
-    cpu = median([(r.cpu - b.cpu) / r.saves for b, r in saved]) if saved else 0.0
+    wall, cpu = per_save(mode, results) or (0.0, 0.0)
     blocked = median([(r.overhead - b.overhead) / r.saves for b, r in saved]) if saved else 0.0
     after = [r.after for r in runs if r.after is not None]
-    line += (f" {ratio:8.2f} {median([r.saves for r in runs]):6g} {cpu * 1000:7.0f} ms "
+    line += (f" {ratio:8.2f} {median([r.saves for r in runs]):6g} {wall * 1000:7.0f} ms "
+             f"{cpu * 1000:7.0f} ms "
              f"{blocked * 1000:10.0f} ms {median([r.in_step for r in runs]) * 1000:9.0f} ms "
              + (f"{median(after) * 1000:8.0f} ms" if after else f"{'-':>11s}"))
     if mode == "graph-ours" and "graph-tf" in results:
