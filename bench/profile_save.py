@@ -3,8 +3,9 @@ threads, and the step after the save, for the model of ``bench_save_interval.py`
 
 Runs ``--steps`` steps bare, then the same steps under an ``EagerSupervisor`` that saves every
 ``--every`` steps (its timer is given a clock that this script moves, so that the saves fall on
-known steps), in a custom loop (``--mode loop``) or in ``model.fit`` (``--mode fit``), each
-``--rounds`` times, alternating; and then, apart, one synchronous ``tf.train.Checkpoint.write``
+known steps: every ``--every``-th, or the first after it where the write before has ended, so
+that no save waits for the one before, as one due twice over would), in a custom loop
+(``--mode loop``) or in ``model.fit`` (``--mode fit``), each ``--rounds`` times, alternating; and then, apart, one synchronous ``tf.train.Checkpoint.write``
 of the same objects and one host copy of their variables (the floor of
 ``bench_save_interval.py``). Every thread's CPU time is read from Linux's
 ``/proc/self/task/*/schedstat`` (nanoseconds) before and after each run, so that the CPU of a
@@ -73,13 +74,27 @@ def thread_cpu() -> dict:
 
 
 class Clock:
-    """The supervisor timer's clock: moved by ``SECS`` when a save is wanted."""
+    """The supervisor timer's clock: moved by ``SECS`` when a save is wanted (``want``), once
+    the write before has ended (the writer of ``checkpointer``, the supervisor's), so that a
+    save never waits for the one before: a save due twice over would (by design), and the
+    profile would count that wait as the save's cost."""
 
-    def __init__(self):
+    def __init__(self, checkpointer=None):
         self.now = 0.0
+        self.checkpointer = checkpointer
+        self._wanted = False
 
     def __call__(self):
         return self.now
+
+    def want(self, step: int, every: int) -> None:
+        """At a step boundary: a save is wanted every ``every`` steps; it falls due at the
+        first boundary where no write runs."""
+        self._wanted = self._wanted or (step and step % every == 0)
+        writer = getattr(self.checkpointer, "writer", None)
+        if self._wanted and not (writer is not None and writer.writing):
+            self.now += SECS
+            self._wanted = False
 
 
 class WriterProbe:
@@ -121,15 +136,16 @@ class WriterProbe:
 
 class Marks(keras.callbacks.Callback):
     """fit: the time and training-thread CPU at each batch's start; moves ``clock`` so that a
-    save falls due at the boundary before batch ``b`` when ``b`` is a multiple of ``every``."""
+    save falls due at the boundary before batch ``b`` when ``b`` is a multiple of ``every``
+    (or at the first after it where no write runs: ``Clock.want``)."""
 
     def __init__(self, marks, clock=None, every=0):
         super().__init__()
         self.marks, self.clock, self.every = marks, clock, every
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self.clock is not None and batch and batch % self.every == 0:
-            self.clock.now += SECS
+        if self.clock is not None:
+            self.clock.want(batch, self.every)
         self.marks.append((time.perf_counter(), time.thread_time()))
 
 
@@ -152,7 +168,7 @@ def run(bench: Bench, mode: str, steps: int, every: int, logdir, probe) -> dict:
     else:
         sv = EagerSupervisor(RunConfig(logdir=logdir, save_model_secs=SECS,
                                        save_summaries_secs=0))
-        clock = Clock()
+        clock = Clock(sv._checkpointer)  # pylint: disable=protected-access
         sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
         sv.add_listener(lambda r: saved.append(r.step)
                         if isinstance(r, events.CheckpointSaved) else None)
@@ -179,8 +195,7 @@ def run(bench: Bench, mode: str, steps: int, every: int, logdir, probe) -> dict:
                     for step in range(1, steps + 1):
                         marks.append((time.perf_counter(), time.thread_time()))
                         loss = bench.step_once()
-                        if step % every == 0:
-                            clock.now += SECS
+                        clock.want(step, every)
                         sv.step(loss=loss)
         finally:
             sv.close()
