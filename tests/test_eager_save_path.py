@@ -109,13 +109,13 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
             hold.set()
             written(sv, saves, saved_at)
         wrote = written_bytes() - before
-        watched, serialized = list(writes), list(serializers)
+        watched, serialized, periodic = list(writes), list(serializers), list(policies)
         sv.request_stop()
     assert not any(thread is training for thread, _ in watched)
     assert [waited for _, waited in watched] == [True, True]
     # The writer yields the cores to training (Linux: a thread's own scheduling policy);
     # training keeps its own.
-    assert policies[-2:] == [os.SCHED_IDLE] * 2, policies
+    assert periodic[-2:] == [os.SCHED_IDLE] * 2, periodic
     assert own_policy != os.SCHED_IDLE
     assert os.sched_getscheduler(threading.get_native_id()) == own_policy
     assert not any(thread is training for thread in serialized)
@@ -123,6 +123,46 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
     assert saves == [1, 2, 5, 7]  # 7: the final checkpoint
     data = os.path.getsize(str(tmp_path / "model.ckpt-5.data-00000-of-00001"))
     assert wrote < data / 10, (wrote, data)
+
+
+def test_a_write_that_training_waits_for_keeps_training_s_priority(tmp_path, backends,
+                                                                     monkeypatch):
+    """A checkpoint the training thread waits for, asked for now (``sv.save_now()``) or the
+    final one, is written at the training thread's priority, not under the periodic writes'
+    ``SCHED_IDLE``: training is not running beside it, and a process that keeps the cores
+    busy would starve it."""
+    policies = {}   # the step of each write: its thread's scheduling policy
+    write_function = Snapshot.write_function
+
+    def recorded(self, checked):
+        write, check = write_function(self, checked)
+
+        def recorded_write(path):
+            step = int(path.rsplit("-", 1)[1])
+            policies[step] = os.sched_getscheduler(threading.get_native_id())
+            return write(path)
+        return recorded_write, check
+
+    monkeypatch.setattr(Snapshot, "write_function", recorded)
+    own_policy = os.sched_getscheduler(threading.get_native_id())
+    sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        clock.now += INTERVAL
+        step()              # the first save (its copy traced here), periodic
+        written(sv, saves, 1)
+        clock.now += INTERVAL
+        step()              # a periodic save
+        written(sv, saves, 2)
+        step()
+        sv.save_now()       # asked for, waited for
+        step()
+        sv.request_stop()   # the final checkpoint, which the session's end waits for
+    assert sv.flush_events(DEADLINE)
+    assert saves == [1, 2, 3, 4]
+    assert own_policy != os.SCHED_IDLE
+    assert policies == {1: os.SCHED_IDLE, 2: os.SCHED_IDLE, 3: own_policy, 4: own_policy}, \
+        policies
 
 
 def address(value) -> int:

@@ -505,12 +505,14 @@ class Checkpointer:
         self.timer.restart()
         return path
 
-    def _save(self, final: bool = False, best: Optional[Best] = None) -> Optional[str]:
+    def _save(self, final: bool = False, best: Optional[Best] = None,
+              waited: bool = False) -> Optional[str]:
         """Takes a checkpoint of the current step (its files are written in the background).
         None when nothing was saved: the model is not finite and it rolled back (or will, at
         the training thread's next boundary). ``final``: the checkpoint that ends a fit or the
         session, which never rolls back. ``best``: it is the new best (``offer``); a loop's
-        step value of the kept metric may make it one too (``BestKeeper.at_save``)."""
+        step value of the kept metric may make it one too (``BestKeeper.at_save``).
+        ``waited``: the caller waits for the write (``CheckpointWriter.save``)."""
         with self._save_lock:
             if self.writer is None:
                 return None
@@ -543,7 +545,8 @@ class Checkpointer:
             # Every save starts the interval, before its write: the write's end
             # (``_on_saved``) then tells whether it outlasted the interval.
             self.timer.restart()
-            pending = self.writer.save(step, final=final, best=best is not None)
+            pending = self.writer.save(step, final=final, best=best is not None,
+                                       waited=waited)
             self.timer.last_step = step
             # A check made before the write has its verdict now: no step more on a bad model.
             if pending.checked_before and not self._settle(final):
@@ -552,7 +555,7 @@ class Checkpointer:
 
     def _save_and_wait(self, final: bool = False, best: Optional[Best] = None) -> Optional[str]:
         with self._save_lock:
-            path = self._save(final, best)
+            path = self._save(final, best, waited=True)
             if path is not None:
                 self.writer.wait()
                 if not self._settle(final):

@@ -199,14 +199,17 @@ class CheckpointWriter:
             raise verdict.error
         return verdict
 
-    def save(self, step: int, final: bool = False, best: bool = False) -> "PendingSave":
+    def save(self, step: int, final: bool = False, best: bool = False,
+             waited: bool = False) -> "PendingSave":
         """Starts the checkpoint of ``step`` (see the class); returns it. The verdict of the
         save before must have been taken. ``final``: the last save of the session, which
         the session's end waits for: when the snapshot's functions are not traced for these
         objects yet (a short cell, whose only checkpoint is this one), it is written here, from
         the variables themselves, checked before op by op: tracing the snapshot's copy and its
         check would cost a small model's cell many times the write
-        (bench/bench_cell_cost.py)."""
+        (bench/bench_cell_cost.py). A periodic write yields the cores to training
+        (``yield_to_training``); a final one, or one the caller waits for (``waited``: a save
+        asked for now), does not: training waits for it, and no other thread should slow it."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
@@ -243,7 +246,7 @@ class CheckpointWriter:
             return pending
         pending.thread = threading.Thread(
             target=self._write_behind, name="jupyter_supervisor-checkpoint",
-            args=(write, path, step, start, verdict, best), daemon=True)
+            args=(not (final or waited), write, path, step, start, verdict, best), daemon=True)
         pending.thread.start()
         return pending
 
@@ -290,10 +293,11 @@ class CheckpointWriter:
             self._items, self._snapshot, self._sync_writer, self._checked = {}, None, None, []
         return ended
 
-    def _write_behind(self, *args) -> None:
+    def _write_behind(self, yielding: bool, *args) -> None:
         """The writer thread: ``_write``, yielding the cores to training
-        (``yield_to_training``)."""
-        yield_to_training()
+        (``yield_to_training``) when ``yielding``."""
+        if yielding:
+            yield_to_training()
         self._write(*args)
 
     def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
