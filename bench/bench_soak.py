@@ -29,6 +29,7 @@ with a final checkpoint) and the figures say so, with the time 10^6 steps would 
 """
 import argparse
 import contextlib
+import fnmatch
 import gc
 import io
 import os
@@ -113,7 +114,6 @@ def what_is_open():
 def bounded_caches():
     """Caches of other libraries that grow with the run, each with its bound: (name, entries,
     bound, why)."""
-    import fnmatch  # pylint: disable=import-outside-toplevel
     from matplotlib import font_manager  # pylint: disable=import-outside-toplevel
     found = []
     for name, cached, why in (
@@ -210,8 +210,6 @@ def main():
 
     clearing_done = threading.Event()
     if args.clear_pattern_cache:
-        import fnmatch  # pylint: disable=import-outside-toplevel
-
         def clear_every_second():
             while not clearing_done.wait(1.0):
                 fnmatch._compile_pattern.cache_clear()  # pylint: disable=protected-access
