@@ -48,6 +48,9 @@ Printed per size x interval, each mode's medians over rounds:
                 the figure to compare savers by when they made different numbers of saves
                 (ours saves on a clock: where saving slows training, its run holds more
                 intervals, and more saves, than the peers' N-step schedule)
+  write CPU     the CPU time of the writes themselves per save, in the thread that made them
+                (ours: the writer thread, beside training; the others: the training thread,
+                training paused; ``Writes``): the same files for every saver
   blocked/save  (the run's overhead - bare's) / saves, where a run's overhead is its seconds
                 less its steps at its own median step time (robust to a load that changes
                 between runs; it includes what a background write takes from training by
@@ -61,7 +64,9 @@ and, under the eager modes, ours against the peer with the lowest wall/save (fit
 fit-keras and fit-mc, loop-ours against loop-mgr and loop-async): the peer's wall/save and
 CPU/save over ours' (above 1: a save of ours costs less).
 and the floor: one host copy of the variables (a memcpy into buffers allocated before) and one
-synchronous tf.train.Checkpoint.write of the model and optimizer, wall and CPU; and the bound
+synchronous tf.train.Checkpoint.write of the model and optimizer, wall and CPU, to new files
+(as a run writes them) and to the pages of files just deleted (``floor``: on a virtual machine
+that hands free memory back to its host, the two differ by the host's faults); and the bound
 that the cores allow: a saver that writes in the background costs training at least its CPU
 (copy + write) spread over the cores, so at best interval / (interval + that / cores) of bare
 (when training keeps every core busy); one that writes in the training thread costs the
@@ -90,6 +95,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from typing import NamedTuple, Optional
 
@@ -105,6 +111,7 @@ import jupyter_supervisor  # noqa: E402
 from jupyter_supervisor import events  # noqa: E402
 from jupyter_supervisor.config import RunConfig  # noqa: E402
 from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
+from jupyter_supervisor.eager.writer import CheckpointWriter  # noqa: E402
 
 FEATURES = 256
 BATCH = 32
@@ -370,13 +377,17 @@ class Bench:
     def run(self, mode: str, steps: int, every: int, interval: float, logdir: str) -> "Result":
         """The ``Result`` of ``steps`` steps in ``mode``."""
         marks = []
+        WRITES.clear()
         cpu = time.process_time()
         took, at = self._run(mode, steps, every, interval, logdir, marks)
         cpu = time.process_time() - cpu
         marks.append(time.perf_counter())  # after the last step (before a final save)
         saves = len(at)
         inside, after = around(marks, [i for i in at if i is not None])
-        return Result(took, cpu, saves, overhead(took, marks[:-1], steps), inside, after)
+        write_cpu = (WRITES.cpu / saves if saves and WRITES.count and mode != "loop-async"
+                     else None)  # TF's async save call: the copy; its write: unseen
+        return Result(took, cpu, saves, overhead(took, marks[:-1], steps), inside, after,
+                      write_cpu)
 
     def _run(self, mode, steps, every, interval, logdir, marks):
         """(wall seconds, the step index of each save: None for one made after the steps)."""
@@ -447,43 +458,101 @@ class Bench:
 
 class Result(NamedTuple):
     """One timed run: wall seconds, process CPU seconds, saves, overhead seconds (``overhead``),
-    seconds per save in the step that saved and in the step after (None: not measured)."""
+    seconds per save in the step that saved and in the step after, CPU seconds per save of the
+    writes themselves (``Writes``) (None: not measured)."""
     seconds: float
     cpu: float
     saves: int
     overhead: float
     in_step: float
     after: Optional[float]
+    write_cpu: Optional[float] = None
+
+
+class Writes:
+    """The CPU time of every checkpoint write, in the thread that makes it, while the bench
+    runs: ours' (``CheckpointWriter._write``: the check, the files, the state file, the
+    retention; in the writer thread), ``CheckpointManager.save``'s and Keras' callbacks'
+    (``_save_model``; in the training thread). TensorFlow's async saver writes in a thread of
+    its own, which this does not see. ``cpu`` is the sum since the last ``clear``."""
+
+    def __init__(self):
+        self.cpu = 0.0
+        self.count = 0
+        self._lock = threading.Lock()
+        targets = [(CheckpointWriter, "_write"), (tf.train.CheckpointManager, "save"),
+                   (keras.callbacks.ModelCheckpoint, "_save_model"),
+                   (keras.callbacks.BackupAndRestore, "_save_model")]
+        for owner, name in targets:
+            setattr(owner, name, self._timed(getattr(owner, name)))
+
+    def _timed(self, method):
+        writes = self
+
+        def timed(*args, **kwargs):
+            start = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                with writes._lock:  # pylint: disable=protected-access
+                    writes.cpu += time.thread_time() - start
+                    writes.count += 1
+        return timed
+
+    def clear(self) -> None:
+        with self._lock:
+            self.cpu, self.count = 0.0, 0
+
+
+WRITES = Writes()
 
 
 def floor(bench: "Bench", logdir: str, repeats: int = 3) -> dict:
-    """What one save cannot cost less than: one host copy of every variable (a memcpy into
-    buffers allocated before) and one synchronous ``tf.train.Checkpoint.write`` of the model and
-    its optimizer; medians of ``repeats`` of (wall, CPU) seconds."""
+    """What one save cannot cost less than, medians of ``repeats`` of (wall, CPU) seconds:
+    ``copy``, one host copy of every variable (a memcpy into buffers allocated before);
+    ``write``, one synchronous ``tf.train.Checkpoint.write`` of the model and its optimizer to
+    new files, the earlier ones kept (as a run keeps its checkpoints): the page cache takes
+    pages the kernel holds free; ``rewrite``, the same write, each one's files deleted before
+    the next, which reuses their pages at once. On a virtual machine that hands free memory
+    back to its host (Linux's free page reporting, as here), the first touch of pages free
+    for a while costs a fault to the host: ``write`` pays it, ``rewrite`` mostly not."""
     values = [v.numpy() for v in bench.model.variables + bench.model.optimizer.variables]
     buffers = [np.empty_like(v) for v in values]
     checkpoint = tf.train.Checkpoint(model=bench.model, optimizer=bench.model.optimizer)
     path = os.path.join(logdir, "floor")
+    count = [0]
 
     def copy():
         for value, buffer in zip(values, buffers):
             np.copyto(buffer, value)
 
     def write():
+        count[0] += 1
+        checkpoint.write(f"{path}-{count[0]}")
+
+    def rewrite():
         checkpoint.write(path)
-        for name in tf.io.gfile.glob(path + ".*"):
+
+    def remove():
+        for name in tf.io.gfile.glob(path + "*"):
             os.remove(name)
 
     found = {}
-    for name, action in (("copy", copy), ("write", write)):
+    for name, action, after in (("copy", copy, None), ("write", write, None),
+                                ("rewrite", rewrite, remove)):
         action()  # first touch of the buffers, first write traced
+        if after is not None:
+            after()
         walls, cpus = [], []
         for _ in range(repeats):
             wall, cpu = time.perf_counter(), time.process_time()
             action()
             walls.append(time.perf_counter() - wall)
             cpus.append(time.process_time() - cpu)
+            if after is not None:
+                after()
         found[name] = (statistics.median(walls), statistics.median(cpus))
+    remove()
     return found
 
 
@@ -550,8 +619,9 @@ def main():
             if bench is not None:
                 print_floor(floors[size], interval)
             print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'saves':>6s} "
-                  f"{'wall/save':>10s} {'CPU/save':>10s} {'blocked/save':>13s} "
-                  f"{'in its step':>12s} {'step after':>11s} {'vs peer':>8s}")
+                  f"{'wall/save':>10s} {'CPU/save':>10s} {'write CPU':>10s} "
+                  f"{'blocked/save':>13s} {'in its step':>12s} {'step after':>11s} "
+                  f"{'vs peer':>8s}")
             for mode in modes:
                 print(row(mode, results))
             for ours, peers in (("fit-ours", ("fit-keras", "fit-mc")),
@@ -562,15 +632,19 @@ def main():
 
 
 def print_floor(found: dict, interval: float) -> None:
-    """The floor lines: one copy, one synchronous write, the bounds at ``interval``."""
+    """The floor lines: one copy, one synchronous write (to new files, and to the pages of
+    files just deleted), the bounds at ``interval`` (with the write to new files, as a run
+    makes them)."""
     (copy_wall, copy_cpu), (write_wall, write_cpu) = found["copy"], found["write"]
+    rewrite_wall, rewrite_cpu = found["rewrite"]
     cores = os.cpu_count()
     background = interval / (interval + (copy_cpu + write_cpu) / cores)
     synchronous = interval / (interval + write_wall)
     print(f"  floor: one host copy {copy_wall * 1000:.0f} ms ({copy_cpu * 1000:.0f} ms CPU), "
-          f"one synchronous write {write_wall * 1000:.0f} ms ({write_cpu * 1000:.0f} ms CPU); "
-          f"bound vs bare: {background:.2f} writing in the background on {cores} busy cores, "
-          f"{synchronous:.2f} writing in the training thread")
+          f"one synchronous write {write_wall * 1000:.0f} ms ({write_cpu * 1000:.0f} ms CPU) "
+          f"to new files, {rewrite_wall * 1000:.0f} ms ({rewrite_cpu * 1000:.0f} ms CPU) to "
+          f"the pages of files just deleted;\n  bound vs bare: {background:.2f} writing in the "
+          f"background on {cores} busy cores, {synchronous:.2f} writing in the training thread")
 
 
 def bare_of(mode: str) -> str:
@@ -621,9 +695,11 @@ def row(mode: str, results: dict) -> str:
     wall, cpu = per_save(mode, results) or (0.0, 0.0)
     blocked = median([(r.overhead - b.overhead) / r.saves for b, r in saved]) if saved else 0.0
     after = [r.after for r in runs if r.after is not None]
+    writes = [r.write_cpu for r in runs if r.write_cpu is not None]
     line += (f" {ratio:8.2f} {median([r.saves for r in runs]):6g} {wall * 1000:7.0f} ms "
              f"{cpu * 1000:7.0f} ms "
-             f"{blocked * 1000:10.0f} ms {median([r.in_step for r in runs]) * 1000:9.0f} ms "
+             + (f"{median(writes) * 1000:7.0f} ms " if writes else f"{'-':>10s} ")
+             + f"{blocked * 1000:10.0f} ms {median([r.in_step for r in runs]) * 1000:9.0f} ms "
              + (f"{median(after) * 1000:8.0f} ms" if after else f"{'-':>11s}"))
     if mode == "graph-ours" and "graph-tf" in results:
         # Steps/s of ours against TF's Supervisor, per round, as vs bare.
