@@ -89,6 +89,7 @@ noisy there (read medians, repeat); CPU per save is steadier. Nothing is asserte
     .venv/bin/python bench/bench_save_interval.py --modes graph,graph-tf,graph-ours
 """
 import argparse
+import glob
 import math
 import os
 import shutil
@@ -377,15 +378,16 @@ class Bench:
     def run(self, mode: str, steps: int, every: int, interval: float, logdir: str) -> "Result":
         """The ``Result`` of ``steps`` steps in ``mode``."""
         marks = []
-        WRITES.clear()
+        if WRITES is not None:
+            WRITES.clear()
         cpu = time.process_time()
         took, at = self._run(mode, steps, every, interval, logdir, marks)
         cpu = time.process_time() - cpu
         marks.append(time.perf_counter())  # after the last step (before a final save)
         saves = len(at)
         inside, after = around(marks, [i for i in at if i is not None])
-        write_cpu = (WRITES.cpu / saves if saves and WRITES.count and mode != "loop-async"
-                     else None)  # TF's async save call: the copy; its write: unseen
+        write_cpu = (WRITES.cpu / saves if WRITES is not None and saves and WRITES.count
+                     and mode != "loop-async" else None)  # TF's async: its write unseen
         return Result(took, cpu, saves, overhead(took, marks[:-1], steps), inside, after,
                       write_cpu)
 
@@ -471,10 +473,11 @@ class Result(NamedTuple):
 
 class Writes:
     """The CPU time of every checkpoint write, in the thread that makes it, while the bench
-    runs: ours' (``CheckpointWriter._write``: the check, the files, the state file, the
-    retention; in the writer thread), ``CheckpointManager.save``'s and Keras' callbacks'
-    (``_save_model``; in the training thread). TensorFlow's async saver writes in a thread of
-    its own, which this does not see. ``cpu`` is the sum since the last ``clear``."""
+    runs (installed by ``main``): ours' (``CheckpointWriter._write``: the NaN check, the
+    files, the state file, the retention, the report of the save; in the writer thread),
+    ``CheckpointManager.save``'s and Keras' callbacks' (``_save_model``; in the training
+    thread). TensorFlow's async saver writes in a thread of its own, which this does not see.
+    ``cpu`` is the sum since the last ``clear``."""
 
     def __init__(self):
         self.cpu = 0.0
@@ -504,7 +507,7 @@ class Writes:
             self.cpu, self.count = 0.0, 0
 
 
-WRITES = Writes()
+WRITES: Optional[Writes] = None   # main() installs it
 
 
 def floor(bench: "Bench", logdir: str, repeats: int = 3) -> dict:
@@ -534,8 +537,11 @@ def floor(bench: "Bench", logdir: str, repeats: int = 3) -> dict:
         checkpoint.write(path)
 
     def remove():
-        for name in tf.io.gfile.glob(path + "*"):
-            os.remove(name)
+        for name in glob.glob(path + "*"):  # the checkpoints, and a leftover _temp directory
+            if os.path.isdir(name):
+                shutil.rmtree(name)
+            else:
+                os.remove(name)
 
     found = {}
     for name, action, after in (("copy", copy, None), ("write", write, None),
@@ -564,6 +570,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
+    global WRITES  # pylint: disable=global-statement
+    WRITES = Writes()
     modes = args.modes.split(",")
     unknown = sorted(set(modes) - set(MODES))
     if unknown:

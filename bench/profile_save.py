@@ -4,18 +4,18 @@ threads, and the step after the save, for the model of ``bench_save_interval.py`
 Runs ``--steps`` steps bare, then the same steps under an ``EagerSupervisor`` that saves every
 ``--every`` steps (its timer is given a clock that this script moves, so that the saves fall on
 known steps: every ``--every``-th, or the first after it where the write before has ended, so
-that no save waits for the one before, as one due twice over would), in a custom loop
-(``--mode loop``) or in ``model.fit`` (``--mode fit``), each ``--rounds`` times, alternating; and then, apart, one synchronous ``tf.train.Checkpoint.write``
-of the same objects and one host copy of their variables (the floor of
-``bench_save_interval.py``). Every thread's CPU time is read from Linux's
-``/proc/self/task/*/schedstat`` (nanoseconds) before and after each run, so that the CPU of a
-save is split by thread: the training thread, the writer thread(s), and the rest (TensorFlow's
-inter- and intra-op pools, which run the ops of a ``tf.function`` and the parallel kernels;
-the event dispatcher). Printed per save, as medians over rounds: wall and CPU of the save call
-in the training thread (what the step that saves pays), the step after it against the median
-step (wall, and the training thread's CPU), the writer thread's wall and CPU (split into the
-write of the files and the rest: state file, retention, report), the other threads' CPU beyond
-bare's, and the process's CPU beyond bare's. Linux only.
+that no save waits for the one before, as one due twice over would), in a custom loop (``--mode
+loop``) or in ``model.fit`` (``--mode fit``), each ``--rounds`` times, alternating; and then,
+apart, one synchronous ``tf.train.Checkpoint.write`` of the same objects and one host copy of
+their variables (the floor of ``bench_save_interval.py``). Every thread's CPU time is read from
+Linux's ``/proc/self/task/*/schedstat`` (nanoseconds) before and after each run, so that the
+CPU of a save is split by thread: the training thread, the writer thread(s), and the rest
+(TensorFlow's inter- and intra-op pools, which run the ops of a ``tf.function`` and the
+parallel kernels; the event dispatcher). Printed per save, as medians over rounds: wall and CPU
+of the save call in the training thread (what the step that saves pays), the step after it
+against the median step (wall, and the training thread's CPU), the writer thread's wall and CPU
+(split into the write of the files and the rest: state file, retention, report), the other
+threads' CPU beyond bare's, and the process's CPU beyond bare's. Linux only.
 
 ``--formats``: instead, what writing the same variables costs in each format, alone (no
 training beside it), medians of ``--rounds``: their raw bytes written to a file (the floor of
@@ -24,7 +24,8 @@ checksums, the bytes copied through its write buffer), ``tf.train.Checkpoint.wri
 model and optimizer (SaveV2 beside the object graph, into a temporary directory, then merged
 under the checkpoint's name), ours (the snapshot's copy, then the NaN check of the copies and
 their write with TensorFlow's ops, as the writer thread makes it), and Keras'
-``model.save_weights`` (an h5 file; Keras 3 puts the optimizer's variables in it too). Where SaveV2's CPU goes inside it is Linux perf's to say::
+``model.save_weights`` (an h5 file; Keras 3 puts the optimizer's variables in it too).
+Where SaveV2's CPU goes inside it is Linux perf's to say::
 
     perf record -g -p <pid of a process saving in a loop> -- sleep 5; perf report --no-children
 

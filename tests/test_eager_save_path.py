@@ -129,8 +129,8 @@ def test_a_write_that_training_waits_for_keeps_training_s_priority(tmp_path, bac
                                                                      monkeypatch):
     """A checkpoint the training thread waits for, asked for now (``sv.save_now()``) or the
     final one, is written at the training thread's priority, not under the periodic writes'
-    ``SCHED_IDLE``: training is not running beside it, and a process that keeps the cores
-    busy would starve it."""
+    ``SCHED_IDLE``: training waits for it, and a process that keeps the cores busy would
+    starve it."""
     policies = {}   # the step of each write: its thread's scheduling policy
     write_function = Snapshot.write_function
 

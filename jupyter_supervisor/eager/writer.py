@@ -208,8 +208,11 @@ class CheckpointWriter:
         the variables themselves, checked before op by op: tracing the snapshot's copy and its
         check would cost a small model's cell many times the write
         (bench/bench_cell_cost.py). A periodic write yields the cores to training
-        (``yield_to_training``); a final one, or one the caller waits for (``waited``: a save
-        asked for now), does not: training waits for it, and no other thread should slow it."""
+        (``yield_to_training``); a final one (a fit's or the session's end), or one the caller
+        waits for (``waited``: a save asked for now), does not: training waits for it or has
+        ended, and what else runs should not slow it. A periodic write still running when
+        one of those waits for it keeps yielding (an unprivileged thread cannot leave
+        ``SCHED_IDLE``)."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
@@ -360,8 +363,9 @@ def yield_to_training() -> None:
     elsewhere nothing): it runs when training leaves a core (its Python between steps, its
     input, the waits of its parallel kernels), and a training thread that wakes takes the core
     back at once. At 150 MB saved every second on 2 cores (bench/bench_save_interval.py's
-    model, medians of 8 rounds) a loop trained at 0.81 of bare with it against 0.78 at the
-    lowest niceness (19), and a save cost 258 ms of CPU against 469 ms; at 400 MB 0.69 against
+    model, medians of 8 rounds) a loop trained at 0.81 of bare with it against 0.78 at
+    niceness 19 (the lowest priority a niceness gives), and a save cost 258 ms of CPU against
+    469 ms; at 400 MB 0.69 against
     0.65, 696 against 861 ms. A write held back so long that it outlasts the interval delays
     the next save (``Timer.ended``); training waits for it only when it outlasts two (then the
     cores are left to it)."""
