@@ -51,6 +51,22 @@ def written(sv, saves, step):
              DEADLINE, what=f"the checkpoint of step {step}")
 
 
+def before_each_write(monkeypatch, action) -> None:
+    """Calls ``action(path)`` in the thread that writes each snapshot's files, before it writes
+    them to ``path``."""
+    write_function = Snapshot.write_function
+
+    def watched(self, checked):
+        write, check = write_function(self, checked)
+
+        def watched_write(path):
+            action(path)
+            return write(path)
+        return watched_write, check
+
+    monkeypatch.setattr(Snapshot, "write_function", watched)
+
+
 def written_bytes() -> int:
     """The bytes the calling thread has passed to write calls (Linux's task I/O accounting)."""
     with open("/proc/thread-self/io", encoding="ascii") as f:
@@ -77,19 +93,13 @@ def test_a_periodic_save_leaves_the_files_and_their_serialization_to_the_writer_
     holds = []      # an Event per write to hold until it is set
     policies = []   # the writing thread's scheduling policy, per write
     own_policy = os.sched_getscheduler(threading.get_native_id())
-    write_function = Snapshot.write_function
 
-    def held(self, checked):
-        write, check = write_function(self, checked)
+    def held(path):
+        hold = holds.pop(0) if holds else None
+        policies.append(os.sched_getscheduler(threading.get_native_id()))
+        writes.append((threading.current_thread(), hold is None or hold.wait(DEADLINE)))
 
-        def held_write(path):
-            hold = holds.pop(0) if holds else None
-            policies.append(os.sched_getscheduler(threading.get_native_id()))
-            writes.append((threading.current_thread(), hold is None or hold.wait(DEADLINE)))
-            return write(path)
-        return held_write, check
-
-    monkeypatch.setattr(Snapshot, "write_function", held)
+    before_each_write(monkeypatch, held)
     sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
     with sv.session():
         training = threading.current_thread()
@@ -132,18 +142,11 @@ def test_a_write_that_training_waits_for_keeps_training_s_priority(tmp_path, bac
     ``SCHED_IDLE``: training waits for it, and a process that keeps the cores busy would
     starve it."""
     policies = {}   # the step of each write: its thread's scheduling policy
-    write_function = Snapshot.write_function
 
-    def recorded(self, checked):
-        write, check = write_function(self, checked)
+    def recorded(path):
+        policies[int(path.rsplit("-", 1)[1])] = os.sched_getscheduler(threading.get_native_id())
 
-        def recorded_write(path):
-            step = int(path.rsplit("-", 1)[1])
-            policies[step] = os.sched_getscheduler(threading.get_native_id())
-            return write(path)
-        return recorded_write, check
-
-    monkeypatch.setattr(Snapshot, "write_function", recorded)
+    before_each_write(monkeypatch, recorded)
     own_policy = os.sched_getscheduler(threading.get_native_id())
     sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
     with sv.session():

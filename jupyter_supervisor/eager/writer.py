@@ -365,10 +365,9 @@ def yield_to_training() -> None:
     back at once. At 150 MB saved every second on 2 cores (bench/bench_save_interval.py's
     model, medians of 8 rounds) a loop trained at 0.81 of bare with it against 0.78 at
     niceness 19 (the lowest priority a niceness gives), and a save cost 258 ms of CPU against
-    469 ms; at 400 MB 0.69 against
-    0.65, 696 against 861 ms. A write held back so long that it outlasts the interval delays
-    the next save (``Timer.ended``); training waits for it only when it outlasts two (then the
-    cores are left to it)."""
+    469 ms; at 400 MB 0.69 against 0.65, 696 against 861 ms. A write held back so long that it
+    outlasts the interval delays the next save (``Timer.ended``); training waits for it only
+    when it outlasts two (then the cores are left to it)."""
     if not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError):  # a priority is a preference: the write goes on
