@@ -40,6 +40,10 @@ inside the graph, as in a program that disabled eager execution (``threads_in_gr
 Printed per size x interval, each mode's medians over rounds:
   seconds       wall clock of the run
   vs bare       steps/s against bare (fit, loop or graph) in the same round: 1.00 = free
+  steady        the same, from the start of the first step to the start of the last (eager
+                modes): the saves made while training runs, without the run's last save
+                (the peers' at the last step, ours' final one) and its end: the pace of a
+                long run, whose last save is made once
   saves         checkpoints written
   CPU/save      (the run's process CPU time - bare's) / saves: everything a save costs the
                 machine, in every thread (the write, the copy, the check, a step slowed by
@@ -69,8 +73,9 @@ synchronous tf.train.Checkpoint.write of the model and optimizer, wall and CPU, 
 that hands free memory back to its host, the two differ by the host's faults); and the bound
 that the cores allow: a saver that writes in the background costs training at least its CPU
 (copy + write) spread over the cores, so at best interval / (interval + that / cores) of bare
-(when training keeps every core busy); one that writes in the training thread costs the
-write's wall clock: interval / (interval + write).
+(when training keeps every core busy; with ``--train-threads``, whose free cores take the
+write, interval / (interval + copy)); one that writes in the training thread costs the write's
+wall clock: interval / (interval + write).
 Saves counted: the checkpoints written; for the graph Supervisors, their Saver.save calls
 (``count_saves``), including each one's first save at the session's start (step 0). Ours,
 eager and graph, also makes a final save when its session ends; TF's graph Supervisor saves
@@ -80,6 +85,12 @@ of N). The final saves are counted, and their time is in seconds and CPU, but no
 step" and "step after". Each mode runs once untimed first (tracing; what the first cell of a
 kernel pays is bench_cell_cost.py's). Ours saves on a clock, the peers every N steps.
 
+``--train-threads K`` gives TensorFlow's op pools K threads (``tf.config.threading``), so
+that training keeps K cores busy and leaves the others free: the case of a model trained on a
+GPU, whose host thread mostly waits for the device while the cores are idle (the bound is then
+the copy alone for a background writer while its write fits the free cores; the training
+thread's write stays the synchronous savers' cost).
+
 The machine may be shared: each block prints the load average when it starts. Wall clock is
 noisy there (read medians, repeat); CPU per save is steadier. Nothing is asserted.
 
@@ -87,6 +98,8 @@ noisy there (read medians, repeat); CPU per save is steadier. Nothing is asserte
     .venv/bin/python bench/bench_save_interval.py --sizes 1,50,150,400 --intervals 1,10 --rounds 5
     .venv/bin/python bench/bench_save_interval.py --sizes 150 --modes loop,loop-ours,loop-mgr,loop-async
     .venv/bin/python bench/bench_save_interval.py --modes graph,graph-tf,graph-ours
+    .venv/bin/python bench/bench_save_interval.py --sizes 150 --train-threads 1 \
+        --modes loop,loop-ours,loop-mgr,loop-async                # a core left free
 """
 import argparse
 import glob
@@ -389,7 +402,7 @@ class Bench:
         write_cpu = (WRITES.cpu / saves if WRITES is not None and saves and WRITES.count
                      and mode != "loop-async" else None)  # TF's async: its write unseen
         return Result(took, cpu, saves, overhead(took, marks[:-1], steps), inside, after,
-                      write_cpu)
+                      write_cpu, marks[steps - 1] - marks[0])
 
     def _run(self, mode, steps, every, interval, logdir, marks):
         """(wall seconds, the step index of each save: None for one made after the steps)."""
@@ -469,6 +482,7 @@ class Result(NamedTuple):
     in_step: float
     after: Optional[float]
     write_cpu: Optional[float] = None
+    to_last: Optional[float] = None   # from the first step's start to the last step's
 
 
 class Writes:
@@ -569,7 +583,18 @@ def main():
     parser.add_argument("--saves", type=int, default=4, help="intervals per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--train-threads", type=int, default=0,
+                        help="threads of TensorFlow's op pools (0: TensorFlow's default, "
+                             "every core); fewer leave cores free, as a GPU's training does")
     args = parser.parse_args()
+    cores = os.cpu_count()
+    if not 0 <= args.train_threads <= cores:
+        parser.error(f"--train-threads must be 0 (every core) to {cores}, not "
+                     f"{args.train_threads}")
+    if args.train_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.train_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.train_threads)
+    busy = args.train_threads or cores
     global WRITES  # pylint: disable=global-statement
     WRITES = Writes()
     modes = args.modes.split(",")
@@ -578,8 +603,10 @@ def main():
         parser.error(f"unknown modes {unknown}; known: {','.join(MODES)}")
     eager_modes = [m for m in modes if m not in GRAPH_MODES]
     graph_modes = [m for m in modes if m in GRAPH_MODES]
-    print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds")
+    print(f"TF {tf.__version__}, Keras {keras.__version__}, {cores} cores"
+          + (f", training on {busy} thread{'s' if busy > 1 else ''} ({cores - busy} of them "
+             "free)" if busy < cores
+             else "") + f", load {os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds")
     floors = {}
     for size in (float(s) for s in args.sizes.split(",")):
         # Only what the modes asked for is built: a 150 MB eager model is not freed.
@@ -625,8 +652,8 @@ def main():
                 print(f"  graph: {every[m]} steps (bare: {graph_rate:.1f} steps/s), {steps[m]} "
                       f"steps per run")
             if bench is not None:
-                print_floor(floors[size], interval)
-            print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'saves':>6s} "
+                print_floor(floors[size], interval, cores - busy)
+            print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'steady':>7s} {'saves':>6s} "
                   f"{'wall/save':>10s} {'CPU/save':>10s} {'write CPU':>10s} "
                   f"{'blocked/save':>13s} {'in its step':>12s} {'step after':>11s} "
                   f"{'vs peer':>8s}")
@@ -639,20 +666,29 @@ def main():
                     print(line)
 
 
-def print_floor(found: dict, interval: float) -> None:
+def print_floor(found: dict, interval: float, free: int = 0) -> None:
     """The floor lines: one copy, one synchronous write (to new files, and to the pages of
     files just deleted), the bounds at ``interval`` (with the write to new files, as a run
-    makes them)."""
+    makes them), with ``free`` cores that training leaves idle: a write there costs training
+    nothing, so a background saver's bound is its copy (when the write outlasts the interval,
+    at the saves it can make)."""
     (copy_wall, copy_cpu), (write_wall, write_cpu) = found["copy"], found["write"]
     rewrite_wall, rewrite_cpu = found["rewrite"]
     cores = os.cpu_count()
-    background = interval / (interval + (copy_cpu + write_cpu) / cores)
+    if free:
+        background = interval / (interval + copy_wall)
+        where = f"{free} free core{'s' if free > 1 else ''}" + (
+            " (the write outlasts the interval: saves come less often)"
+            if write_wall > interval * free else "")
+    else:
+        background = interval / (interval + (copy_cpu + write_cpu) / cores)
+        where = f"{cores} busy cores"
     synchronous = interval / (interval + write_wall)
     print(f"  floor: one host copy {copy_wall * 1000:.0f} ms ({copy_cpu * 1000:.0f} ms CPU), "
           f"one synchronous write {write_wall * 1000:.0f} ms ({write_cpu * 1000:.0f} ms CPU) "
           f"to new files, {rewrite_wall * 1000:.0f} ms ({rewrite_cpu * 1000:.0f} ms CPU) to "
           f"the pages of files just deleted;\n  bound vs bare: {background:.2f} writing in the "
-          f"background on {cores} busy cores, {synchronous:.2f} writing in the training thread")
+          f"background on {where}, {synchronous:.2f} writing in the training thread")
 
 
 def bare_of(mode: str) -> str:
@@ -699,12 +735,14 @@ def row(mode: str, results: dict) -> str:
         return line
     pairs = list(zip(results[bare], runs))
     ratio = median([b.seconds / r.seconds for b, r in pairs])
+    steady = [b.to_last / r.to_last for b, r in pairs if b.to_last and r.to_last]
     saved = [(b, r) for b, r in pairs if r.saves]
     wall, cpu = per_save(mode, results) or (0.0, 0.0)
     blocked = median([(r.overhead - b.overhead) / r.saves for b, r in saved]) if saved else 0.0
     after = [r.after for r in runs if r.after is not None]
     writes = [r.write_cpu for r in runs if r.write_cpu is not None]
-    line += (f" {ratio:8.2f} {median([r.saves for r in runs]):6g} {wall * 1000:7.0f} ms "
+    line += (f" {ratio:8.2f} " + (f"{median(steady):7.2f}" if steady else f"{'-':>7s}")
+             + f" {median([r.saves for r in runs]):6g} {wall * 1000:7.0f} ms "
              f"{cpu * 1000:7.0f} ms "
              + (f"{median(writes) * 1000:7.0f} ms " if writes else f"{'-':>10s} ")
              + f"{blocked * 1000:10.0f} ms {median([r.in_step for r in runs]) * 1000:9.0f} ms "
