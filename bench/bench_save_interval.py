@@ -583,18 +583,10 @@ def main():
     parser.add_argument("--saves", type=int, default=4, help="intervals per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--train-threads", type=int, default=0,
-                        help="threads of TensorFlow's op pools (0: TensorFlow's default, "
-                             "every core); fewer leave cores free, as a GPU's training does")
+    add_train_threads(parser)
     args = parser.parse_args()
     cores = os.cpu_count()
-    if not 0 <= args.train_threads <= cores:
-        parser.error(f"--train-threads must be 0 (every core) to {cores}, not "
-                     f"{args.train_threads}")
-    if args.train_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.train_threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.train_threads)
-    busy = args.train_threads or cores
+    busy = train_on(parser, args.train_threads)
     global WRITES  # pylint: disable=global-statement
     WRITES = Writes()
     modes = args.modes.split(",")
@@ -603,10 +595,8 @@ def main():
         parser.error(f"unknown modes {unknown}; known: {','.join(MODES)}")
     eager_modes = [m for m in modes if m not in GRAPH_MODES]
     graph_modes = [m for m in modes if m in GRAPH_MODES]
-    print(f"TF {tf.__version__}, Keras {keras.__version__}, {cores} cores"
-          + (f", training on {busy} thread{'s' if busy > 1 else ''} ({cores - busy} of them "
-             "free)" if busy < cores
-             else "") + f", load {os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds")
+    print(f"TF {tf.__version__}, Keras {keras.__version__}, {cores} cores{training(busy)}, "
+          f"load {os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds")
     floors = {}
     for size in (float(s) for s in args.sizes.split(",")):
         # Only what the modes asked for is built: a 150 MB eager model is not freed.
@@ -664,6 +654,32 @@ def main():
                 line = per_save_line(ours, peers, results)
                 if line:
                     print(line)
+
+
+def add_train_threads(parser: argparse.ArgumentParser) -> None:
+    """The ``--train-threads`` option (``train_on``)."""
+    parser.add_argument("--train-threads", type=int, default=0,
+                        help="threads of TensorFlow's op pools (0: TensorFlow's default, "
+                             "every core); fewer leave cores free, as a GPU's training does")
+
+
+def train_on(parser: argparse.ArgumentParser, threads: int) -> int:
+    """Gives TensorFlow's op pools ``threads`` threads (0: its default, every core), before
+    anything runs; returns the cores that training keeps busy."""
+    cores = os.cpu_count()
+    if not 0 <= threads <= cores:
+        parser.error(f"--train-threads must be 0 (every core) to {cores}, not {threads}")
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    return threads or cores
+
+
+def training(busy: int) -> str:
+    """The header's words for training on ``busy`` cores ("" for every core)."""
+    free = os.cpu_count() - busy
+    return (f", training on {busy} thread{'s' if busy > 1 else ''} ({free} "
+            f"core{'s' if free > 1 else ''} free)" if free else "")
 
 
 def print_floor(found: dict, interval: float, free: int = 0) -> None:

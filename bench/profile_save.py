@@ -32,6 +32,8 @@ Where SaveV2's CPU goes inside it is Linux perf's to say::
     .venv/bin/python bench/profile_save.py --size 150 --mode loop
     .venv/bin/python bench/profile_save.py --size 400 --mode fit --every 8
     .venv/bin/python bench/profile_save.py --size 150 --formats
+    .venv/bin/python bench/profile_save.py --size 400 --mode fit --steps 24 --every 4 \
+        --train-threads 1                            # a core left free, as a GPU's training
 """
 import argparse
 import glob
@@ -51,7 +53,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench_save_interval import Bench, floor  # noqa: E402
+from bench_save_interval import (  # noqa: E402
+    Bench, add_train_threads, floor, train_on, training)
 from jupyter_supervisor import events  # noqa: E402
 from jupyter_supervisor.config import RunConfig  # noqa: E402
 from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
@@ -303,16 +306,18 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--formats", action="store_true",
                         help="what writing the variables costs in each format, alone")
+    add_train_threads(parser)
     args = parser.parse_args()
+    busy = train_on(parser, args.train_threads)
     bench = Bench(args.size)
     if args.formats:
         print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, load "
               f"{os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds")
         formats(bench, args.rounds)
         return
-    print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, "
-          f"{bench.megabytes:.0f} MB model, {args.mode}, {args.steps} steps, a save every "
-          f"{args.every}, medians of {args.rounds} rounds; load {os.getloadavg()[0]:.1f}")
+    print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores"
+          f"{training(busy)}, {bench.megabytes:.0f} MB model, {args.mode}, {args.steps} "
+          f"steps, a save every {args.every}, medians of {args.rounds} rounds; load {os.getloadavg()[0]:.1f}")
     rows, writer_rows = [], []
     with WriterProbe() as probe:
         for number in range(args.rounds + 1):  # the first: warm-up (tracing), not counted
