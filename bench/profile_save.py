@@ -17,6 +17,11 @@ against the median step (wall, and the training thread's CPU), the writer thread
 (split into the write of the files and the rest: state file, retention, report), the other
 threads' CPU beyond bare's, and the process's CPU beyond bare's. Linux only.
 
+``--leave-out check`` profiles saves without their NaN check (``on_nan="ignore"``),
+``--leave-out write`` saves whose writer thread checks the copies and writes no file: what the
+copy and the check cost apart from the write. ``--train-threads`` as in
+``bench_save_interval.py``.
+
 ``--formats``: instead, what writing the same variables costs in each format, alone (no
 training beside it), medians of ``--rounds``: their raw bytes written to a file (the floor of
 any format), TensorFlow's SaveV2 of the same tensors (its bundle format: an index of CRC32C
@@ -34,6 +39,7 @@ Where SaveV2's CPU goes inside it is Linux perf's to say::
     .venv/bin/python bench/profile_save.py --size 150 --formats
     .venv/bin/python bench/profile_save.py --size 400 --mode fit --steps 24 --every 4 \
         --train-threads 1                            # a core left free, as a GPU's training
+    .venv/bin/python bench/profile_save.py --size 150 --leave-out write   # copy and check alone
 """
 import argparse
 import glob
@@ -153,7 +159,8 @@ class Marks(keras.callbacks.Callback):
         self.marks.append((time.perf_counter(), time.thread_time()))
 
 
-def run(bench: Bench, mode: str, steps: int, every: int, logdir, probe) -> dict:
+def run(bench: Bench, mode: str, steps: int, every: int, logdir, probe,
+        on_nan: str = "stop") -> dict:
     """One run of ``steps`` steps; ``logdir`` None: bare. Returns its figures."""
     marks, saved = [], []
     before, process = thread_cpu(), time.process_time()
@@ -171,7 +178,7 @@ def run(bench: Bench, mode: str, steps: int, every: int, logdir, probe) -> dict:
             bench.step_once().numpy()
     else:
         sv = EagerSupervisor(RunConfig(logdir=logdir, save_model_secs=SECS,
-                                       save_summaries_secs=0))
+                                       save_summaries_secs=0, on_nan=on_nan))
         clock = Clock(sv._checkpointer)  # pylint: disable=protected-access
         sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
         sv.add_listener(lambda r: saved.append(r.step)
@@ -297,6 +304,20 @@ def formats(bench: Bench, rounds: int) -> None:
               f"{statistics.median(t[1] for t in timed) * 1000:8.1f}")
 
 
+def leave_out_the_write() -> None:
+    """From now on a snapshot's write checks its copies and writes nothing."""
+    write_function = Snapshot.write_function
+
+    def check_only(snapshot, checked):
+        _, check = write_function(snapshot, checked)
+
+        def write(path):  # pylint: disable=unused-argument
+            check.run()
+        return write, check
+
+    Snapshot.write_function = check_only
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=float, default=150, help="model size in MB")
@@ -306,9 +327,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--formats", action="store_true",
                         help="what writing the variables costs in each format, alone")
+    parser.add_argument("--leave-out", choices=("check", "write"),
+                        help="a save without its NaN check (on_nan='ignore'), or without its "
+                             "write (the writer thread checks the copies and writes no file)")
     add_train_threads(parser)
     args = parser.parse_args()
     busy = train_on(parser, args.train_threads)
+    if args.leave_out == "write":
+        leave_out_the_write()
     bench = Bench(args.size)
     if args.formats:
         print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, load "
@@ -317,7 +343,9 @@ def main():
         return
     print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores"
           f"{training(busy)}, {bench.megabytes:.0f} MB model, {args.mode}, {args.steps} "
-          f"steps, a save every {args.every}, medians of {args.rounds} rounds; load {os.getloadavg()[0]:.1f}")
+          f"steps, a save every {args.every}"
+          + (f" without its {args.leave_out}" if args.leave_out else "")
+          + f", medians of {args.rounds} rounds; load {os.getloadavg()[0]:.1f}")
     rows, writer_rows = [], []
     with WriterProbe() as probe:
         for number in range(args.rounds + 1):  # the first: warm-up (tracing), not counted
@@ -325,7 +353,8 @@ def main():
             try:
                 bare = run(bench, args.mode, args.steps, args.every, None, probe)
                 first = len(probe.records)
-                ours = run(bench, args.mode, args.steps, args.every, logdir, probe)
+                ours = run(bench, args.mode, args.steps, args.every, logdir, probe,
+                           "ignore" if args.leave_out == "check" else "stop")
             finally:
                 shutil.rmtree(logdir, ignore_errors=True)
             records = probe.records[first:]
