@@ -44,6 +44,11 @@ Printed per size x interval, each mode's medians over rounds:
                 modes): the saves made while training runs, without the run's last save
                 (the peers' at the last step, ours' final one) and its end: the pace of a
                 long run, whose last save is made once
+  in            the saves made inside that span (ours saves on a clock, and a write longer
+                than the interval is followed by an interval without a save: it can make
+                fewer there than the peers)
+  steady/save   (that span's seconds - bare's) / the saves inside it: what one save made
+                while training runs cost it, the figure to compare by when "in" differs
   saves         checkpoints written
   CPU/save      (the run's process CPU time - bare's) / saves: everything a save costs the
                 machine, in every thread (the write, the copy, the check, a step slowed by
@@ -402,7 +407,8 @@ class Bench:
         write_cpu = (WRITES.cpu / saves if WRITES is not None and saves and WRITES.count
                      and mode != "loop-async" else None)  # TF's async: its write unseen
         return Result(took, cpu, saves, overhead(took, marks[:-1], steps), inside, after,
-                      write_cpu, marks[steps - 1] - marks[0])
+                      write_cpu, marks[steps - 1] - marks[0],
+                      sum(1 for i in at if i is not None and i < steps - 1))
 
     def _run(self, mode, steps, every, interval, logdir, marks):
         """(wall seconds, the step index of each save: None for one made after the steps)."""
@@ -483,6 +489,7 @@ class Result(NamedTuple):
     after: Optional[float]
     write_cpu: Optional[float] = None
     to_last: Optional[float] = None   # from the first step's start to the last step's
+    inside: int = 0   # the saves made between those two starts
 
 
 class Writes:
@@ -643,8 +650,8 @@ def main():
                       f"steps per run")
             if bench is not None:
                 print_floor(floors[size], interval, cores - busy)
-            print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'steady':>7s} {'saves':>6s} "
-                  f"{'wall/save':>10s} {'CPU/save':>10s} {'write CPU':>10s} "
+            print(f"  {'mode':10s} {'seconds':>8s} {'vs bare':>8s} {'steady':>7s} {'in':>3s} "
+                  f"{'steady/save':>12s} {'saves':>6s} {'wall/save':>10s} {'CPU/save':>10s} {'write CPU':>10s} "
                   f"{'blocked/save':>13s} {'in its step':>12s} {'step after':>11s} "
                   f"{'vs peer':>8s}")
             for mode in modes:
@@ -695,7 +702,7 @@ def print_floor(found: dict, interval: float, free: int = 0) -> None:
         background = interval / (interval + copy_wall)
         where = f"{free} free core{'s' if free > 1 else ''}" + (
             " (the write outlasts the interval: saves come less often)"
-            if write_wall > interval * free else "")
+            if write_wall > interval else "")
     else:
         background = interval / (interval + (copy_cpu + write_cpu) / cores)
         where = f"{cores} busy cores"
@@ -751,13 +758,18 @@ def row(mode: str, results: dict) -> str:
         return line
     pairs = list(zip(results[bare], runs))
     ratio = median([b.seconds / r.seconds for b, r in pairs])
-    steady = [b.to_last / r.to_last for b, r in pairs if b.to_last and r.to_last]
+    spans = [(b, r) for b, r in pairs if b.to_last and r.to_last]
+    steady = [b.to_last / r.to_last for b, r in spans]
+    inside = [(r.to_last - b.to_last) / r.inside for b, r in spans if r.inside]
     saved = [(b, r) for b, r in pairs if r.saves]
     wall, cpu = per_save(mode, results) or (0.0, 0.0)
     blocked = median([(r.overhead - b.overhead) / r.saves for b, r in saved]) if saved else 0.0
     after = [r.after for r in runs if r.after is not None]
     writes = [r.write_cpu for r in runs if r.write_cpu is not None]
-    line += (f" {ratio:8.2f} " + (f"{median(steady):7.2f}" if steady else f"{'-':>7s}")
+    line += (f" {ratio:8.2f} "
+             + (f"{median(steady):7.2f} {median([r.inside for _, r in spans]):3g} "
+                if steady else f"{'-':>7s} {'-':>3s} ")
+             + (f"{median(inside) * 1000:9.0f} ms" if inside else f"{'-':>12s}")
              + f" {median([r.saves for r in runs]):6g} {wall * 1000:7.0f} ms "
              f"{cpu * 1000:7.0f} ms "
              + (f"{median(writes) * 1000:7.0f} ms " if writes else f"{'-':>10s} ")
