@@ -3,6 +3,7 @@ else. The files, their serialization and the object graph's are the writer threa
 copy is in memory of its own, so that the step after the save pays nothing for it."""
 import os
 import threading
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -193,3 +194,37 @@ def test_a_save_copies_the_variables_into_memory_of_their_own():
             np.testing.assert_array_equal(copy.numpy(), variable.numpy())
         train_step()
     snapshot.release()
+
+
+def test_the_copy_of_the_save_before_is_freed_before_the_next_copy(tmp_path, backends):
+    """Host memory holds one copy of the variables at a time: once the write of a save ended
+    and its verdict is taken, nothing holds its copies (not the snapshot, not the check that
+    gave the verdict), so they are freed before the next save's copy is made, not after."""
+    sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
+    alive_at_copy = []   # per copy made: how many copies of the save before were alive
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        variables = [v if isinstance(v, tf.Variable) else v.value
+                     for v in model.variables + opt.variables]
+        clock.now += INTERVAL
+        step()
+        written(sv, saves, 1)
+        snapshot = sv._checkpointer.writer._snapshot  # pylint: disable=protected-access
+        traced = snapshot._traced                    # pylint: disable=protected-access
+        copy_function = traced.copy_function
+        before = [weakref.ref(c) for c in snapshot.copies_of(variables)]
+        assert before and all(ref() is not None for ref in before)
+
+        def watched(*handles):
+            alive_at_copy.append(sum(ref() is not None for ref in before))
+            return copy_function(*handles)
+
+        traced.copy_function = watched
+        try:
+            clock.now += INTERVAL
+            step()      # its boundary takes the verdict of save 1, then copies for save 2
+            written(sv, saves, 2)
+        finally:
+            traced.copy_function = copy_function
+        sv.request_stop()
+    assert alive_at_copy[:1] == [0], alive_at_copy

@@ -196,6 +196,9 @@ class Snapshot:
             self._plan = self._make_plan()
             if self._plan is None:
                 return False
+        # The copy before goes first (unless a write in flight holds it): host memory holds
+        # one copy of the variables at a time, not two while the new one is made.
+        self._copies = []
         self._copies = self._traced.copy_function(*self._handles)
         return True
 

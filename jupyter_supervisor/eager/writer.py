@@ -64,10 +64,13 @@ class Refusal:
             if self._decided:
                 return self
             self._decided = True
+            # The check holds the copies it checks: decided, it lets them go (the next
+            # copy is then made without this one in memory).
+            check, self._check = self._check, None
             if self._written:
                 return self
             try:
-                self.variables = self._check.run()
+                self.variables = check.run()
             except BaseException as e:  # pylint: disable=broad-except
                 self.error = e
                 return self
