@@ -169,6 +169,45 @@ def test_a_write_that_training_waits_for_keeps_training_s_priority(tmp_path, bac
         policies
 
 
+def test_the_final_checkpoint_is_written_beside_a_periodic_write_in_flight(tmp_path, backends,
+                                                                            monkeypatch):
+    """Training ends while a periodic write runs: the final checkpoint does not wait for it.
+    Its files are written while that write is held (until they exist), and it is listed after
+    that one, as the newest; the session's end waits for both."""
+    final_started = threading.Event()
+    released = []   # whether the periodic write saw the final one start, then its files
+
+    def held(path):
+        step = int(path.rsplit("-", 1)[1])
+        if step == 3:
+            final_started.set()
+        elif step == 2:
+            started = final_started.wait(DEADLINE)
+            released.append(started and wait_for(
+                lambda: os.path.exists(str(tmp_path / "model.ckpt-3.index")), DEADLINE,
+                what="the final checkpoint's files"))
+
+    before_each_write(monkeypatch, held)
+    sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        clock.now += INTERVAL
+        step()              # the first save (its copy traced here)
+        written(sv, saves, 1)
+        clock.now += INTERVAL
+        step()              # a periodic save, held until the final one's files exist
+        step()
+        sv.request_stop()   # the final checkpoint, of step 3
+    assert not sv._checkpointer.threads  # pylint: disable=protected-access
+    assert released == [True]
+    assert sv.flush_events(DEADLINE)
+    assert saves == [1, 2, 3]
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+        "model.ckpt-1", "model.ckpt-2", "model.ckpt-3"]
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")
+
+
 def address(value) -> int:
     """Where ``value`` (a tf.Variable, or a tensor in host memory) is in memory now: a read of
     a variable shares its memory, and so does a NumPy view of a tensor in host memory."""

@@ -215,17 +215,28 @@ class CheckpointWriter:
         waits for (``waited``: a save asked for now), does not: training waits for it or has
         ended, and what else runs should not slow it. A periodic write still running when
         one of those waits for it keeps yielding (an unprivileged thread cannot leave
-        ``SCHED_IDLE``)."""
+        ``SCHED_IDLE``).
+
+        A final save made while a periodic write runs does not wait for it: its copy is taken
+        now and its files are written beside that write's (training has ended: the cores are
+        free), and listed after it (``_write``). Its end then comes one write sooner than
+        the two writes one after the other. For that time host memory holds two copies of the
+        variables, where a periodic save holds one (``Snapshot.copy``)."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
         if self._closed:
             raise RuntimeError("save(): the writer is closed")
-        self.wait()
         path = f"{self._prefix}-{step}"
         start = time.time()
         direct = final and self._snapshot is not None and not self._snapshot.is_traced()
+        behind = self._newest.thread if self._overlaps(final, direct) else None
+        if behind is None:
+            self.wait()
         snapped = self._snapshot is not None and not direct and self._snapshot.copy()
+        if not snapped and behind is not None:
+            self.wait()
+            behind = None
         if self._snapshot is not None and not snapped and not self.sync_reason and \
                 self._snapshot.why_not:
             self.sync_reason = ("Checkpoints are written synchronously (the training thread "
@@ -252,9 +263,15 @@ class CheckpointWriter:
             return pending
         pending.thread = threading.Thread(
             target=self._write_behind, name="jupyter_supervisor-checkpoint",
-            args=(not (final or waited), write, path, step, start, verdict, best), daemon=True)
+            args=(not (final or waited), write, path, step, start, verdict, best, behind),
+            daemon=True)
         pending.thread.start()
         return pending
+
+    def _overlaps(self, final: bool, direct: bool) -> bool:
+        """True when the save's write may overlap the one in flight (see ``save``): a final
+        save of the snapshot's copies while a write of the snapshot runs."""
+        return final and not direct and self._snapshot is not None and self.writing
 
     @property
     def writing(self) -> bool:
@@ -307,13 +324,23 @@ class CheckpointWriter:
         self._write(*args)
 
     def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
-               verdict: Optional[Refusal] = None, best: bool = False) -> None:
+               verdict: Optional[Refusal] = None, best: bool = False,
+               behind: Optional[threading.Thread] = None) -> None:
         """The writer thread: the files (``write``, refused when ``verdict`` is given and the
-        copies are not finite), then the state file and the retention."""
+        copies are not finite), then the state file and the retention. ``behind``: the
+        thread of the write before, still running when this one started: it ends first, so
+        that its checkpoint is listed (and its failure raised) before this one's."""
         try:
+            failure = None
             try:
                 write(path)
             except (tf.errors.OpError, OSError) as e:
+                failure = e
+            finally:
+                if behind is not None:
+                    behind.join()
+            if failure is not None:
+                e = failure
                 refused = verdict is not None and finite.is_guard_failure(e)
                 # A checkpoint kept under this name (a step saved again) keeps its files.
                 _remove_checkpoint(path, partial_only=refused or path in self._kept)
@@ -325,7 +352,8 @@ class CheckpointWriter:
                 verdict.written(True)
             self._record(path, best)
         except BaseException as e:  # pylint: disable=broad-except
-            self._error = e
+            if self._error is None:  # an overlapped write's (above) is raised first
+                self._error = e
             self._on_error(e)
             return
         seconds = time.time() - start
