@@ -22,6 +22,10 @@ threads' CPU beyond bare's, and the process's CPU beyond bare's. Linux only.
 copy and the check cost apart from the write. ``--train-threads`` as in
 ``bench_save_interval.py``.
 
+``--end``: instead, the end of a loop whose last periodic write is in flight (the final
+checkpoint written beside it, and after it as each save waited for the write before);
+``--memory``: the resident memory between periodic saves and after a save's copy.
+
 ``--formats``: instead, what writing the same variables costs in each format, alone (no
 training beside it), medians of ``--rounds``: their raw bytes written to a file (the floor of
 any format), TensorFlow's SaveV2 of the same tensors (its bundle format: an index of CRC32C
@@ -40,6 +44,8 @@ Where SaveV2's CPU goes inside it is Linux perf's to say::
     .venv/bin/python bench/profile_save.py --size 400 --mode fit --steps 24 --every 4 \
         --train-threads 1                            # a core left free, as a GPU's training
     .venv/bin/python bench/profile_save.py --size 150 --leave-out write   # copy and check alone
+    .venv/bin/python bench/profile_save.py --size 150 --end --rounds 7  # the final save's overlap
+    .venv/bin/python bench/profile_save.py --size 150 --memory          # one copy held, not two
 """
 import argparse
 import glob
@@ -318,6 +324,95 @@ def leave_out_the_write() -> None:
     Snapshot.write_function = check_only
 
 
+def end_of_run(bench: Bench, rounds: int) -> None:
+    """``--end``: a loop whose last periodic save is one step before its end, so that its
+    write runs when training ends: the seconds from the last step's end to the session's end
+    (the final checkpoint written, and that write), with the final checkpoint written beside
+    that write (as the writer does) and after it (``CheckpointWriter._overlaps`` off: each
+    save waits for the write before), alternating, after one untimed run of each."""
+    overlaps = writing.CheckpointWriter._overlaps
+
+    def once(serial: bool) -> float:
+        logdir = tempfile.mkdtemp(prefix="profile_save_")
+        if serial:
+            writing.CheckpointWriter._overlaps = lambda self, final, direct: False
+        try:
+            sv = EagerSupervisor(RunConfig(logdir=logdir, save_model_secs=SECS,
+                                           save_summaries_secs=0))
+            clock = Clock()
+            with sv.session():
+                sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
+                sv.track(model=bench.model, optimizer=bench.model.optimizer)
+                for step in range(6):
+                    if step == 4:
+                        clock.now += SECS
+                    loss = bench.step_once()
+                    sv.step(loss=loss)
+                loss.numpy()
+                ended = time.perf_counter()
+                sv.request_stop()
+            return time.perf_counter() - ended
+        finally:
+            writing.CheckpointWriter._overlaps = overlaps
+            shutil.rmtree(logdir, ignore_errors=True)
+
+    once(False), once(True)
+    found = {False: [], True: []}
+    for number in range(rounds):
+        for serial in (False, True) if number % 2 == 0 else (True, False):
+            found[serial].append(once(serial))
+    print("the end of a loop whose last periodic write runs when training ends, from the last "
+          "step to the session's end (ms), median [least, most]:")
+    for serial, label in ((False, "the final checkpoint beside that write"),
+                          (True, "the final checkpoint after it")):
+        values = [v * 1000 for v in found[serial]]
+        print(f"  {label:42s} {statistics.median(values):6.0f} [{min(values):.0f}, "
+              f"{max(values):.0f}]")
+
+
+def resident_memory(bench: Bench, rounds: int) -> None:
+    """``--memory``: the process's resident memory (``VmRSS``) between periodic saves of a
+    loop and at the end of each save's copy (the copy before it freed or not), ``rounds``
+    saves after the first, each written before the next."""
+    def rss() -> float:
+        with open("/proc/self/status", encoding="ascii") as f:
+            line = next(line for line in f if line.startswith("VmRSS"))
+        return int(line.split()[1]) / 1024
+
+    logdir = tempfile.mkdtemp(prefix="profile_save_")
+    try:
+        sv = EagerSupervisor(RunConfig(logdir=logdir, save_model_secs=SECS,
+                                       save_summaries_secs=0))
+        clock, found = Clock(), []
+        with sv.session():
+            checkpointer = sv._checkpointer  # pylint: disable=protected-access
+            checkpointer.timer._clock = clock  # pylint: disable=protected-access
+            sv.track(model=bench.model, optimizer=bench.model.optimizer)
+            for number in range(rounds + 1):
+                clock.now += SECS
+                sv.step(loss=bench.step_once())
+                checkpointer.writer.wait()
+                sv.step(loss=bench.step_once())
+                if number == 0:   # the first save traced the copy: watch the next ones
+                    traced = checkpointer.writer._snapshot._traced  # pylint: disable=W0212
+                    copy = traced.copy_function
+
+                    def watched(*handles, _copy=copy):
+                        before = rss()
+                        copies = _copy(*handles)
+                        found.append((before, rss()))
+                        return copies
+                    traced.copy_function = watched
+            traced.copy_function = copy
+            sv.request_stop()
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    print(f"resident memory (MB) of a {bench.megabytes:.0f} MB model's loop, medians of "
+          f"{rounds} periodic saves:")
+    print(f"  before the save's copy (between saves) {statistics.median(b for b, _ in found):8.0f}")
+    print(f"  after its copy                         {statistics.median(a for _, a in found):8.0f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=float, default=150, help="model size in MB")
@@ -330,12 +425,23 @@ def main():
     parser.add_argument("--leave-out", choices=("check", "write"),
                         help="a save without its NaN check (on_nan='ignore'), or without its "
                              "write (the writer thread checks the copies and writes no file)")
+    parser.add_argument("--end", action="store_true",
+                        help="the end of a loop whose last periodic write is in flight: the "
+                             "final checkpoint written beside it and after it")
+    parser.add_argument("--memory", action="store_true",
+                        help="resident memory between periodic saves and after a save's copy")
     add_train_threads(parser)
     args = parser.parse_args()
     busy = train_on(parser, args.train_threads)
     if args.leave_out == "write":
         leave_out_the_write()
     bench = Bench(args.size)
+    if args.end or args.memory:
+        print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores"
+              f"{training(busy)}, {bench.megabytes:.0f} MB model, load "
+              f"{os.getloadavg()[0]:.1f}; {args.rounds} rounds")
+        (end_of_run if args.end else resident_memory)(bench, args.rounds)
+        return
     if args.formats:
         print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, load "
               f"{os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds")
