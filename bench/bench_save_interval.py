@@ -24,7 +24,9 @@ the order rotating each round (``--rounds``; medians over rounds are printed):
              optimizer's tf.Variables, since it refuses the Keras 3 objects themselves (their
              copy creates a tf.Variable inside a tf.function: "tf.function only supports
              singleton tf.Variables created on the first call", from the second save on); its
-             run ends with Checkpoint.sync(), the wait for the last write
+             run ends with Checkpoint.sync(), the wait for the last write. Both peers keep
+             one tf.train.Checkpoint across their runs, as a long run has one (TF's async
+             saver traces its copy once per Checkpoint); each run has a new manager and logdir
   graph      graph code (TF 1): the same MLP built in a tf.Graph of its own (tf.compat.v1
              variables, AdamOptimizer, random batches made in the graph), a plain
              tf.compat.v1.Session and a loop of sess.run(train_op), bare
@@ -381,6 +383,7 @@ class Bench:
 
         self.train_step = train_step
         self.step_once()
+        self._checkpoints = {}
 
     def step_once(self):
         return self.train_step(*next(self.iterator))
@@ -392,6 +395,23 @@ class Bench:
             steps += 1
         self.step_once().numpy()
         return steps / (time.perf_counter() - start)
+
+    def checkpoint(self, mode: str) -> tf.train.Checkpoint:
+        """The ``tf.train.Checkpoint`` of ``loop-mgr`` or ``loop-async``, made once and kept for
+        every run of the mode (each run gives it a new ``CheckpointManager`` and logdir): a
+        long run makes one, and TensorFlow's async saver traces its copy once per Checkpoint
+        (a new one per run would retrace it in every run's first save)."""
+        if mode not in self._checkpoints:
+            model = self.model
+            if mode == "loop-mgr":
+                found = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+            else:
+                # The tf.Variables of the Keras variables: the Keras objects fail (see above).
+                found = tf.train.Checkpoint(**{
+                    f"v{i}": v.value for i, v in enumerate(model.variables
+                                                           + model.optimizer.variables)})
+            self._checkpoints[mode] = found
+        return self._checkpoints[mode]
 
     def run(self, mode: str, steps: int, every: int, interval: float, logdir: str) -> "Result":
         """The ``Result`` of ``steps`` steps in ``mode``."""
@@ -454,14 +474,10 @@ class Bench:
             # Each saves at the end of batch s - 1 (0-based) for s = every, 2 every, ...
             return time.perf_counter() - start, list(range(every - 1, steps, every))
         manager = checkpoint = options = None
-        if mode == "loop-mgr":
-            checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-        elif mode == "loop-async":
-            # The tf.Variables of the Keras variables: the Keras objects fail (see above).
-            checkpoint = tf.train.Checkpoint(**{
-                f"v{i}": v.value for i, v in enumerate(model.variables
-                                                       + model.optimizer.variables)})
-            options = tf.train.CheckpointOptions(enable_async=True)
+        if mode in ("loop-mgr", "loop-async"):
+            checkpoint = self.checkpoint(mode)
+            if mode == "loop-async":
+                options = tf.train.CheckpointOptions(enable_async=True)
         if checkpoint is not None:
             manager = tf.train.CheckpointManager(checkpoint, logdir, max_to_keep=5)
         at, loss = [], None
