@@ -208,6 +208,40 @@ def test_the_final_checkpoint_is_written_beside_a_periodic_write_in_flight(tmp_p
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")
 
 
+def test_a_final_checkpoint_of_the_step_being_written_waits_for_that_write(tmp_path, backends,
+                                                                           monkeypatch):
+    """A fit's end may save again the step of a periodic save still in flight (made in its
+    last validation, before the epoch's end changed the state): that final checkpoint has the
+    same files, so its write does not overlap that one; one of another step does."""
+    hold = threading.Event()
+    held = []
+
+    def holding(path):
+        if path.endswith("-2"):
+            held.append(hold.wait(DEADLINE))
+
+    before_each_write(monkeypatch, holding)
+    sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
+    with sv.session():
+        sv.track(model=model, optimizer=opt)
+        clock.now += INTERVAL
+        step()
+        written(sv, saves, 1)
+        clock.now += INTERVAL
+        step()              # the periodic save of step 2, held
+        writer = sv._checkpointer.writer  # pylint: disable=protected-access
+        try:
+            assert writer.writing
+            in_flight = str(tmp_path / "model.ckpt-2")
+            overlaps = [writer._overlaps(True, False, path)  # pylint: disable=W0212
+                        for path in (in_flight, str(tmp_path / "model.ckpt-3"))]
+        finally:
+            hold.set()
+        sv.request_stop()
+    assert overlaps == [False, True]
+    assert held == [True]
+
+
 def address(value) -> int:
     """Where ``value`` (a tf.Variable, or a tensor in host memory) is in memory now: a read of
     a variable shares its memory, and so does a NumPy view of a tensor in host memory."""

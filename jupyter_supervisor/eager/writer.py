@@ -100,6 +100,7 @@ class PendingSave:
         self.verdict = verdict
         self.checked_before = checked_before
         self.thread: Optional[threading.Thread] = None
+        self.behind: Optional[threading.Thread] = None   # the write it overlaps (save())
 
     @property
     def writing(self) -> bool:
@@ -230,7 +231,7 @@ class CheckpointWriter:
         path = f"{self._prefix}-{step}"
         start = time.time()
         direct = final and self._snapshot is not None and not self._snapshot.is_traced()
-        behind = self._newest.thread if self._overlaps(final, direct) else None
+        behind = self._newest.thread if self._overlaps(final, direct, path) else None
         if behind is None:
             self.wait()
         snapped = self._snapshot is not None and not direct and self._snapshot.copy()
@@ -245,6 +246,9 @@ class CheckpointWriter:
         write, check = (self._snapshot.write_function(self._checked) if snapped
                         else (None, None))
         before = bool(self._checked) and not (check and check.names)
+        if before and behind is not None:  # a refusal writes nothing: no overlap to keep
+            self.wait()
+            behind = None
         if before:  # no copies to check: the live variables, before the write
             verdict = Refusal(step, finite.VariableCheck.untraced(self._checked) if direct
                               else self._live_check()).decide()
@@ -265,13 +269,17 @@ class CheckpointWriter:
             target=self._write_behind, name="jupyter_supervisor-checkpoint",
             args=(not (final or waited), write, path, step, start, verdict, best, behind),
             daemon=True)
+        pending.behind = behind
         pending.thread.start()
         return pending
 
-    def _overlaps(self, final: bool, direct: bool) -> bool:
+    def _overlaps(self, final: bool, direct: bool, path: str) -> bool:
         """True when the save's write may overlap the one in flight (see ``save``): a final
-        save of the snapshot's copies while a write of the snapshot runs."""
-        return final and not direct and self._snapshot is not None and self.writing
+        save of the snapshot's copies while a write of the snapshot to another path runs
+        (a fit's end saves again the step of a save made in its last validation: the two
+        would write the same files)."""
+        return (final and not direct and self._snapshot is not None and self.writing
+                and self._newest.path != path)
 
     @property
     def writing(self) -> bool:
@@ -281,14 +289,20 @@ class CheckpointWriter:
 
     @property
     def threads(self) -> List[threading.Thread]:
-        """The writer thread of the write in flight ([] when none runs)."""
+        """The writer threads of the writes in flight ([] when none runs): the newest, and
+        the one it overlaps."""
         newest = self._newest
-        thread = newest.thread if newest is not None else None
-        return [thread] if thread is not None and thread.is_alive() else []
+        if newest is None:
+            return []
+        return [t for t in (newest.behind, newest.thread) if t is not None and t.is_alive()]
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
+        """Waits for the write in progress; raises its CheckpointWriteError. False on timeout.
+        The write a final one overlaps is waited for without a limit, as any save waits for
+        the write before it: ``timeout`` bounds the final write's own time."""
         newest = self._newest
+        if newest is not None and newest.behind is not None:
+            newest.behind.join()
         if newest is not None and newest.thread is not None:
             newest.thread.join(timeout)
             if newest.thread.is_alive():
