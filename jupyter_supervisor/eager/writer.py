@@ -235,9 +235,6 @@ class CheckpointWriter:
         if behind is None:
             self.wait()
         snapped = self._snapshot is not None and not direct and self._snapshot.copy()
-        if not snapped and behind is not None:
-            self.wait()
-            behind = None
         if self._snapshot is not None and not snapped and not self.sync_reason and \
                 self._snapshot.why_not:
             self.sync_reason = ("Checkpoints are written synchronously (the training thread "
@@ -246,7 +243,9 @@ class CheckpointWriter:
         write, check = (self._snapshot.write_function(self._checked) if snapped
                         else (None, None))
         before = bool(self._checked) and not (check and check.names)
-        if before and behind is not None:  # a refusal writes nothing: no overlap to keep
+        if behind is not None and (before or not snapped):
+            # No copy to write beside it, or a live check that may refuse (and write nothing):
+            # the write in flight ends first, as for any other save.
             self.wait()
             behind = None
         if before:  # no copies to check: the live variables, before the write
@@ -354,14 +353,13 @@ class CheckpointWriter:
                 if behind is not None:
                     behind.join()
             if failure is not None:
-                e = failure
-                refused = verdict is not None and finite.is_guard_failure(e)
+                refused = verdict is not None and finite.is_guard_failure(failure)
                 # A checkpoint kept under this name (a step saved again) keeps its files.
                 _remove_checkpoint(path, partial_only=refused or path in self._kept)
                 if refused:
                     verdict.written(False)  # the state file and the retention stay
                     return
-                raise CheckpointWriteError(self._failure(path, e)) from e
+                raise CheckpointWriteError(self._failure(path, failure)) from failure
             if verdict is not None:
                 verdict.written(True)
             self._record(path, best)
