@@ -167,6 +167,23 @@ class Recorder:
             return [e for e in self.events if isinstance(e, kind)]
 
 
+def before_each_write(monkeypatch, action) -> None:
+    """Calls ``action(path)`` in the thread that writes each eager snapshot's files, before it
+    writes them to ``path``."""
+    from jupyter_supervisor.eager.snapshot import Snapshot  # pylint: disable=C0415
+    write_function = Snapshot.write_function
+
+    def watched(self, checked):
+        write, check = write_function(self, checked)
+
+        def watched_write(path):
+            action(path)
+            return write(path)
+        return watched_write, check
+
+    monkeypatch.setattr(Snapshot, "write_function", watched)
+
+
 class FakeClock:
     """A clock that moves only when told to."""
 

@@ -13,7 +13,7 @@ from jupyter_supervisor import events
 from jupyter_supervisor.eager.snapshot import Snapshot
 
 from eager_models import data, make_model
-from helpers import FakeClock, wait_for
+from helpers import FakeClock, before_each_write, wait_for
 
 DEADLINE = 60
 INTERVAL = 10.0   # save_model_secs, on a clock the tests move
@@ -50,22 +50,6 @@ def written(sv, saves, step):
     that falls due while a write runs is put off)."""
     wait_for(lambda: step in saves and not sv._checkpointer.threads,  # pylint: disable=W0212
              DEADLINE, what=f"the checkpoint of step {step}")
-
-
-def before_each_write(monkeypatch, action) -> None:
-    """Calls ``action(path)`` in the thread that writes each snapshot's files, before it writes
-    them to ``path``."""
-    write_function = Snapshot.write_function
-
-    def watched(self, checked):
-        write, check = write_function(self, checked)
-
-        def watched_write(path):
-            action(path)
-            return write(path)
-        return watched_write, check
-
-    monkeypatch.setattr(Snapshot, "write_function", watched)
 
 
 def written_bytes() -> int:

@@ -11,6 +11,7 @@ import keras
 from tensorflow.python.framework import config as tf_config
 
 from eager_models import data
+from helpers import FakeClock, before_each_write, wait_for
 from jupyter_supervisor.checkpoints import CheckpointMismatchError
 
 EVERY_STEP = 1e-9
@@ -332,6 +333,84 @@ def test_track_refuses_what_holds_no_variables(tmp_path, backends, value, shown)
 
 
 # ------------------------------------------------------- the training state beside the weights
+
+class Script(keras.callbacks.Callback):
+    """At the end of the ``at``-th batch its fit trains, calls ``then[at]()``."""
+
+    def __init__(self, then):
+        super().__init__()
+        self.then = then
+        self.count = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.count += 1
+        if self.count in self.then:
+            self.then[self.count]()
+
+
+def test_a_stop_while_a_periodic_write_runs_resumes_exactly(tmp_path, backends, monkeypatch):
+    """A stop inside epoch 2 while the periodic write of the step before still runs: the
+    final checkpoint is written beside that write (held here until the final one's files
+    exist), and a fresh model resumed from it ends as the uninterrupted run: weights, every
+    optimizer variable (the rates ReduceLROnPlateau set), the callbacks' decisions, on a
+    tf.data pipeline shuffled anew each epoch."""
+    x, y = data()
+
+    def inputs():
+        """The fit's arguments, its dataset made anew (as a re-run cell makes it: the dataset
+        object counts the orders its shuffle drew)."""
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=2).batch(8)
+        return {"x": dataset, "epochs": 4, "verbose": 0}
+
+    def callbacks():
+        return [keras.callbacks.ReduceLROnPlateau("loss", factor=0.5, patience=0,
+                                                  min_delta=10.0),
+                keras.callbacks.EarlyStopping("loss", patience=5, min_delta=10.0)]
+
+    def fit(logdir, **options):
+        model, made = build(dropout), callbacks()
+        sv = backends(logdir, **options)
+        return model, made, sv
+
+    whole, (plateau, stopping), sv = fit(tmp_path / "whole", save_model_secs=EVERY_STEP)
+    with sv.session():
+        whole.fit(**inputs(), callbacks=[sv.callback, plateau, stopping])
+
+    stopped = tmp_path / "stopped"
+    released = []   # whether the periodic write (of step 10) saw the final one's files
+
+    def held(path):
+        if path.endswith("-10"):
+            released.append(wait_for(lambda: (stopped / "model.ckpt-11.index").exists(), 60,
+                                     what="the final checkpoint's files"))
+
+    before_each_write(monkeypatch, held)
+    model, made, sv = fit(stopped, save_model_secs=1000)
+    clock = FakeClock()
+    sv._checkpointer.timer._clock = clock  # pylint: disable=protected-access
+
+    def due():
+        clock.now += 1000
+
+    with sv.session():
+        # Batch 10: a periodic save of step 10 (its write held); batch 11: a stop, whose final
+        # checkpoint of step 11 is written beside it.
+        model.fit(**inputs(), callbacks=[Script({10: due, 11: sv.request_stop}), sv.callback,
+                                       *made])
+    assert released == [True]
+    assert tf.train.latest_checkpoint(str(stopped)).endswith("model.ckpt-11")
+
+    resumed, (resumed_plateau, resumed_stopping), sv = fit(stopped, save_model_secs=EVERY_STEP)
+    with sv.session():
+        resumed.fit(**inputs(), callbacks=[sv.callback, resumed_plateau, resumed_stopping])
+    assert int(resumed.optimizer.iterations) == int(whole.optimizer.iterations) == 32
+    assert_same(state(resumed), state(whole))
+    assert float(whole.optimizer.learning_rate) < 0.01   # the plateau decayed it
+    assert (resumed_plateau.best, resumed_plateau.wait, resumed_plateau.cooldown_counter) == \
+        (plateau.best, plateau.wait, plateau.cooldown_counter)
+    assert (resumed_stopping.best, resumed_stopping.wait, resumed_stopping.stopped_epoch) == \
+        (stopping.best, stopping.wait, stopping.stopped_epoch)
+
 
 def val_data():
     """Validation data the model fits worse as it learns: its best epoch is the first."""
