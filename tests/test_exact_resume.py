@@ -24,18 +24,28 @@ def deterministic_ops():
     tf_config.disable_op_determinism()  # the other test modules run as a user's code does
 
 
-class Crash(keras.callbacks.Callback):
-    """Raises at the end of the ``at``-th batch trained in this fit."""
+class Script(keras.callbacks.Callback):
+    """At the end of the ``at``-th batch its fit trains, calls ``then[at]()``."""
 
-    def __init__(self, at):
+    def __init__(self, then):
         super().__init__()
-        self.at = at
+        self.then = then
         self.count = 0
 
     def on_train_batch_end(self, batch, logs=None):
         self.count += 1
-        if self.count == self.at:
-            raise RuntimeError(f"crash at batch {batch}")
+        if self.count in self.then:
+            self.then[self.count]()
+
+
+class Crash(Script):
+    """Raises at the end of the ``at``-th batch trained in this fit."""
+
+    def __init__(self, at):
+        super().__init__({at: self.crash})
+
+    def crash(self):
+        raise RuntimeError(f"crash at batch {self.count}")
 
 
 def plain(seed=0):
@@ -333,20 +343,6 @@ def test_track_refuses_what_holds_no_variables(tmp_path, backends, value, shown)
 
 
 # ------------------------------------------------------- the training state beside the weights
-
-class Script(keras.callbacks.Callback):
-    """At the end of the ``at``-th batch its fit trains, calls ``then[at]()``."""
-
-    def __init__(self, then):
-        super().__init__()
-        self.then = then
-        self.count = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.count += 1
-        if self.count in self.then:
-            self.then[self.count]()
-
 
 def test_a_stop_while_a_periodic_write_runs_resumes_exactly(tmp_path, backends, monkeypatch):
     """A stop inside epoch 2 while the periodic write of the step before still runs: the
