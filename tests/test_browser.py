@@ -727,7 +727,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     stopped_at = _checkpoint_step(root / "cmd")
     expect(cmd.locator(".jsv-step")).to_have_text(f"step {stopped_at:,}")
     expect(cmd.locator(".jsv-fit")).to_have_text(_position(stopped_at, 100000))
-    expect(cmd.locator(".jsv-timeline")).to_contain_text(f"stopped at step {stopped_at}")
+    expect(cmd.locator(".jsv-timeline")).to_contain_text(f"stopped at step {stopped_at:,}")
     expect(cmd.locator(".jsv-eta")).to_be_hidden()
 
     # The live run, in the light, the dark and the high-contrast theme.
@@ -863,7 +863,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     live.locator("button.jsv-resume").click()
     expect(live.locator(".jsv-status")).to_have_text("running")
     expect(live.locator(".jsv-timeline")).to_contain_text(
-        f"resumed from model.ckpt-{stopped_at} (step {stopped_at})")
+        f"resumed from model.ckpt-{stopped_at} (step {stopped_at:,})")
     expect(live.locator("button.jsv-stop")).to_be_enabled()
     expect(live.locator("button.jsv-resume")).to_be_disabled()
     page.wait_for_function(
