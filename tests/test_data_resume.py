@@ -2,7 +2,8 @@
 
 Two kernels serve the module (a kernel start costs more than the fits). In the first, with no
 seed set and ops nondeterministic, each input whose order cannot be replayed is stopped
-mid-epoch by --max-steps and re-run: the resume says so, once. Then, seeded and with
+mid-epoch by --max-steps and re-run: the resume says so, once (and so does one given the
+dataset or the generator the stopped fit had, made in an earlier cell). Then, seeded and with
 deterministic ops, one fit per input kind is started and held at a batch mid-epoch (later than
 the first epoch), beside fits that the next kernel resumes with another batch size, another
 steps_per_epoch, another dataset length; the kernel is killed (SIGKILL: a crash). In a new
@@ -81,6 +82,10 @@ def made(names):
 def state(m):
     return [v.numpy() for v in m.variables + m.optimizer.variables]
 
+# Inputs made once, in a cell before fit's (NOTES: the resume in this kernel reuses them)
+reused_data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=7).batch(8)
+reused_draws = draws()
+
 def same(a, b):
     return len(a) == len(b) and all(bool(np.array_equal(u, v)) for u, v in zip(a, b))
 
@@ -117,6 +122,12 @@ NOTES = {
         "(split := tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=6)"
         ".batch(8)).take(6)", "validation_data=split.skip(6), ", 9,
         "its validation_data shares a reshuffling shuffle with its training input"),
+    # Made once, in an earlier cell: the resume in the same kernel gets the stopped fit's.
+    "a dataset reused in the kernel": (
+        "reused_data", "", 12, "its tf.data input is a dataset this kernel already iterated"),
+    "a generator reused in the kernel": (
+        "reused_draws", "steps_per_epoch=5, ", 7,
+        "with a Python generator that an earlier fit in this kernel already drew from"),
 }
 
 

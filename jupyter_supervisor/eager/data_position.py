@@ -34,12 +34,19 @@ the batches drawn from it (``drawn``). A resume replays them, per kind of input:
   resumes exactly.
 
 Exactness needs what an uninterrupted run needs to be repeatable: the same seeds, an input that
-yields the same data when built again. Where the order cannot be replayed (an unseeded
-shuffle, arrays shuffled without a global seed, a shuffle before ``repeat``/``cache``/
-``concatenate`` with an iterator per epoch), the resume says so once, with what to do. A
-checkpoint also records the input's kind, length, batch size and batches per epoch: when they
-changed since (another ``batch_size``...), the resume says what changed and continues the
-epoch after the same share of it, not silently at a batch that now means other samples.
+yields the same data when built again. Built again: a resume in the kernel that ran the fit,
+given the same dataset object (made in an earlier cell than fit's), cannot replay it, since
+that dataset's seed counter already moved past the iterator the run drew from, and nothing
+moves it back; nor can a generator an earlier fit drew from start again. The fits under a
+callback note, in this process, the reshuffling transformations they made iterators of
+(``_ITERATED``) and the generators they drew from (``_DRAWN``), so that a resume given one of
+those says so (iterators made of it outside such fits are not seen). Where the order cannot
+be replayed (an unseeded shuffle, arrays shuffled without a global seed, a shuffle before
+``repeat``/``cache``/``concatenate`` with an iterator per epoch), the resume says so once, with
+what to do. A checkpoint also records the input's kind, length, batch size and batches per
+epoch: when they changed since (another ``batch_size``...), the resume says what changed and
+continues the epoch after the same share of it, not silently at a batch that now means other
+samples.
 
 Every private attribute of Keras and tf.data that this reads is in ``compat``.
 """
@@ -54,6 +61,12 @@ from .. import compat
 from .variables import INPUT_STATE
 
 logger = logging.getLogger("jupyter_supervisor")
+
+# The reshuffling transformations of tf.data pipelines (``compat.reshuffling_nodes``) that fits
+# under a callback made iterators of in this process, and the Python generators such fits drew
+# from. Weak: a dataset or a generator the user drops is forgotten with it.
+_ITERATED: "weakref.WeakSet[object]" = weakref.WeakSet()
+_DRAWN: "weakref.WeakSet[object]" = weakref.WeakSet()
 
 UNKNOWN = -1
 # The kinds of input Keras' fit takes (``compat.input_kind``), by their number in a checkpoint.
@@ -131,6 +144,20 @@ SHARED_WITH_VALIDATION = (
     "also means that every epoch splits the data anew (samples move between training and "
     "validation). Split before shuffling, or shuffle with reshuffle_each_iteration=False "
     "before the split, for an exact resume and a fixed split.")
+REUSED_DATASET = (
+    "This fit resumes at epoch %d (after its batch %d), and its tf.data input is a dataset "
+    "this kernel already iterated (an earlier fit drew from it). A dataset draws the seeds of "
+    "each new iterator of its shuffle from a counter that only a newly built dataset starts "
+    "again, and this one's is past the order the interrupted epoch had: this epoch's order "
+    "is another, and the run differs from an uninterrupted one. For an exact "
+    "resume, build the dataset in the cell that calls fit (a resume runs that cell again), "
+    "or run the cell that builds it again before resuming.")
+REUSED_GENERATOR = (
+    "This fit resumes at epoch %d (after its batch %d) with a Python generator that an "
+    "earlier fit in this kernel already drew from: a generator cannot start again, so the "
+    "batches the resume draws to reach the run's position are others than the run trained, "
+    "and the run differs from an uninterrupted one. For an exact resume, make the generator "
+    "in the cell that calls fit (a resume runs that cell again).")
 NO_POSITION = (
     "The checkpoint %s holds no position of the fit's input (it was written before that was "
     "saved): this fit starts epoch %d with a new iterator of its input (%s) and skips its "
@@ -179,6 +206,19 @@ class FitInput:
         batch_size = getattr(adapter, "batch_size", None)
         self.signature = tuple(UNKNOWN if v is None else int(v)
                                for v in (self.kind, length, batch_size, steps))
+        # What earlier fits in this process did to this very input (module docstring).
+        self._nodes, self._reused = [], False
+        if self.kind == TF_DATA:
+            dataset = compat.adapter_dataset(adapter)
+            self._nodes = compat.reshuffling_nodes(dataset) if dataset is not None else []
+            self._reused = any(node in _ITERATED for node in self._nodes)
+        elif self.kind == GENERATOR:
+            given = compat.fit_argument(model, "x")
+            self._reused = given in _DRAWN
+            try:
+                _DRAWN.add(given)
+            except TypeError:  # None (fit's arguments not found), or not weakly referable
+                pass
         self.predraw = 0    # batches to draw (and drop) before the resumed epoch's skip
         self.made = 0       # iterators fit made of the input, as the run counted them
         self._last = None   # a weak reference to the iterator fit drew from last
@@ -190,6 +230,7 @@ class FitInput:
 
     def _made(self) -> None:
         self.made += 1
+        _ITERATED.update(self._nodes)
 
     # ---------------------------------------------------------------------------- resume
 
@@ -262,9 +303,12 @@ class FitInput:
             logger.warning(NOT_REPLAYABLE, epoch + 1, batch)
         elif epoch > first_epoch and self._shares_a_shuffle_with_validation(dataset):
             logger.warning(SHARED_WITH_VALIDATION, epoch + 1, batch)
+        elif self._reused and (epoch > first_epoch or batch):
+            logger.warning(REUSED_DATASET, epoch + 1, batch)
         if saved.iterator > 1:
             start = time.perf_counter()
             compat.make_iterators(self._epochs, saved.iterator - 1)
+            _ITERATED.update(self._nodes)
             logger.info("Resuming: made and dropped the %d iterators of the dataset that fit "
                         "had made before the one it draws from (%.2f s).", saved.iterator - 1,
                         time.perf_counter() - start)
@@ -280,6 +324,8 @@ class FitInput:
         return any(id(node) in shared for node in compat.reshuffling_nodes(validation))
 
     def _replay_generator(self, saved, epoch, batch, first_epoch) -> None:
+        if self._reused and (epoch > first_epoch or batch):
+            logger.warning(REUSED_GENERATOR, epoch + 1, batch)
         if saved.iterator > 1:  # the generator had run out; fit draws its first batches again
             compat.drain_generator(self._adapter)
 
