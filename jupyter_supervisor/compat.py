@@ -302,6 +302,50 @@ def adapter_dataset(adapter):
     return getattr(adapter, "_dataset", None)
 
 
+def epoch_dataset(epochs):
+    """What the epoch iterator ``epochs`` makes its iterators of: the adapter's dataset as
+    distributed by fit's strategy (``_distributed_dataset``; the dataset itself under the
+    default one)."""
+    return epochs._distributed_dataset  # pylint: disable=protected-access
+
+
+def set_epoch_dataset(epochs, dataset) -> None:
+    """Has the epoch iterator ``epochs`` make its iterators of ``dataset`` from now on."""
+    epochs._distributed_dataset = dataset  # pylint: disable=protected-access
+
+
+def rebuilt_dataset(dataset):
+    """``dataset`` as if built anew, or None where that cannot be done. A dataset's random
+    transformations draw the seeds of each new iterator from a seed generator that the
+    dataset holds (a counter); its serialized graph (``_as_serialized_graph``) holds a handle
+    that names that live generator, so that a dataset read back from it goes on drawing from
+    it. Here each such handle is renamed to one that names no generator (the name of
+    ``DummySeedGenerator``'s): each transformation then makes its own from its seeds, as a
+    newly built dataset does. None when the pipeline cannot be serialized: state outside its
+    graph (a Python function: ``from_generator``, ``py_function``), or a graph over
+    protobuf's 2 GB."""
+    # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.framework import graph_pb2, types_pb2
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.ops import gen_experimental_dataset_ops
+    try:
+        serialized = dataset._as_serialized_graph(  # pylint: disable=protected-access
+            external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL)
+        graph = graph_pb2.GraphDef.FromString(serialized.numpy())
+        for node in graph.node:
+            if node.op != "Const" or node.attr["value"].tensor.dtype != types_pb2.DT_RESOURCE:
+                continue
+            for handle in node.attr["value"].tensor.resource_handle_val:
+                if "SeedGenerator" in handle.maybe_type_name:
+                    handle.name = "dummy_resource"
+        variant = gen_experimental_dataset_ops.dataset_from_graph(graph.SerializeToString())
+    except (tf.errors.OpError, ValueError, DecodeError):
+        return None
+    return dataset_ops.from_variant(variant, dataset.element_spec)
+
+
 def py_dataset_shuffles(adapter) -> bool:
     """True when a ``PyDatasetAdapter`` shuffles the order of the batches (fit's ``shuffle``):
     with ``random.shuffle`` of the batch indices at the start of each pass over them

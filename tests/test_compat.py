@@ -187,6 +187,52 @@ def test_the_epoch_iterator_counts_makes_and_draws_fit_iterators():
     assert steps == [1 + 3, 2 + 3]
 
 
+def test_the_epoch_dataset_is_read_and_replaced():
+    model = _tiny_model()
+    x = np.zeros((8, 2), "float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(2)
+    other = tf.data.Dataset.from_tensor_slices((x[:4], x[:4, :1])).batch(2)
+    seen = {}
+
+    def begin(epochs):
+        seen["dataset"] = compat.epoch_dataset(epochs)
+        compat.set_epoch_dataset(epochs, other)
+        seen["iterated"] = type(epochs)._get_iterator(epochs)  # pylint: disable=W0212
+
+    _in_fit(model, dataset, {"on_train_begin": begin}, epochs=1)
+    assert seen["dataset"] is dataset  # the default strategy distributes it as it is
+    assert seen["iterated"] is other
+
+
+def _orders(dataset, iterators=4):
+    return [[int(v) for v in dataset] for _ in range(iterators)]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tf.data.Dataset.range(12).cache().shuffle(12, seed=1).map(
+        lambda v: v * 2, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2),
+    lambda: tf.data.Dataset.range(12).shuffle(12, seed=2).shuffle(6, seed=3).take(9),
+    lambda: tf.data.Dataset.range(6).shuffle(6, seed=2).repeat(2),
+    lambda: tf.data.Dataset.random(seed=4, rerandomize_each_iteration=True).take(5).map(
+        lambda v: v % 100),
+], ids=["cache-shuffle-map-prefetch", "two shuffles", "shuffle-repeat", "random"])
+def test_a_rebuilt_dataset_draws_the_orders_of_one_built_anew(make):
+    expected = _orders(make())
+    used = make()
+    _orders(used, 3)
+    assert _orders(used, 1)[0] != expected[0]          # its counter moved on
+    assert _orders(compat.rebuilt_dataset(used)) == expected
+    assert _orders(used, 1)[0] not in expected[:1]     # the used one's counter is left alone
+
+
+def test_a_dataset_with_python_state_is_not_rebuilt():
+    def rows():
+        yield from range(6)
+
+    made = tf.data.Dataset.from_generator(rows, output_signature=tf.TensorSpec((), tf.int64))
+    assert compat.rebuilt_dataset(made.shuffle(6, seed=1)) is None
+
+
 def test_the_adapters_of_arrays_generators_and_py_datasets():
     import keras  # pylint: disable=C0415
     from keras.src.trainers.data_adapters import get_data_adapter  # pylint: disable=C0415

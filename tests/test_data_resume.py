@@ -8,8 +8,9 @@ deterministic ops, one fit per input kind is started and held at a batch mid-epo
 the first epoch), beside fits that the next kernel resumes with another batch size, another
 steps_per_epoch, another dataset length; the kernel is killed (SIGKILL: a crash). In a new
 kernel the same cells run again: each resumed fit ends with the weights and optimizer
-variables of an uninterrupted fit of the same seeds, bit for bit, and each changed input is
-said, in the "Received ... Expected ..." form, with where the resume continued.
+variables of an uninterrupted fit of the same seeds, bit for bit, and so does a fit stopped
+and resumed in that kernel on one dataset object made in an earlier cell; each changed input
+is said, in the "Received ... Expected ..." form, with where the resume continued.
 """
 import pytest
 
@@ -82,8 +83,10 @@ def made(names):
 def state(m):
     return [v.numpy() for v in m.variables + m.optimizer.variables]
 
-# Inputs made once, in a cell before fit's (NOTES: the resume in this kernel reuses them)
-reused_data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=7).batch(8)
+# Inputs made once, in a cell before fit's (NOTES: the resume in this kernel reuses them): a
+# pipeline with Python state (which cannot be copied anew), a generator
+reused_rows = tf.data.Dataset.from_generator(lambda: zip(x, y), output_signature=(
+    tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32))).shuffle(64, seed=7).batch(8)
 reused_draws = draws()
 
 def same(a, b):
@@ -105,6 +108,11 @@ CHANGED = ("batch_size", "steps_per_epoch", "length")
 FIT = ("%%supervise --logdir runs/{logdir} --save-model-secs 0.000001 {options}\n"
        "built[{name!r}][0].fit(**built[{name!r}][1], verbose=0, callbacks=[sv.callback{more}])")
 
+# A fresh model (as the re-run cell makes it) on the dataset `shared` of an earlier cell.
+SHARED = ("%%supervise --logdir runs/shared --save-model-secs 0.000001 --wait {options}\n"
+          "keras.utils.set_random_seed(0)\nm = model()\n"
+          "m.fit(shared, epochs=3, verbose=0, callbacks=[sv.callback])")
+
 # What each input the resumes cannot replay is, built without any seed (module docstring).
 NOTES = {
     "unseeded shuffle": (
@@ -124,7 +132,7 @@ NOTES = {
         "its validation_data shares a reshuffling shuffle with its training input"),
     # Made once, in an earlier cell: the resume in the same kernel gets the stopped fit's.
     "a dataset reused in the kernel": (
-        "reused_data", "", 12, "its tf.data input is a dataset this kernel already iterated"),
+        "reused_rows", "", 12, "its tf.data input is a dataset this kernel already iterated"),
     "a generator reused in the kernel": (
         "reused_draws", "steps_per_epoch=5, ", 7,
         "with a Python generator that an earlier fit in this kernel already drew from"),
@@ -143,7 +151,7 @@ def runs(tmp_path_factory):
     {name: (first output, resumed output)}, "exact": {name: (equal, resumed iterations,
     uninterrupted iterations, resumed output)}, "changed": {name: (output, iterations)}}."""
     kernel = Kernel(tmp_path_factory.mktemp("data"))
-    found = {"notes": {}, "exact": {}, "changed": {}}
+    found = {"notes": {}, "exact": {}, "changed": {}, "shared": None}
     try:
         kernel.ok(SETUP)
         for number, name in enumerate(NOTES):
@@ -175,6 +183,15 @@ def runs(tmp_path_factory):
             found["exact"][name] = kernel.value(
                 f"[same(resumed, state(built[{name!r}][0])), resumed_steps, "
                 f"int(built[{name!r}][0].optimizer.iterations), output({name!r})]")
+        # The same dataset object stopped and resumed in this kernel (made in a cell before
+        # fit's), against the uninterrupted fit of one built anew.
+        kernel.ok("keras.utils.set_random_seed(0)\nshared = tf_data()")
+        for options in ("--max-steps 13", ""):
+            kernel.ok(SHARED.format(options=options))
+        kernel.ok("resumed = state(m)\nbuilt = made(['tf_data'])")
+        kernel.ok(FIT.format(logdir="shared-whole", options="--wait", name="tf_data", more=""))
+        found["shared"] = kernel.value(
+            "[same(resumed, state(built['tf_data'][0])), output('shared')]")
         kernel.ok("built = made(['batch_size', 'steps_per_epoch', 'length'])\n"
                   "built['batch_size'][1]['batch_size'] = 16\n"
                   "built['steps_per_epoch'][1]['steps_per_epoch'] = 4\n"
@@ -201,6 +218,15 @@ def test_a_crashed_fit_resumes_its_input_bit_for_bit(runs, name):
     shuffle=True; arrays: shuffle=True with steps_per_epoch shorter than the data."""
     equal, resumed, whole, output = runs["exact"][name]
     assert resumed == whole
+    assert equal
+    assert "differs from an uninterrupted" not in output
+
+
+def test_a_dataset_resumed_in_the_kernel_that_stopped_it_resumes_bit_for_bit(runs):
+    """Stopped by --max-steps in its second epoch, and the cell run again in the same kernel on
+    the same dataset object (its shuffle's counter past the run's order): fit iterates a copy
+    built anew, and the run ends as the uninterrupted one."""
+    equal, output = runs["shared"]
     assert equal
     assert "differs from an uninterrupted" not in output
 

@@ -34,19 +34,20 @@ the batches drawn from it (``drawn``). A resume replays them, per kind of input:
   resumes exactly.
 
 Exactness needs what an uninterrupted run needs to be repeatable: the same seeds, an input that
-yields the same data when built again. Built again: a resume in the kernel that ran the fit,
-given the same dataset object (made in an earlier cell than fit's), cannot replay it, since
-that dataset's seed counter already moved past the iterator the run drew from, and nothing
-moves it back; nor can a generator an earlier fit drew from start again. The fits under a
-callback note, in this process, the reshuffling transformations they made iterators of
-(``_ITERATED``) and the generators they drew from (``_DRAWN``), so that a resume given one of
-those says so (iterators made of it outside such fits are not seen). Where the order cannot
-be replayed (an unseeded shuffle, arrays shuffled without a global seed, a shuffle before
-``repeat``/``cache``/``concatenate`` with an iterator per epoch), the resume says so once, with
-what to do. A checkpoint also records the input's kind, length, batch size and batches per
-epoch: when they changed since (another ``batch_size``...), the resume says what changed and
-continues the epoch after the same share of it, not silently at a batch that now means other
-samples.
+yields the same data when built again. Built again: a resume in the kernel that ran the fit
+may be given the same dataset object (made in an earlier cell than fit's), whose seed counter
+already moved past the iterator the run drew from. The fits under a callback note, in this
+process, the reshuffling transformations they made iterators of (``_ITERATED``); a resume
+given one of those has fit iterate a copy of the dataset built anew from its graph
+(``compat.rebuilt_dataset``), whose counter starts again, and says so where the pipeline
+cannot be copied (it holds Python state). A generator an earlier fit drew from (``_DRAWN``)
+cannot start again: the resume says so. Iterators made outside such fits (``next(iter(ds))``
+to look at a batch) are not seen. Where the order cannot be replayed (an unseeded shuffle,
+arrays shuffled without a global seed, a shuffle before ``repeat``/``cache``/``concatenate``
+with an iterator per epoch), the resume says so once, with what to do. A checkpoint also
+records the input's kind, length, batch size and batches per epoch: when they changed since
+(another ``batch_size``...), the resume says what changed and continues the epoch after the
+same share of it, not silently at a batch that now means other samples.
 
 Every private attribute of Keras and tf.data that this reads is in ``compat``.
 """
@@ -148,10 +149,12 @@ REUSED_DATASET = (
     "This fit resumes at epoch %d (after its batch %d), and its tf.data input is a dataset "
     "this kernel already iterated (an earlier fit drew from it). A dataset draws the seeds of "
     "each new iterator of its shuffle from a counter that only a newly built dataset starts "
-    "again, and this one's is past the order the interrupted epoch had: this epoch's order "
-    "is another, and the run differs from an uninterrupted one. For an exact "
-    "resume, build the dataset in the cell that calls fit (a resume runs that cell again), "
-    "or run the cell that builds it again before resuming.")
+    "again, and this one's is past the order the interrupted epoch had; this one cannot be "
+    "copied anew either (Python state in it: from_generator, py_function; or fit's "
+    "tf.distribute strategy distributes it): this epoch's order is another, and the run "
+    "differs from an uninterrupted one. For an exact resume, build the dataset in the cell "
+    "that calls fit (a resume runs that cell again), or run the cell that builds it again "
+    "before resuming.")
 REUSED_GENERATOR = (
     "This fit resumes at epoch %d (after its batch %d) with a Python generator that an "
     "earlier fit in this kernel already drew from: a generator cannot start again, so the "
@@ -296,6 +299,7 @@ class FitInput:
         dataset = compat.adapter_dataset(self._adapter)
         nodes = compat.random_nodes(dataset)
         unseeded = sorted({kind for kind, seeded, _, _ in nodes if not seeded})
+        stale = self._reused and not self._rebuild(dataset)  # its counters past the run's
         if unseeded and saved.drawn:
             logger.warning(UNSEEDED_DATASET, epoch + 1, batch, " and ".join(
                 {"shuffle": "Dataset.shuffle", "random": "Dataset.random"}[k] for k in unseeded))
@@ -303,7 +307,7 @@ class FitInput:
             logger.warning(NOT_REPLAYABLE, epoch + 1, batch)
         elif epoch > first_epoch and self._shares_a_shuffle_with_validation(dataset):
             logger.warning(SHARED_WITH_VALIDATION, epoch + 1, batch)
-        elif self._reused and (epoch > first_epoch or batch):
+        elif stale and (epoch > first_epoch or batch):
             logger.warning(REUSED_DATASET, epoch + 1, batch)
         if saved.iterator > 1:
             start = time.perf_counter()
@@ -312,6 +316,21 @@ class FitInput:
             logger.info("Resuming: made and dropped the %d iterators of the dataset that fit "
                         "had made before the one it draws from (%.2f s).", saved.iterator - 1,
                         time.perf_counter() - start)
+
+    def _rebuild(self, dataset) -> bool:
+        """Has fit iterate ``dataset`` built anew (its seed counters at zero), when fit
+        iterates it as it is (the default strategy) and its graph can be copied; True if so."""
+        if dataset is None or compat.epoch_dataset(self._epochs) is not dataset:
+            return False
+        start = time.perf_counter()
+        rebuilt = compat.rebuilt_dataset(dataset)
+        if rebuilt is None:
+            return False
+        compat.set_epoch_dataset(self._epochs, rebuilt)
+        logger.info("Resuming: this kernel's fits had iterated the dataset already; fit "
+                    "iterates a copy built anew from its graph (%.2f s).",
+                    time.perf_counter() - start)
+        return True
 
     def _shares_a_shuffle_with_validation(self, dataset) -> bool:
         """True when fit's ``validation_data`` is a dataset that shares a reshuffling random

@@ -147,9 +147,9 @@ class SuperviseMagics(Magics):
         epoch, a generator's earlier draws, a PyDataset's on_epoch_end; initial_epoch is where
         the first run started. With keras.utils.set_random_seed(...) and deterministic ops the
         resumed run equals an uninterrupted one bit for bit; an order that cannot be replayed
-        (shuffle=True or Dataset.shuffle with no seed; in the same kernel, the dataset or
-        generator object the stopped fit drew from: build the input in the cell) or an input
-        that changed since (another batch_size) is said in the run's output. A stop inside an epoch saves at once, and that
+        (shuffle=True or Dataset.shuffle with no seed; in the same kernel, the generator the
+        stopped fit drew from: build the input in the cell) or an input that changed since
+        (another batch_size) is said in the run's output. A stop inside an epoch saves at once, and that
         half epoch's validation and on_epoch_end do not run. See docs/resume.md. A fit without
         sv.callback saves nothing, and the run's output says so). A custom loop names what to
         checkpoint (a tf.random.Generator too) and reports each step:
