@@ -73,7 +73,7 @@ def main():
             pass
     epoch = timed(one_epoch, max(3, args.rounds // 4))
 
-    rebuild = timed(lambda: compat.rebuilt_dataset(dataset), max(3, args.rounds // 4))
+    rebuild = timed(lambda: compat.rebuilt_dataset(dataset, 2**31), max(3, args.rounds // 4))
 
     iterator = iter(dataset)
     next(iterator)

@@ -305,8 +305,8 @@ def adapter_dataset(adapter):
 def epoch_dataset(epochs):
     """What the epoch iterator ``epochs`` makes its iterators of: the adapter's dataset as
     distributed by fit's strategy (``_distributed_dataset``; the dataset itself under the
-    default one)."""
-    return epochs._distributed_dataset  # pylint: disable=protected-access
+    default one), or None where it keeps none there."""
+    return getattr(epochs, "_distributed_dataset", None)
 
 
 def set_epoch_dataset(epochs, dataset) -> None:
@@ -314,35 +314,41 @@ def set_epoch_dataset(epochs, dataset) -> None:
     epochs._distributed_dataset = dataset  # pylint: disable=protected-access
 
 
-def rebuilt_dataset(dataset):
-    """``dataset`` as if built anew, or None where that cannot be done. A dataset's random
-    transformations draw the seeds of each new iterator from a seed generator that the
-    dataset holds (a counter); its serialized graph (``_as_serialized_graph``) holds a handle
-    that names that live generator, so that a dataset read back from it goes on drawing from
-    it. Here each such handle is renamed to one that names no generator (the name of
-    ``DummySeedGenerator``'s): each transformation then makes its own from its seeds, as a
-    newly built dataset does. None when the pipeline cannot be serialized: state outside its
-    graph (a Python function: ``from_generator``, ``py_function``), or a graph over
-    protobuf's 2 GB."""
+def rebuilt_dataset(dataset, limit: int):
+    """``dataset`` as if built anew. A dataset's random transformations draw the seeds of each
+    new iterator from a seed generator that the dataset holds (a counter); its serialized graph
+    (``_as_serialized_graph``) holds a handle that names that live generator, so that a dataset
+    read back from it goes on drawing from it. Here each such handle is renamed to one that
+    names no generator (the name of ``DummySeedGenerator``'s): each transformation then makes
+    its own from its seeds, as a newly built dataset does. Raises ValueError, saying why, when
+    the pipeline cannot be serialized (state outside its graph, or a stateful op), or when its
+    graph (which holds the arrays it was made from) is over ``limit`` bytes: reading it back
+    takes a few times that much memory for a moment."""
     # pylint: disable=import-outside-toplevel
     import tensorflow as tf
-    from google.protobuf.message import DecodeError
     from tensorflow.core.framework import graph_pb2, types_pb2
     from tensorflow.python.data.ops import dataset_ops
     from tensorflow.python.ops import gen_experimental_dataset_ops
     try:
         serialized = dataset._as_serialized_graph(  # pylint: disable=protected-access
             external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL)
-        graph = graph_pb2.GraphDef.FromString(serialized.numpy())
-        for node in graph.node:
-            if node.op != "Const" or node.attr["value"].tensor.dtype != types_pb2.DT_RESOURCE:
-                continue
-            for handle in node.attr["value"].tensor.resource_handle_val:
-                if "SeedGenerator" in handle.maybe_type_name:
-                    handle.name = "dummy_resource"
-        variant = gen_experimental_dataset_ops.dataset_from_graph(graph.SerializeToString())
-    except (tf.errors.OpError, ValueError, DecodeError):
-        return None
+    except tf.errors.FailedPreconditionError as error:
+        raise ValueError(
+            "it holds state outside its graph (from_generator, py_function) or a stateful op "
+            "(a random op or a variable in a map function)") from error
+    size = int(tf.strings.length(serialized))
+    if size > limit:
+        raise ValueError(f"its graph holds {size / 1e6:,.0f} MB (the arrays it was made from), "
+                         f"more than the {limit / 1e6:,.0f} MB a copy may take")
+    graph = graph_pb2.GraphDef.FromString(serialized.numpy())
+    del serialized
+    for node in graph.node:
+        if node.op != "Const" or node.attr["value"].tensor.dtype != types_pb2.DT_RESOURCE:
+            continue
+        for handle in node.attr["value"].tensor.resource_handle_val:
+            if "SeedGenerator" in handle.maybe_type_name:
+                handle.name = "dummy_resource"
+    variant = gen_experimental_dataset_ops.dataset_from_graph(graph.SerializeToString())
     return dataset_ops.from_variant(variant, dataset.element_spec)
 
 

@@ -204,7 +204,7 @@ def test_the_epoch_dataset_is_read_and_replaced():
     assert seen["iterated"] is other
 
 
-def _orders(dataset, iterators=4):
+def _orders(dataset, iterators):
     return [[int(v) for v in dataset] for _ in range(iterators)]
 
 
@@ -215,22 +215,29 @@ def _orders(dataset, iterators=4):
     lambda: tf.data.Dataset.range(6).shuffle(6, seed=2).repeat(2),
     lambda: tf.data.Dataset.random(seed=4, rerandomize_each_iteration=True).take(5).map(
         lambda v: v % 100),
-], ids=["cache-shuffle-map-prefetch", "two shuffles", "shuffle-repeat", "random"])
+    lambda: tf.data.Dataset.range(12).shuffle(12, seed=5).with_options(tf.data.Options()),
+], ids=["cache-shuffle-map-prefetch", "two shuffles", "shuffle-repeat", "random", "options"])
 def test_a_rebuilt_dataset_draws_the_orders_of_one_built_anew(make):
-    expected = _orders(make())
+    expected = _orders(make(), 5)
     used = make()
-    _orders(used, 3)
-    assert _orders(used, 1)[0] != expected[0]          # its counter moved on
-    assert _orders(compat.rebuilt_dataset(used)) == expected
-    assert _orders(used, 1)[0] not in expected[:1]     # the used one's counter is left alone
+    assert _orders(used, 3) == expected[:3]
+    assert _orders(compat.rebuilt_dataset(used, 10**6), 4) == expected[:4]
+    assert _orders(used, 1) == expected[3:4]   # the used one's counter is left where it was
 
 
-def test_a_dataset_with_python_state_is_not_rebuilt():
+def test_a_dataset_with_state_or_over_the_limit_is_not_rebuilt():
     def rows():
         yield from range(6)
 
     made = tf.data.Dataset.from_generator(rows, output_signature=tf.TensorSpec((), tf.int64))
-    assert compat.rebuilt_dataset(made.shuffle(6, seed=1)) is None
+    with pytest.raises(ValueError, match=r"^it holds state outside its graph"):
+        compat.rebuilt_dataset(made.shuffle(6, seed=1), 10**6)
+    noisy = tf.data.Dataset.range(6).map(lambda v: v + tf.random.uniform([], 0, 3, tf.int64))
+    with pytest.raises(ValueError, match=r"a stateful op"):
+        compat.rebuilt_dataset(noisy.shuffle(6, seed=1), 10**6)
+    arrays = tf.data.Dataset.from_tensor_slices(np.zeros((1000, 1000), "float32"))
+    with pytest.raises(ValueError, match=r"^its graph holds 4 MB .*more than the 1 MB"):
+        compat.rebuilt_dataset(arrays.shuffle(10, seed=1), 10**6)
 
 
 def test_the_adapters_of_arrays_generators_and_py_datasets():

@@ -159,51 +159,88 @@ def test_tf_data_resumes_exactly(tmp_path, backends):
     check_exact(tmp_path, backends, lambda: build(dropout), {"x": dataset, "epochs": 2}, 11)
 
 
-def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, caplog):
+def _shuffled(x, y, generated=False):
+    """A seeded shuffle reshuffled each epoch, of tensors or (Python state) of a generator."""
+    rows = tf.data.Dataset.from_tensor_slices((x, y)) if not generated else \
+        tf.data.Dataset.from_generator(lambda: zip(x, y), output_signature=(
+            tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32)))
+    return rows.shuffle(64, seed=2).batch(8)
+
+
+def _reused_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if "already iterated" in r.getMessage()]
+
+
+@pytest.mark.parametrize("before", [0, 1], ids=["first fit", "after another fit"])
+def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, caplog, before):
     """The crashed fit's dataset object, given to the resume in the same process (a notebook
     that builds it in an earlier cell than fit's, resumed without a restart): its shuffle's
     seed counter is past the interrupted epoch's order, so fit iterates a copy built anew, and
-    the resume is the uninterrupted run. A pipeline with Python state (from_generator) cannot
-    be copied: that resume says it is not exact, and it is not."""
+    the resume is the uninterrupted run. "after another fit": the dataset had served another
+    run (another logdir) for an epoch first, so the run's orders start later in the counter,
+    for the uninterrupted run as for the crashed one."""
     x, y = data()
-
-    def dataset():
-        return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=2).batch(8)
-
-    def generated():
-        rows = tf.data.Dataset.from_generator(lambda: zip(x, y), output_signature=(
-            tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32)))
-        return rows.shuffle(64, seed=2).batch(8)
 
     def make():
         return build(dropout)
 
+    def run(name, dataset, crash_at=None):
+        return supervised_fit(backends, tmp_path / name, make, {"x": dataset, "epochs": 2},
+                              crash_at)
+
     keras.utils.set_random_seed(0)  # what each build sets: the shuffles' seeds pair with it
-    for name, pipeline, said in (("tensors", dataset, False), ("generated", generated, True)):
-        whole = supervised_fit(backends, tmp_path / f"{name}-whole", make,
-                               {"x": pipeline(), "epochs": 2})
-        reused = pipeline()
-        supervised_fit(backends, tmp_path / name, make, {"x": reused, "epochs": 2}, 12)
-        caplog.clear()
-        with caplog.at_level("WARNING", logger="jupyter_supervisor"):
-            again = supervised_fit(backends, tmp_path / name, make, {"x": reused, "epochs": 2})
-        warned = [r.getMessage() for r in caplog.records if "already iterated" in r.getMessage()]
-        assert int(again.optimizer.iterations) == int(whole.optimizer.iterations)
-        if not said:
-            assert warned == []
-            assert_same(state(again), state(whole))
-            continue
-        assert warned == [
-            "This fit resumes at epoch 2 (after its batch 3), and its tf.data input is a "
-            "dataset this kernel already iterated (an earlier fit drew from it). A dataset "
-            "draws the seeds of each new iterator of its shuffle from a counter that only a "
-            "newly built dataset starts again, and this one's is past the order the "
-            "interrupted epoch had; this one cannot be copied anew either (Python state in it: "
-            "from_generator, py_function; or fit's tf.distribute strategy distributes it): this "
-            "epoch's order is another, and the run differs from an uninterrupted one. For an "
-            "exact resume, build the dataset in the cell that calls fit (a resume runs that "
-            "cell again), or run the cell that builds it again before resuming."]
-        assert not all(np.array_equal(u, v) for u, v in zip(state(again), state(whole)))
+    whole_data, reused = _shuffled(x, y), _shuffled(x, y)
+    for name, dataset in (("whole-before", whole_data), ("crashed-before", reused)):
+        for _ in range(before):
+            supervised_fit(backends, tmp_path / name, make, {"x": dataset, "epochs": 1})
+    whole = run("whole", whole_data)
+    run("crashed", reused, crash_at=12)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        again = run("crashed", reused)
+    assert _reused_warnings(caplog) == []
+    assert int(again.optimizer.iterations) == int(whole.optimizer.iterations)
+    assert_same(state(again), state(whole))
+
+
+def test_a_reused_dataset_that_cannot_be_copied_says_its_resume_is_not_exact(
+        tmp_path, backends, caplog):
+    """A pipeline with Python state (from_generator) cannot be copied anew, nor one whose
+    validation_data shares its shuffle (resumed inside its first epoch: validation would go on
+    iterating the dataset itself): each resume given the crashed fit's object says so, and the
+    first differs from the uninterrupted run indeed."""
+    x, y = data()
+
+    def make():
+        return build(dropout)
+
+    keras.utils.set_random_seed(0)
+    whole = supervised_fit(backends, tmp_path / "whole", make,
+                           {"x": _shuffled(x, y, generated=True), "epochs": 2})
+    reused = _shuffled(x, y, generated=True)
+    supervised_fit(backends, tmp_path / "generated", make, {"x": reused, "epochs": 2}, 12)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        again = supervised_fit(backends, tmp_path / "generated", make,
+                               {"x": reused, "epochs": 2})
+    assert _reused_warnings(caplog) == [
+        "This fit resumes at epoch 2 (after its batch 3), and its tf.data input is a dataset "
+        "this kernel already iterated (an earlier fit drew from it). A dataset draws the seeds "
+        "of each new iterator of its shuffle from a counter that only a newly built dataset "
+        "starts again, and this one's is past the order the interrupted epoch had; a copy of "
+        "it built anew cannot be used: it holds state outside its graph (from_generator, "
+        "py_function) or a stateful op (a random op or a variable in a map function). So "
+        "this epoch's order is another, and the run differs from an uninterrupted one. For an "
+        "exact resume, build the dataset in the cell that calls fit (a resume runs that cell "
+        "again), or run the cell that builds it again before resuming."]
+    assert not all(np.array_equal(u, v) for u, v in zip(state(again), state(whole)))
+
+    caplog.clear()
+    split = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=2).batch(8)
+    fit = {"x": split.take(6), "validation_data": split.skip(6), "epochs": 2}
+    supervised_fit(backends, tmp_path / "split", make, fit, 4)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        supervised_fit(backends, tmp_path / "split", make, fit)
+    assert [m.split(": ", 1)[1].split(". So")[0] for m in _reused_warnings(caplog)] == [
+        "its validation_data shares its shuffle, and validation iterates the dataset"]
 
 
 def test_custom_loop_with_a_random_generator_resumes_exactly(tmp_path, backends):

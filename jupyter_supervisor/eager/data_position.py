@@ -36,25 +36,28 @@ the batches drawn from it (``drawn``). A resume replays them, per kind of input:
 Exactness needs what an uninterrupted run needs to be repeatable: the same seeds, an input that
 yields the same data when built again. Built again: a resume in the kernel that ran the fit
 may be given the same dataset object (made in an earlier cell than fit's), whose seed counter
-already moved past the iterator the run drew from. The fits under a callback note, in this
-process, the reshuffling transformations they made iterators of (``_ITERATED``); a resume
-given one of those has fit iterate a copy of the dataset built anew from its graph
-(``compat.rebuilt_dataset``), whose counter starts again, and says so where the pipeline
-cannot be copied (it holds Python state). A generator an earlier fit drew from (``_DRAWN``)
-cannot start again: the resume says so. Iterators made outside such fits (``next(iter(ds))``
-to look at a batch) are not seen. Where the order cannot be replayed (an unseeded shuffle,
-arrays shuffled without a global seed, a shuffle before ``repeat``/``cache``/``concatenate``
-with an iterator per epoch), the resume says so once, with what to do. A checkpoint also
-records the input's kind, length, batch size and batches per epoch: when they changed since
-(another ``batch_size``...), the resume says what changed and continues the epoch after the
-same share of it, not silently at a batch that now means other samples.
+already moved past the iterator the run drew from. The fits under a callback count, in this
+process, the iterators they made of each reshuffling transformation (``_ITERATED``), and note
+where each fit's count started (``_STARTS``: a dataset an earlier fit iterated gives the next
+one later seeds). A resume given a dataset already iterated has fit iterate a copy of it built
+anew from its graph (``compat.rebuilt_dataset``), whose counter starts again, and makes as
+many iterators of it as the stopped fit's count had reached; it says so where the dataset
+cannot be copied. A generator an earlier fit drew from (``_DRAWN``) cannot start again: the
+resume says so. Iterators made outside such fits (``next(iter(ds))`` to look at a batch) are
+not seen, nor is where the count started for a fit of another kernel. Where the order cannot
+be replayed (an unseeded shuffle, arrays shuffled without a global seed, a shuffle before
+``repeat``/``cache``/``concatenate`` with an iterator per epoch), the resume says so once,
+with what to do. A checkpoint also records the input's kind, length, batch size and batches
+per epoch: when they changed since (another ``batch_size``...), the resume says what changed
+and continues the epoch after the same share of it, not silently at a batch that now means
+other samples.
 
 Every private attribute of Keras and tf.data that this reads is in ``compat``.
 """
 import logging
 import time
 import weakref
-from typing import NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -63,11 +66,17 @@ from .variables import INPUT_STATE
 
 logger = logging.getLogger("jupyter_supervisor")
 
-# The reshuffling transformations of tf.data pipelines (``compat.reshuffling_nodes``) that fits
-# under a callback made iterators of in this process, and the Python generators such fits drew
-# from. Weak: a dataset or a generator the user drops is forgotten with it.
-_ITERATED: "weakref.WeakSet[object]" = weakref.WeakSet()
+# The iterators that fits under a callback made, in this process, of each reshuffling
+# transformation of a tf.data pipeline (``compat.reshuffling_nodes``); and the Python generators
+# such fits drew from. Weak: a dataset or a generator the user drops is forgotten with it.
+_ITERATED: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
 _DRAWN: "weakref.WeakSet[object]" = weakref.WeakSet()
+# By (logdir, the fit's index in its session): the count of its input's iterators when the
+# fit started (its seeds' place in their counters), for a resume in this process.
+_STARTS: Dict[Tuple[str, int], int] = {}
+# The most a copy of a dataset built anew may hold (its graph holds the arrays it was made
+# from, and reading it back takes a few times that for a moment).
+COPY_LIMIT = 256_000_000
 
 UNKNOWN = -1
 # The kinds of input Keras' fit takes (``compat.input_kind``), by their number in a checkpoint.
@@ -149,10 +158,9 @@ REUSED_DATASET = (
     "This fit resumes at epoch %d (after its batch %d), and its tf.data input is a dataset "
     "this kernel already iterated (an earlier fit drew from it). A dataset draws the seeds of "
     "each new iterator of its shuffle from a counter that only a newly built dataset starts "
-    "again, and this one's is past the order the interrupted epoch had; this one cannot be "
-    "copied anew either (Python state in it: from_generator, py_function; or fit's "
-    "tf.distribute strategy distributes it): this epoch's order is another, and the run "
-    "differs from an uninterrupted one. For an exact resume, build the dataset in the cell "
+    "again, and this one's is past the order the interrupted epoch had; a copy of it built "
+    "anew cannot be used: %s. So this epoch's order is another, and the run differs from an "
+    "uninterrupted one. For an exact resume, build the dataset in the cell "
     "that calls fit (a resume runs that cell again), or run the cell that builds it again "
     "before resuming.")
 REUSED_GENERATOR = (
@@ -179,6 +187,11 @@ CHANGED = (
     "resume, or train the new input in a new logdir.")
 
 
+def _count(nodes, made: int) -> None:
+    for node in nodes:
+        _ITERATED[node] = _ITERATED.get(node, 0) + made
+
+
 def _shown(value: int) -> str:
     return "unknown" if value == UNKNOWN else str(value)
 
@@ -194,7 +207,7 @@ class FitInput:
     (``saved``); on a resume, the replay that puts a new input where the run's was
     (``resume``). See the module docstring."""
 
-    def __init__(self, model):
+    def __init__(self, model, run: Optional[Tuple[str, int]] = None):
         self._model = model
         self._epochs = compat.fit_epoch_iterator(model)
         adapter = self._epochs.data_adapter if self._epochs is not None else None
@@ -210,11 +223,16 @@ class FitInput:
         self.signature = tuple(UNKNOWN if v is None else int(v)
                                for v in (self.kind, length, batch_size, steps))
         # What earlier fits in this process did to this very input (module docstring).
-        self._nodes, self._reused = [], False
+        self._counted, self._reused = [], False  # the transformations fit's iterators count for
+        self._run, self._started = run, None     # the count where this run's fit started
         if self.kind == TF_DATA:
             dataset = compat.adapter_dataset(adapter)
-            self._nodes = compat.reshuffling_nodes(dataset) if dataset is not None else []
-            self._reused = any(node in _ITERATED for node in self._nodes)
+            self._counted = compat.reshuffling_nodes(dataset) if dataset is not None else []
+            count = max((_ITERATED.get(node, 0) for node in self._counted), default=0)
+            self._reused = count > 0
+            if run is not None and run[0] is not None:
+                self._started = _STARTS.get(run)
+                _STARTS[run] = count          # a resume (``resume``) sets it back
         elif self.kind == GENERATOR:
             given = compat.fit_argument(model, "x")
             self._reused = given in _DRAWN
@@ -233,7 +251,7 @@ class FitInput:
 
     def _made(self) -> None:
         self.made += 1
-        _ITERATED.update(self._nodes)
+        _count(self._counted, 1)
 
     # ---------------------------------------------------------------------------- resume
 
@@ -299,7 +317,11 @@ class FitInput:
         dataset = compat.adapter_dataset(self._adapter)
         nodes = compat.random_nodes(dataset)
         unseeded = sorted({kind for kind, seeded, _, _ in nodes if not seeded})
-        stale = self._reused and not self._rebuild(dataset)  # its counters past the run's
+        # Where the stopped fit's count started, as this process saw it (0 in another kernel).
+        start = self._started or 0
+        if self._run in _STARTS:
+            _STARTS[self._run] = start
+        stale = self._rebuild(dataset) if self._reused else None
         if unseeded and saved.drawn:
             logger.warning(UNSEEDED_DATASET, epoch + 1, batch, " and ".join(
                 {"shuffle": "Dataset.shuffle", "random": "Dataset.random"}[k] for k in unseeded))
@@ -308,29 +330,36 @@ class FitInput:
         elif epoch > first_epoch and self._shares_a_shuffle_with_validation(dataset):
             logger.warning(SHARED_WITH_VALIDATION, epoch + 1, batch)
         elif stale and (epoch > first_epoch or batch):
-            logger.warning(REUSED_DATASET, epoch + 1, batch)
-        if saved.iterator > 1:
-            start = time.perf_counter()
-            compat.make_iterators(self._epochs, saved.iterator - 1)
-            _ITERATED.update(self._nodes)
+            logger.warning(REUSED_DATASET, epoch + 1, batch, stale)
+        replayed = start + saved.iterator - 1
+        if replayed:
+            began = time.perf_counter()
+            compat.make_iterators(self._epochs, replayed)
+            _count(self._counted, replayed)
             logger.info("Resuming: made and dropped the %d iterators of the dataset that fit "
-                        "had made before the one it draws from (%.2f s).", saved.iterator - 1,
-                        time.perf_counter() - start)
+                        "had made before the one it draws from (%.2f s).", replayed,
+                        time.perf_counter() - began)
 
-    def _rebuild(self, dataset) -> bool:
-        """Has fit iterate ``dataset`` built anew (its seed counters at zero), when fit
-        iterates it as it is (the default strategy) and its graph can be copied; True if so."""
+    def _rebuild(self, dataset) -> Optional[str]:
+        """Has fit iterate ``dataset`` built anew (its seed counters at zero); None if so, else
+        why it cannot."""
         if dataset is None or compat.epoch_dataset(self._epochs) is not dataset:
-            return False
-        start = time.perf_counter()
-        rebuilt = compat.rebuilt_dataset(dataset)
-        if rebuilt is None:
-            return False
+            return "fit's tf.distribute strategy distributes it"
+        if self._shares_a_shuffle_with_validation(dataset):
+            return "its validation_data shares its shuffle, and validation iterates the dataset"
+        began = time.perf_counter()
+        try:
+            rebuilt = compat.rebuilt_dataset(dataset, COPY_LIMIT)
+        except ValueError as error:
+            return str(error)
+        except Exception as error:  # pylint: disable=broad-except  # the resume goes on
+            return f"making it failed ({type(error).__name__}: {error})"
         compat.set_epoch_dataset(self._epochs, rebuilt)
+        self._counted = []  # the copy's iterators leave the user's dataset as it is
         logger.info("Resuming: this kernel's fits had iterated the dataset already; fit "
                     "iterates a copy built anew from its graph (%.2f s).",
-                    time.perf_counter() - start)
-        return True
+                    time.perf_counter() - began)
+        return None
 
     def _shares_a_shuffle_with_validation(self, dataset) -> bool:
         """True when fit's ``validation_data`` is a dataset that shares a reshuffling random
