@@ -171,14 +171,17 @@ def _reused_warnings(caplog):
     return [r.getMessage() for r in caplog.records if "already iterated" in r.getMessage()]
 
 
-@pytest.mark.parametrize("before", [0, 1], ids=["first fit", "after another fit"])
-def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, caplog, before):
+@pytest.mark.parametrize("before, anew", [(0, False), (1, False), (1, True)],
+                         ids=["first fit", "after another fit", "after another fit, anew"])
+def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, caplog, before,
+                                                         anew):
     """The crashed fit's dataset object, given to the resume in the same process (a notebook
     that builds it in an earlier cell than fit's, resumed without a restart): its shuffle's
     seed counter is past the interrupted epoch's order, so fit iterates a copy built anew, and
     the resume is the uninterrupted run. "after another fit": the dataset had served another
     run (another logdir) for an epoch first, so the run's orders start later in the counter,
-    for the uninterrupted run as for the crashed one."""
+    for the uninterrupted run as for the crashed one (its checkpoints record where); "anew":
+    resumed on a dataset built anew, as a new kernel does."""
     x, y = data()
 
     def make():
@@ -196,7 +199,7 @@ def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, cap
     whole = run("whole", whole_data)
     run("crashed", reused, crash_at=12)
     with caplog.at_level("WARNING", logger="jupyter_supervisor"):
-        again = run("crashed", reused)
+        again = run("crashed", _shuffled(x, y) if anew else reused)
     assert _reused_warnings(caplog) == []
     assert int(again.optimizer.iterations) == int(whole.optimizer.iterations)
     assert_same(state(again), state(whole))

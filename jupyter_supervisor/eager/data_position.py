@@ -37,14 +37,14 @@ Exactness needs what an uninterrupted run needs to be repeatable: the same seeds
 yields the same data when built again. Built again: a resume in the kernel that ran the fit
 may be given the same dataset object (made in an earlier cell than fit's), whose seed counter
 already moved past the iterator the run drew from. The fits under a callback count, in this
-process, the iterators they made of each reshuffling transformation (``_ITERATED``), and note
-where each fit's count started (``_STARTS``: a dataset an earlier fit iterated gives the next
-one later seeds). A resume given a dataset already iterated has fit iterate a copy of it built
-anew from its graph (``compat.rebuilt_dataset``), whose counter starts again, and makes as
-many iterators of it as the stopped fit's count had reached; it says so where the dataset
-cannot be copied. A generator an earlier fit drew from (``_DRAWN``) cannot start again: the
-resume says so. Iterators made outside such fits (``next(iter(ds))`` to look at a batch) are
-not seen, nor is where the count started for a fit of another kernel. Where the order cannot
+process, the iterators they made of each reshuffling transformation (``_ITERATED``), and each
+checkpoint records where its fit's count started (``start``: a dataset an earlier fit iterated
+gives the next one later seeds). A resume given a dataset already iterated has fit iterate a
+copy of it built anew from its graph (``compat.rebuilt_dataset``), whose counter starts
+again; every resume makes ``start`` more iterators than fit had made; it says so where the
+dataset cannot be copied. A generator an earlier fit drew from (``_DRAWN``) cannot start
+again: the resume says so. Iterators made outside such fits (``next(iter(ds))`` to look at a
+batch) are not seen. Where the order cannot
 be replayed (an unseeded shuffle, arrays shuffled without a global seed, a shuffle before
 ``repeat``/``cache``/``concatenate`` with an iterator per epoch), the resume says so once,
 with what to do. A checkpoint also records the input's kind, length, batch size and batches
@@ -57,7 +57,7 @@ Every private attribute of Keras and tf.data that this reads is in ``compat``.
 import logging
 import time
 import weakref
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -71,9 +71,6 @@ logger = logging.getLogger("jupyter_supervisor")
 # such fits drew from. Weak: a dataset or a generator the user drops is forgotten with it.
 _ITERATED: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
 _DRAWN: "weakref.WeakSet[object]" = weakref.WeakSet()
-# By (logdir, the fit's index in its session): the count of its input's iterators when the
-# fit started (its seeds' place in their counters), for a resume in this process.
-_STARTS: Dict[Tuple[str, int], int] = {}
 # The most a copy of a dataset built anew may hold (its graph holds the arrays it was made
 # from, and reading it back takes a few times that for a moment).
 COPY_LIMIT = 256_000_000
@@ -94,6 +91,7 @@ class SavedInput(NamedTuple):
     steps: int         # batches per epoch (fit's ``steps_per_epoch``, or the input's length)
     iterator: int      # fit's iterators of the input made up to the one it draws next from
     drawn: int         # batches drawn from that one before the next
+    start: int         # iterators of the input earlier fits had made when the run's started
 
 
 class InputState(tf.Module):
@@ -207,7 +205,7 @@ class FitInput:
     (``saved``); on a resume, the replay that puts a new input where the run's was
     (``resume``). See the module docstring."""
 
-    def __init__(self, model, run: Optional[Tuple[str, int]] = None):
+    def __init__(self, model):
         self._model = model
         self._epochs = compat.fit_epoch_iterator(model)
         adapter = self._epochs.data_adapter if self._epochs is not None else None
@@ -224,15 +222,12 @@ class FitInput:
                                for v in (self.kind, length, batch_size, steps))
         # What earlier fits in this process did to this very input (module docstring).
         self._counted, self._reused = [], False  # the transformations fit's iterators count for
-        self._run, self._started = run, None     # the count where this run's fit started
+        self._start = 0  # the count of those iterators where the run's fit started
         if self.kind == TF_DATA:
             dataset = compat.adapter_dataset(adapter)
             self._counted = compat.reshuffling_nodes(dataset) if dataset is not None else []
-            count = max((_ITERATED.get(node, 0) for node in self._counted), default=0)
-            self._reused = count > 0
-            if run is not None and run[0] is not None:
-                self._started = _STARTS.get(run)
-                _STARTS[run] = count          # a resume (``resume``) sets it back
+            self._start = max((_ITERATED.get(node, 0) for node in self._counted), default=0)
+            self._reused = self._start > 0
         elif self.kind == GENERATOR:
             given = compat.fit_argument(model, "x")
             self._reused = given in _DRAWN
@@ -317,10 +312,7 @@ class FitInput:
         dataset = compat.adapter_dataset(self._adapter)
         nodes = compat.random_nodes(dataset)
         unseeded = sorted({kind for kind, seeded, _, _ in nodes if not seeded})
-        # Where the stopped fit's count started, as this process saw it (0 in another kernel).
-        start = self._started or 0
-        if self._run in _STARTS:
-            _STARTS[self._run] = start
+        self._start = max(saved.start, 0)  # the run's; UNKNOWN before checkpoints held it
         stale = self._rebuild(dataset) if self._reused else None
         if unseeded and saved.drawn:
             logger.warning(UNSEEDED_DATASET, epoch + 1, batch, " and ".join(
@@ -331,7 +323,7 @@ class FitInput:
             logger.warning(SHARED_WITH_VALIDATION, epoch + 1, batch)
         elif stale and (epoch > first_epoch or batch):
             logger.warning(REUSED_DATASET, epoch + 1, batch, stale)
-        replayed = start + saved.iterator - 1
+        replayed = self._start + saved.iterator - 1
         if replayed:
             began = time.perf_counter()
             compat.make_iterators(self._epochs, replayed)
@@ -434,5 +426,6 @@ class FitInput:
         """The record of a checkpoint at ``epoch`` with ``batch`` batches of it done."""
         del epoch  # the batch says it: 0 is before the epoch's first, else inside it
         if batch > 0:
-            return SavedInput(*self.signature, self._last_index, self._base + batch)
-        return SavedInput(*self.signature, *self._next)
+            return SavedInput(*self.signature, self._last_index, self._base + batch,
+                              self._start)
+        return SavedInput(*self.signature, *self._next, self._start)

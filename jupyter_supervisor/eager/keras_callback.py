@@ -205,8 +205,8 @@ class SupervisorCallback(keras.callbacks.Callback):
         self._metrics = self._restore = None
         epoch, batch = self._resume_point()
         # -- data_position: the input resumes where the run's was (or says why it cannot).
+        self._input = FitInput(model)
         index, position = self._start
-        self._input = FitInput(model, (self.sv.logdir, index))
         if position is not None and index == position[0] and \
                 (self._epochs is None or epoch < self._epochs):
             first = compat.fit_argument(model, "initial_epoch") or 0
