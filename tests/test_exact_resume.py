@@ -181,7 +181,8 @@ def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, cap
     the resume is the uninterrupted run. "after another fit": the dataset had served another
     run (another logdir) for an epoch first, so the run's orders start later in the counter,
     for the uninterrupted run as for the crashed one (its checkpoints record where); "anew":
-    resumed on a dataset built anew, as a new kernel does."""
+    resumed on a dataset built anew, as a new kernel does. Then a new run fits the same object
+    for an epoch: it draws the orders it draws after the uninterrupted run."""
     x, y = data()
 
     def make():
@@ -203,6 +204,12 @@ def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, cap
     assert _reused_warnings(caplog) == []
     assert int(again.optimizer.iterations) == int(whole.optimizer.iterations)
     assert_same(state(again), state(whole))
+    if not anew:
+        after_whole = supervised_fit(backends, tmp_path / "whole-next", make,
+                                     {"x": whole_data, "epochs": 1})
+        after_again = supervised_fit(backends, tmp_path / "crashed-next", make,
+                                     {"x": reused, "epochs": 1})
+        assert_same(state(after_again), state(after_whole))
 
 
 def test_a_reused_dataset_that_cannot_be_copied_says_its_resume_is_not_exact(
@@ -244,6 +251,17 @@ def test_a_reused_dataset_that_cannot_be_copied_says_its_resume_is_not_exact(
         supervised_fit(backends, tmp_path / "split", make, fit)
     assert [m.split(": ", 1)[1].split(". So")[0] for m in _reused_warnings(caplog)] == [
         "its validation_data shares its shuffle, and validation iterates the dataset"]
+
+    # A shuffle below repeat() draws seeds at each pass of one iterator: the count of the
+    # iterators an earlier fit made (one) does not say how far its counter went.
+    caplog.clear()
+    passes = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=2).batch(8).repeat()
+    fit = {"x": passes, "epochs": 2, "steps_per_epoch": 5}
+    supervised_fit(backends, tmp_path / "earlier", make, fit)
+    supervised_fit(backends, tmp_path / "passes", make, fit, 7)
+    with caplog.at_level("WARNING", logger="jupyter_supervisor"):
+        supervised_fit(backends, tmp_path / "passes", make, fit)
+    assert sum("shuffles before a repeat()" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_custom_loop_with_a_random_generator_resumes_exactly(tmp_path, backends):

@@ -41,10 +41,12 @@ process, the iterators they made of each reshuffling transformation (``_ITERATED
 checkpoint records where its fit's count started (``start``: a dataset an earlier fit iterated
 gives the next one later seeds). A resume given a dataset already iterated has fit iterate a
 copy of it built anew from its graph (``compat.rebuilt_dataset``), whose counter starts
-again; every resume makes ``start`` more iterators than fit had made; it says so where the
-dataset cannot be copied. A generator an earlier fit drew from (``_DRAWN``) cannot start
-again: the resume says so. Iterators made outside such fits (``next(iter(ds))`` to look at a
-batch) are not seen. Where the order cannot
+again (``ended`` moves the user's dataset on when that fit ends); every resume makes
+``start`` more iterators than fit had made; it says so where the dataset cannot be copied,
+and where ``start`` cannot be replayed (a shuffle below ``repeat`` draws seeds per pass). A
+generator an earlier fit drew from (``_DRAWN``) cannot start again: the resume says so.
+Iterators made outside such fits (``next(iter(ds))``, ``evaluate``, validation on it) are not
+seen. Where the order cannot
 be replayed (an unseeded shuffle, arrays shuffled without a global seed, a shuffle before
 ``repeat``/``cache``/``concatenate`` with an iterator per epoch), the resume says so once,
 with what to do. A checkpoint also records the input's kind, length, batch size and batches
@@ -223,6 +225,7 @@ class FitInput:
         # What earlier fits in this process did to this very input (module docstring).
         self._counted, self._reused = [], False  # the transformations fit's iterators count for
         self._start = 0  # the count of those iterators where the run's fit started
+        self._copy = None  # (the user's dataset, its transformations) when fit iterates a copy
         if self.kind == TF_DATA:
             dataset = compat.adapter_dataset(adapter)
             self._counted = compat.reshuffling_nodes(dataset) if dataset is not None else []
@@ -313,18 +316,22 @@ class FitInput:
         nodes = compat.random_nodes(dataset)
         unseeded = sorted({kind for kind, seeded, _, _ in nodes if not seeded})
         self._start = max(saved.start, 0)  # the run's; UNKNOWN before checkpoints held it
-        stale = self._rebuild(dataset) if self._reused else None
+        replayed = self._start + saved.iterator - 1
+        stale = self._rebuild(dataset, replayed) if self._reused else None
+        # Earlier fits' iterators (start) drew seeds as the run's did: where the run's draw
+        # them while they run, or validation draws them too, so did those.
+        earlier = self._start > 0
         if unseeded and saved.drawn:
             logger.warning(UNSEEDED_DATASET, epoch + 1, batch, " and ".join(
                 {"shuffle": "Dataset.shuffle", "random": "Dataset.random"}[k] for k in unseeded))
-        elif saved.iterator > 1 and any(again and below for _, _, again, below in nodes):
+        elif (saved.iterator > 1 or earlier) and any(again and below
+                                                     for _, _, again, below in nodes):
             logger.warning(NOT_REPLAYABLE, epoch + 1, batch)
-        elif epoch > first_epoch and self._shares_a_shuffle_with_validation(dataset):
+        elif (epoch > first_epoch or earlier) and self._shares_a_shuffle_with_validation(dataset):
             logger.warning(SHARED_WITH_VALIDATION, epoch + 1, batch)
         elif stale and (epoch > first_epoch or batch):
             logger.warning(REUSED_DATASET, epoch + 1, batch, stale)
-        replayed = self._start + saved.iterator - 1
-        if replayed:
+        if self._copy is None and replayed:
             began = time.perf_counter()
             compat.make_iterators(self._epochs, replayed)
             _count(self._counted, replayed)
@@ -332,26 +339,49 @@ class FitInput:
                         "had made before the one it draws from (%.2f s).", replayed,
                         time.perf_counter() - began)
 
-    def _rebuild(self, dataset) -> Optional[str]:
-        """Has fit iterate ``dataset`` built anew (its seed counters at zero); None if so, else
-        why it cannot."""
-        if dataset is None or compat.epoch_dataset(self._epochs) is not dataset:
+    def _rebuild(self, dataset, replayed: int) -> Optional[str]:
+        """Has fit iterate ``dataset`` built anew (its seed counters at zero), ``replayed``
+        iterators of it made and dropped; None if so, else why it cannot."""
+        iterated = compat.epoch_dataset(self._epochs)
+        if dataset is None or iterated is None:
+            return "this Keras keeps the dataset fit iterates where the package does not read it"
+        if iterated is not dataset:
             return "fit's tf.distribute strategy distributes it"
         if self._shares_a_shuffle_with_validation(dataset):
             return "its validation_data shares its shuffle, and validation iterates the dataset"
         began = time.perf_counter()
         try:
-            rebuilt = compat.rebuilt_dataset(dataset, COPY_LIMIT)
-        except ValueError as error:
-            return str(error)
+            compat.set_epoch_dataset(self._epochs, compat.rebuilt_dataset(dataset, COPY_LIMIT))
+            compat.make_iterators(self._epochs, replayed)
         except Exception as error:  # pylint: disable=broad-except  # the resume goes on
-            return f"making it failed ({type(error).__name__}: {error})"
-        compat.set_epoch_dataset(self._epochs, rebuilt)
-        self._counted = []  # the copy's iterators leave the user's dataset as it is
+            compat.set_epoch_dataset(self._epochs, dataset)
+            return str(error) if isinstance(error, ValueError) else \
+                f"making it failed ({type(error).__name__}: {error})"
+        # The copy's iterators leave the user's dataset as it is, until the fit ends (ended).
+        self._copy, self._counted = (dataset, self._counted), []
         logger.info("Resuming: this kernel's fits had iterated the dataset already; fit "
-                    "iterates a copy built anew from its graph (%.2f s).",
-                    time.perf_counter() - began)
+                    "iterates a copy built anew from its graph, %d iterators of it made and "
+                    "dropped (%.2f s).", replayed, time.perf_counter() - began)
         return None
+
+    def ended(self) -> None:
+        """The fit ended. After a copy (``_rebuild``), the user's dataset gets the iterators
+        the uninterrupted fit would have made of it, so that a later fit on it (in this cell,
+        or a new run) draws the orders it would have drawn."""
+        if self._copy is None:
+            return
+        (dataset, nodes), self._copy = self._copy, None
+        behind = self._start + self.made - max((_ITERATED.get(n, 0) for n in nodes), default=0)
+        try:
+            for _ in range(behind):
+                iter(dataset)
+        except Exception as error:  # pylint: disable=broad-except  # fit has ended well
+            logger.warning("After this resumed fit, its dataset could not be moved to where the "
+                           "uninterrupted fit would have left it (%s: %s): a later fit on the "
+                           "same dataset object draws other orders than it would have.",
+                           type(error).__name__, error)
+            return
+        _count(nodes, max(behind, 0))
 
     def _shares_a_shuffle_with_validation(self, dataset) -> bool:
         """True when fit's ``validation_data`` is a dataset that shares a reshuffling random

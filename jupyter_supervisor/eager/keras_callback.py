@@ -310,6 +310,8 @@ class SupervisorCallback(keras.callbacks.Callback):
         if self._function is not None:
             self._function.uninstall()
             self._function = None
+        if self._input is not None:
+            self._input.ended()
         self._input = None
         if self._original_evaluate is not None:
             if "evaluate" in vars(self.model):
