@@ -89,12 +89,12 @@ def _crashing(crash_at):
             else contextlib.nullcontext())
 
 
-def supervised_fit(backends, logdir, make, fit_kwargs, crash_at=None):
-    """One session: a fresh model fit under the eager backend (raising at batch ``crash_at``);
-    returns the model."""
+def supervised_fit(backends, logdir, make, fit_kwargs, crash_at=None, more=()):
+    """One session: a fresh model fit under the eager backend (raising at batch ``crash_at``),
+    with the callbacks ``more`` too; returns the model."""
     model = make()
     sv = backends(logdir, save_model_secs=EVERY_STEP)
-    callbacks = [sv.callback] + ([Crash(crash_at)] if crash_at else [])
+    callbacks = [sv.callback, *more] + ([Crash(crash_at)] if crash_at else [])
     with _crashing(crash_at):
         with sv.session():
             model.fit(**fit_kwargs, verbose=0, callbacks=callbacks)
@@ -182,15 +182,26 @@ def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, cap
     run (another logdir) for an epoch first, so the run's orders start later in the counter,
     for the uninterrupted run as for the crashed one (its checkpoints record where); "anew":
     resumed on a dataset built anew, as a new kernel does. Then a new run fits the same object
-    for an epoch: it draws the orders it draws after the uninterrupted run."""
+    for an epoch: it draws the orders it draws after the uninterrupted run. The callbacks'
+    decisions (ReduceLROnPlateau's rate and EarlyStopping's count) are the uninterrupted
+    run's too."""
     x, y = data()
 
     def make():
         return build(dropout)
 
+    decided = {}
+
     def run(name, dataset, crash_at=None):
+        decided[name] = (keras.callbacks.ReduceLROnPlateau("loss", factor=0.5, patience=0,
+                                                           min_delta=10.0),
+                         keras.callbacks.EarlyStopping("loss", patience=5, min_delta=10.0))
         return supervised_fit(backends, tmp_path / name, make, {"x": dataset, "epochs": 2},
-                              crash_at)
+                              crash_at, decided[name])
+
+    def decisions(name):
+        plateau, stopping = decided[name]
+        return (plateau.best, plateau.wait, stopping.best, stopping.wait, stopping.stopped_epoch)
 
     keras.utils.set_random_seed(0)  # what each build sets: the shuffles' seeds pair with it
     whole_data, reused = _shuffled(x, y), _shuffled(x, y)
@@ -204,6 +215,8 @@ def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, cap
     assert _reused_warnings(caplog) == []
     assert int(again.optimizer.iterations) == int(whole.optimizer.iterations)
     assert_same(state(again), state(whole))
+    assert float(whole.optimizer.learning_rate) < 0.01   # the plateau decayed it
+    assert decisions("crashed") == decisions("whole")
     if not anew:
         after_whole = supervised_fit(backends, tmp_path / "whole-next", make,
                                      {"x": whole_data, "epochs": 1})

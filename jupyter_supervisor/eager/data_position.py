@@ -46,13 +46,12 @@ again (``ended`` moves the user's dataset on when that fit ends); every resume m
 and where ``start`` cannot be replayed (a shuffle below ``repeat`` draws seeds per pass). A
 generator an earlier fit drew from (``_DRAWN``) cannot start again: the resume says so.
 Iterators made outside such fits (``next(iter(ds))``, ``evaluate``, validation on it) are not
-seen. Where the order cannot
-be replayed (an unseeded shuffle, arrays shuffled without a global seed, a shuffle before
-``repeat``/``cache``/``concatenate`` with an iterator per epoch), the resume says so once,
-with what to do. A checkpoint also records the input's kind, length, batch size and batches
-per epoch: when they changed since (another ``batch_size``...), the resume says what changed
-and continues the epoch after the same share of it, not silently at a batch that now means
-other samples.
+seen. Where the order cannot be replayed (an unseeded shuffle, arrays shuffled without a
+global seed, a shuffle before ``repeat``/``cache``/``concatenate`` with an iterator per
+epoch), the resume says so once, with what to do. A checkpoint also records the input's kind,
+length, batch size and batches per epoch: when they changed since (another
+``batch_size``...), the resume says what changed and continues the epoch after the same share
+of it, not silently at a batch that now means other samples.
 
 Every private attribute of Keras and tf.data that this reads is in ``compat``.
 """
@@ -160,9 +159,8 @@ REUSED_DATASET = (
     "each new iterator of its shuffle from a counter that only a newly built dataset starts "
     "again, and this one's is past the order the interrupted epoch had; a copy of it built "
     "anew cannot be used: %s. So this epoch's order is another, and the run differs from an "
-    "uninterrupted one. For an exact resume, build the dataset in the cell "
-    "that calls fit (a resume runs that cell again), or run the cell that builds it again "
-    "before resuming.")
+    "uninterrupted one. For an exact resume, build the dataset in the cell that calls fit (a "
+    "resume runs that cell again), or run the cell that builds it again before resuming.")
 REUSED_GENERATOR = (
     "This fit resumes at epoch %d (after its batch %d) with a Python generator that an "
     "earlier fit in this kernel already drew from: a generator cannot start again, so the "
@@ -317,7 +315,8 @@ class FitInput:
         unseeded = sorted({kind for kind, seeded, _, _ in nodes if not seeded})
         self._start = max(saved.start, 0)  # the run's; UNKNOWN before checkpoints held it
         replayed = self._start + saved.iterator - 1
-        stale = self._rebuild(dataset, replayed) if self._reused else None
+        shared = self._shares_a_shuffle_with_validation(dataset)
+        stale = self._rebuild(dataset, replayed, shared) if self._reused else None
         # Earlier fits' iterators (start) drew seeds as the run's did: where the run's draw
         # them while they run, or validation draws them too, so did those.
         earlier = self._start > 0
@@ -327,7 +326,7 @@ class FitInput:
         elif (saved.iterator > 1 or earlier) and any(again and below
                                                      for _, _, again, below in nodes):
             logger.warning(NOT_REPLAYABLE, epoch + 1, batch)
-        elif (epoch > first_epoch or earlier) and self._shares_a_shuffle_with_validation(dataset):
+        elif (epoch > first_epoch or earlier) and shared:
             logger.warning(SHARED_WITH_VALIDATION, epoch + 1, batch)
         elif stale and (epoch > first_epoch or batch):
             logger.warning(REUSED_DATASET, epoch + 1, batch, stale)
@@ -339,15 +338,16 @@ class FitInput:
                         "had made before the one it draws from (%.2f s).", replayed,
                         time.perf_counter() - began)
 
-    def _rebuild(self, dataset, replayed: int) -> Optional[str]:
+    def _rebuild(self, dataset, replayed: int, shared: bool) -> Optional[str]:
         """Has fit iterate ``dataset`` built anew (its seed counters at zero), ``replayed``
-        iterators of it made and dropped; None if so, else why it cannot."""
+        iterators of it made and dropped; None if so, else why it cannot (``shared``: its
+        validation_data shares its shuffle)."""
         iterated = compat.epoch_dataset(self._epochs)
         if dataset is None or iterated is None:
             return "this Keras keeps the dataset fit iterates where the package does not read it"
         if iterated is not dataset:
             return "fit's tf.distribute strategy distributes it"
-        if self._shares_a_shuffle_with_validation(dataset):
+        if shared:
             return "its validation_data shares its shuffle, and validation iterates the dataset"
         began = time.perf_counter()
         try:

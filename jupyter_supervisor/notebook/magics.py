@@ -150,8 +150,8 @@ class SuperviseMagics(Magics):
         (shuffle=True or Dataset.shuffle with no seed; in the same kernel, the generator the
         stopped fit drew from, or its dataset where it cannot be copied anew: build the input
         in the cell) or an input that changed since (another batch_size) is said in the run's
-        output. A stop inside an epoch saves at once, and that
-        half epoch's validation and on_epoch_end do not run. See docs/resume.md. A fit without
+        output. A stop inside an epoch saves at once, and that half epoch's validation and
+        on_epoch_end do not run. See docs/resume.md. A fit without
         sv.callback saves nothing, and the run's output says so). A custom loop names what to
         checkpoint (a tf.random.Generator too) and reports each step:
 
