@@ -180,7 +180,9 @@ def test_the_final_checkpoint_is_written_beside_a_periodic_write_in_flight(tmp_p
         written(sv, saves, 1)
         clock.now += INTERVAL
         step()              # a periodic save, held until the final one's files exist
+        values = {2: [v.numpy() for v in model.variables + opt.variables]}
         step()
+        values[3] = [v.numpy() for v in model.variables + opt.variables]
         sv.request_stop()   # the final checkpoint, of step 3
     assert not sv._checkpointer.threads  # pylint: disable=protected-access
     assert released == [True]
@@ -190,6 +192,13 @@ def test_the_final_checkpoint_is_written_beside_a_periodic_write_in_flight(tmp_p
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
         "model.ckpt-1", "model.ckpt-2", "model.ckpt-3"]
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")
+    # Each holds the variables of its own step: the final copy was not made in the memory
+    # the write in flight was reading.
+    for step_number in (2, 3):
+        tf.train.Checkpoint(model=model, optimizer=opt).read(
+            str(tmp_path / f"model.ckpt-{step_number}")).assert_existing_objects_matched()
+        for variable, value in zip(model.variables + opt.variables, values[step_number]):
+            np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.path)
 
 
 def test_a_final_checkpoint_of_the_step_being_written_waits_for_that_write(tmp_path, backends,
@@ -239,9 +248,10 @@ def test_a_save_copies_the_variables_into_memory_of_their_own():
     before it updates it in place (copy on write)."""
     model, opt, train_step = loop_setup()
     train_step()
-    snapshot = Snapshot({"model": model, "optimizer": opt})
+    flags = tf.Variable([True, False])   # a dtype copied into new memory at each save
+    snapshot = Snapshot({"model": model, "optimizer": opt, "flags": flags})
     variables = [v if isinstance(v, tf.Variable) else v.value
-                 for v in model.variables + opt.variables]
+                 for v in model.variables + opt.variables] + [flags]
     for _ in range(2):
         assert snapshot.copy()
         copies = snapshot.copies_of(variables)
@@ -250,6 +260,41 @@ def test_a_save_copies_the_variables_into_memory_of_their_own():
             assert address(copy) != address(variable), variable.name
             np.testing.assert_array_equal(copy.numpy(), variable.numpy())
         train_step()
+        flags.assign(tf.logical_not(flags))
+    snapshot.release()
+
+
+def test_a_save_copies_into_the_memory_of_the_copy_before_unless_it_is_in_use():
+    """The copies are made in the same host memory save after save (new memory costs a page
+    fault per page touched: more than the copy), once nothing holds the copy before. A copy
+    still held at the next save (a write in flight) is never written over: that save's copy
+    goes to memory of its own, and each copy equals the variables at its save."""
+    model, opt, train_step = loop_setup()
+    train_step()
+    snapshot = Snapshot({"model": model, "optimizer": opt})
+    variables = [v if isinstance(v, tf.Variable) else v.value
+                 for v in model.variables + opt.variables]
+
+    def copy():
+        assert snapshot.copy()
+        copies = snapshot.copies_of(variables)
+        for variable, value in zip(variables, copies):
+            np.testing.assert_array_equal(value.numpy(), variable.numpy())
+        return copies, [address(value) for value in copies], [c.numpy() for c in copies]
+
+    _, first, _ = copy()
+    train_step()
+    held, second, held_values = copy()
+    assert second == first     # nothing held the first copy: its memory took the second
+    train_step()
+    _, third, _ = copy()       # the second is held
+    assert not set(third) & set(second)
+    for value, before in zip(held, held_values):
+        np.testing.assert_array_equal(value.numpy(), before)
+    del held
+    train_step()
+    _, fourth, _ = copy()
+    assert fourth == third
     snapshot.release()
 
 
