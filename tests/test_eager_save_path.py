@@ -330,3 +330,39 @@ def test_the_copy_of_the_save_before_is_freed_before_the_next_copy(tmp_path, bac
             traced.copy_function = copy_function
         sv.request_stop()
     assert alive_at_copy[:1] == [0], alive_at_copy
+
+
+def test_variables_of_every_kind_are_copied_and_written(tmp_path):
+    """Variables the snapshot copies into its own memory (float, integer and complex dtypes)
+    and those it copies into new memory at each save (bool, bfloat16, empty, of a shape left
+    open) are each written with the value they held at their save."""
+    variables = {
+        "kernel": tf.Variable(tf.random.normal([8, 4])),
+        "count": tf.Variable(3, dtype=tf.int64),
+        "phase": tf.Variable([1 + 2j], dtype=tf.complex64),
+        "mask": tf.Variable([True, False]),
+        "half": tf.Variable(tf.ones([4], tf.bfloat16)),
+        "empty": tf.Variable(tf.zeros([0, 3])),
+        "grows": tf.Variable([1.0], shape=tf.TensorShape(None)),
+    }
+    module = tf.Module()
+    for name, variable in variables.items():
+        setattr(module, name, variable)
+    snapshot = Snapshot({"module": module})
+    for number in range(2):
+        assert snapshot.copy()
+        expected = {name: variable.numpy() for name, variable in variables.items()}
+        write, _ = snapshot.write_function([])
+        for variable in variables.values():   # changed after the copy, before the write
+            variable.assign(tf.logical_not(variable) if variable.dtype == tf.bool
+                            else tf.zeros_like(variable))
+        path = str(tmp_path / f"ckpt-{number}")
+        write(path)
+        reader = tf.train.load_checkpoint(path)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(
+                reader.get_tensor(f"module/{name}/.ATTRIBUTES/VARIABLE_VALUE"), value,
+                err_msg=name)
+        variables["grows"].assign(tf.range(number + 2, dtype=tf.float32))
+        variables["kernel"].assign(tf.random.normal([8, 4]))
+    snapshot.release()

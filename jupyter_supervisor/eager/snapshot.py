@@ -116,7 +116,8 @@ def _structure(objects: list, edges: list) -> tuple:
     for obj in objects:
         if is_variable(obj):
             base = base_variable(obj)
-            kinds.append((base.dtype.name, tuple(base.shape.as_list()), base.device))
+            shape = None if base.shape.rank is None else tuple(base.shape.as_list())
+            kinds.append((base.dtype.name, shape, base.device))
         else:
             kinds.append(type(obj).__qualname__)
     return tuple(edges), tuple(kinds)
@@ -139,8 +140,11 @@ _ALIGNMENT = 64
 
 
 def _in_own_memory(variable: tf.Variable) -> bool:
-    """True when the snapshot copies ``variable`` into memory of its own (``_HostMemory``)."""
-    return _in_host_memory(variable) and variable.dtype in _OWN_MEMORY_DTYPES
+    """True when the snapshot copies ``variable`` into memory of its own (``_HostMemory``):
+    one in host memory, of a dtype NumPy holds, of a fixed shape (a variable made with
+    ``shape=None`` may change its shape), not empty."""
+    return (_in_host_memory(variable) and variable.dtype in _OWN_MEMORY_DTYPES
+            and variable.shape.is_fully_defined() and variable.shape.num_elements() > 0)
 
 
 def _trace_copy(variables: list) -> Callable:
