@@ -12,7 +12,9 @@ Linux's ``/proc/self/task/*/schedstat`` (nanoseconds) before and after each run,
 CPU of a save is split by thread: the training thread, the writer thread(s), and the rest
 (TensorFlow's inter- and intra-op pools, which run the ops of a ``tf.function`` and the
 parallel kernels; the event dispatcher). Printed per save, as medians over rounds: wall and CPU
-of the save call in the training thread (what the step that saves pays), the step after it
+of a periodic save call in the training thread (what the step that saves pays; the median
+of the calls but the first, whose copy meets new memory, and the final one, both printed
+apart), the step after it
 against the median step (wall, and the training thread's CPU), the writer thread's wall and CPU
 (split into the write of the files and the rest: state file, retention, report), the other
 threads' CPU beyond bare's, and the process's CPU beyond bare's. Linux only.
@@ -22,8 +24,8 @@ threads' CPU beyond bare's, and the process's CPU beyond bare's. Linux only.
 copy and the check cost apart from the write. ``--train-threads`` as in
 ``bench_save_interval.py``.
 
-``--end``: instead, the end of a loop whose last periodic write is in flight (the final
-checkpoint written beside it, and after it as each save waited for the write before);
+``--end``: instead, the end of a loop whose last periodic write is in flight (that write
+ends, then the final checkpoint is copied and written);
 ``--memory``: the resident memory between periodic saves and after a save's copy.
 
 ``--formats``: instead, what writing the same variables costs in each format, alone (no
@@ -44,7 +46,7 @@ Where SaveV2's CPU goes inside it is Linux perf's to say::
     .venv/bin/python bench/profile_save.py --size 400 --mode fit --steps 24 --every 4 \
         --train-threads 1                            # a core left free, as a GPU's training
     .venv/bin/python bench/profile_save.py --size 150 --leave-out write   # copy and check alone
-    .venv/bin/python bench/profile_save.py --size 150 --end --rounds 7  # the final save's overlap
+    .venv/bin/python bench/profile_save.py --size 150 --end --rounds 7  # the end of a run
     .venv/bin/python bench/profile_save.py --size 150 --memory          # one copy held, not two
 """
 import argparse
@@ -242,9 +244,12 @@ def per_save(bare: dict, ours: dict, writers: set, mode: str) -> dict:
 
     training = ours["spent"].get(ours["training"], 0.0) - bare["spent"].get(bare["training"], 0)
     calls = ours["save_calls"]
+    periodic = calls[1:-1] or calls   # the first copies into new memory; the last is the final
     return {
-        "save call wall": statistics.mean(c[0] for c in calls) if calls else 0.0,
-        "save call CPU": statistics.mean(c[1] for c in calls) if calls else 0.0,
+        "save call wall": statistics.median(c[0] for c in periodic) if calls else 0.0,
+        "save call CPU": statistics.median(c[1] for c in periodic) if calls else 0.0,
+        "first save call wall": calls[0][0] if calls else 0.0,
+        "final save call wall": calls[-1][0] if calls else 0.0,
         "step after, wall over median": (statistics.mean(walls[i] - median_wall for i in after)
                                          if after else 0.0),
         "step after, training CPU over median": (
@@ -327,15 +332,10 @@ def leave_out_the_write() -> None:
 def end_of_run(bench: Bench, rounds: int) -> None:
     """``--end``: a loop whose last periodic save is one step before its end, so that its
     write runs when training ends: the seconds from the last step's end to the session's end
-    (the final checkpoint written, and that write), with the final checkpoint written beside
-    that write (as the writer does) and after it (``CheckpointWriter._overlaps`` off: each
-    save waits for the write before), alternating, after one untimed run of each."""
-    overlaps = writing.CheckpointWriter._overlaps
+    (that write, then the final checkpoint's copy and write), after one untimed run."""
 
-    def once(serial: bool) -> float:
+    def once() -> float:
         logdir = tempfile.mkdtemp(prefix="profile_save_")
-        if serial:
-            writing.CheckpointWriter._overlaps = lambda self, *args: False
         try:
             sv = EagerSupervisor(RunConfig(logdir=logdir, save_model_secs=SECS,
                                            save_summaries_secs=0))
@@ -353,21 +353,13 @@ def end_of_run(bench: Bench, rounds: int) -> None:
                 sv.request_stop()
             return time.perf_counter() - ended
         finally:
-            writing.CheckpointWriter._overlaps = overlaps
             shutil.rmtree(logdir, ignore_errors=True)
 
-    once(False), once(True)
-    found = {False: [], True: []}
-    for number in range(rounds):
-        for serial in (False, True) if number % 2 == 0 else (True, False):
-            found[serial].append(once(serial))
+    once()
+    values = [once() * 1000 for _ in range(rounds)]
     print("the end of a loop whose last periodic write runs when training ends, from the last "
-          "step to the session's end (ms), median [least, most]:")
-    for serial, label in ((False, "the final checkpoint beside that write"),
-                          (True, "the final checkpoint after it")):
-        values = [v * 1000 for v in found[serial]]
-        print(f"  {label:42s} {statistics.median(values):6.0f} [{min(values):.0f}, "
-              f"{max(values):.0f}]")
+          f"step to the session's end: {statistics.median(values):.0f} ms, median "
+          f"[{min(values):.0f}, {max(values):.0f}]")
 
 
 def resident_memory(bench: Bench, rounds: int) -> None:

@@ -103,7 +103,7 @@ class RunConfig:
         "Seconds between checkpoints (0: only the final one). Eager code: a checkpoint whose "
         "write takes longer makes the next one due this long after that write ended; one due "
         "while a write still runs waits for it, up to one more interval, without stopping "
-        "training; the final one is written beside it. Default: %(default)s.",
+        "training. Default: %(default)s.",
         metavar="SECS", kind=float))
     save_summaries_secs: float = _option(10, _number(), Option(
         "Seconds between summaries and step-rate records (0: none); the panel draws what the "

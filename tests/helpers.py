@@ -184,6 +184,22 @@ def before_each_write(monkeypatch, action) -> None:
     monkeypatch.setattr(Snapshot, "write_function", watched)
 
 
+def training_waits_for_a_write(monkeypatch, training: list) -> threading.Event:
+    """An Event set when the thread ``training[0]`` waits for a checkpoint write in flight
+    (``CheckpointWriter.wait`` while a write runs)."""
+    from jupyter_supervisor.eager.writer import CheckpointWriter  # pylint: disable=C0415
+    waiting = threading.Event()
+    wait = CheckpointWriter.wait
+
+    def watched(writer, timeout=None):
+        if writer.writing and training and threading.current_thread() is training[0]:
+            waiting.set()
+        return wait(writer, timeout)
+
+    monkeypatch.setattr(CheckpointWriter, "wait", watched)
+    return waiting
+
+
 class FakeClock:
     """A clock that moves only when told to."""
 

@@ -13,7 +13,7 @@ from jupyter_supervisor import events
 from jupyter_supervisor.eager.snapshot import Snapshot
 
 from eager_models import data, make_model
-from helpers import FakeClock, before_each_write, wait_for
+from helpers import FakeClock, before_each_write, training_waits_for_a_write, wait_for
 
 DEADLINE = 60
 INTERVAL = 10.0   # save_model_secs, on a clock the tests move
@@ -153,86 +153,56 @@ def test_a_write_that_training_waits_for_keeps_training_s_priority(tmp_path, bac
         policies
 
 
-def test_the_final_checkpoint_is_written_beside_a_periodic_write_in_flight(tmp_path, backends,
-                                                                            monkeypatch):
-    """Training ends while a periodic write runs: the final checkpoint does not wait for it.
-    Its files are written while that write is held (until they exist), and it is listed after
-    that one, as the newest; the session's end waits for both."""
-    final_started = threading.Event()
-    released = []   # whether the periodic write saw the final one start, then its files
+def test_the_final_checkpoint_waits_for_a_periodic_write_in_flight_and_reuses_its_memory(
+        tmp_path, backends, monkeypatch):
+    """Training ends while a periodic write runs (held until the training thread waits for
+    it): the final checkpoint waits for that write, then is copied into the memory that write
+    read (a copy into new memory costs more than the rest of the write), and listed after it;
+    each checkpoint holds the variables of its own step."""
+    from jupyter_supervisor.eager import snapshot as snapshots  # pylint: disable=C0415
+    training = []
+    waiting = training_waits_for_a_write(monkeypatch, training)
+    released = []   # whether the periodic write saw the training thread wait for it
 
     def held(path):
-        step = int(path.rsplit("-", 1)[1])
-        if step == 3:
-            final_started.set()
-        elif step == 2:
-            started = final_started.wait(DEADLINE)
-            released.append(started and wait_for(
-                lambda: os.path.exists(str(tmp_path / "model.ckpt-3.index")), DEADLINE,
-                what="the final checkpoint's files"))
+        if path.endswith("-2"):
+            released.append(waiting.wait(DEADLINE))
 
     before_each_write(monkeypatch, held)
+    allocations = []
+    aligned_empty = snapshots._aligned_empty  # pylint: disable=protected-access
+
+    def counted(*args):
+        allocations.append(args)
+        return aligned_empty(*args)
+
+    monkeypatch.setattr(snapshots, "_aligned_empty", counted)
     sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
     with sv.session():
+        training.append(threading.current_thread())
         sv.track(model=model, optimizer=opt)
         clock.now += INTERVAL
-        step()              # the first save (its copy traced here)
+        step()              # the first save: its copy's memory is allocated here
         written(sv, saves, 1)
+        first = len(allocations)
         clock.now += INTERVAL
-        step()              # a periodic save, held until the final one's files exist
+        step()              # a periodic save, held until training waits for it
         values = {2: [v.numpy() for v in model.variables + opt.variables]}
         step()
         values[3] = [v.numpy() for v in model.variables + opt.variables]
         sv.request_stop()   # the final checkpoint, of step 3
-    assert not sv._checkpointer.threads  # pylint: disable=protected-access
+    assert first > 0 and len(allocations) == first
     assert released == [True]
     assert sv.flush_events(DEADLINE)
     assert saves == [1, 2, 3]
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
         "model.ckpt-1", "model.ckpt-2", "model.ckpt-3"]
-    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")
-    # Each holds the variables of its own step: the final copy was not made in the memory
-    # the write in flight was reading.
     for step_number in (2, 3):
         tf.train.Checkpoint(model=model, optimizer=opt).read(
             str(tmp_path / f"model.ckpt-{step_number}")).assert_existing_objects_matched()
         for variable, value in zip(model.variables + opt.variables, values[step_number]):
             np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.path)
-
-
-def test_a_final_checkpoint_of_the_step_being_written_waits_for_that_write(tmp_path, backends,
-                                                                           monkeypatch):
-    """A fit's end may save again the step of a periodic save still in flight (made in its
-    last validation, before the epoch's end changed the state): that final checkpoint has the
-    same files, so its write does not overlap that one; one of another step does."""
-    hold = threading.Event()
-    held = []
-
-    def holding(path):
-        if path.endswith("-2"):
-            held.append(hold.wait(DEADLINE))
-
-    before_each_write(monkeypatch, holding)
-    sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
-    with sv.session():
-        sv.track(model=model, optimizer=opt)
-        clock.now += INTERVAL
-        step()
-        written(sv, saves, 1)
-        clock.now += INTERVAL
-        step()              # the periodic save of step 2, held
-        writer = sv._checkpointer.writer  # pylint: disable=protected-access
-        try:
-            assert writer.writing
-            in_flight = str(tmp_path / "model.ckpt-2")
-            overlaps = [writer._overlaps(True, False, path)  # pylint: disable=W0212
-                        for path in (in_flight, str(tmp_path / "model.ckpt-3"))]
-        finally:
-            hold.set()
-        sv.request_stop()
-    assert overlaps == [False, True]
-    assert held == [True]
 
 
 def address(value) -> int:

@@ -3,6 +3,7 @@ gives) ends with the same weights and optimizer state, bit for bit, as an uninte
 the same seeds. The crash is an exception raised at a batch's end; the checkpoint is written at
 every step boundary, so the resume continues from the boundary before it."""
 import contextlib
+import threading
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import keras
 from tensorflow.python.framework import config as tf_config
 
 from eager_models import data
-from helpers import FakeClock, before_each_write, wait_for
+from helpers import FakeClock, before_each_write, training_waits_for_a_write
 from jupyter_supervisor.checkpoints import CheckpointMismatchError
 
 EVERY_STEP = 1e-9
@@ -463,9 +464,10 @@ def test_track_refuses_what_holds_no_variables(tmp_path, backends, value, shown)
 # ------------------------------------------------------- the training state beside the weights
 
 def test_a_stop_while_a_periodic_write_runs_resumes_exactly(tmp_path, backends, monkeypatch):
-    """A stop inside epoch 2 while the periodic write of the step before still runs: the
-    final checkpoint is written beside that write (held here until the final one's files
-    exist), and a fresh model resumed from it ends as the uninterrupted run: weights, every
+    """A stop inside epoch 2 while the periodic write of the step before still runs (held
+    here until the training thread waits for it): the final checkpoint, copied once that write
+    ended into the memory it read, is the state at the stop, and a fresh model resumed from it
+    ends as the uninterrupted run: weights, every
     optimizer variable (the rates ReduceLROnPlateau set), the callbacks' decisions, on a
     tf.data pipeline shuffled anew each epoch."""
     x, y = data()
@@ -491,12 +493,13 @@ def test_a_stop_while_a_periodic_write_runs_resumes_exactly(tmp_path, backends, 
         whole.fit(**inputs(), callbacks=[sv.callback, plateau, stopping])
 
     stopped = tmp_path / "stopped"
-    released = []   # whether the periodic write (of step 10) saw the final one's files
+    released = []   # whether the periodic write (of step 10) saw the training thread wait
+    training = [threading.current_thread()]
+    waiting = training_waits_for_a_write(monkeypatch, training)
 
     def held(path):
         if path.endswith("-10"):
-            released.append(wait_for(lambda: (stopped / "model.ckpt-11.index").exists(), 60,
-                                     what="the final checkpoint's files"))
+            released.append(waiting.wait(60))
 
     before_each_write(monkeypatch, held)
     model, made, sv = fit(stopped, save_model_secs=1000)
@@ -508,7 +511,7 @@ def test_a_stop_while_a_periodic_write_runs_resumes_exactly(tmp_path, backends, 
 
     with sv.session():
         # Batch 10: a periodic save of step 10 (its write held); batch 11: a stop, whose final
-        # checkpoint of step 11 is written beside it.
+        # checkpoint of step 11 waits for that write.
         model.fit(**inputs(), callbacks=[Script({10: due, 11: sv.request_stop}), sv.callback,
                                        *made])
     assert released == [True]

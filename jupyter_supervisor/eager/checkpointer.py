@@ -390,7 +390,7 @@ class Checkpointer:
                 return
             # The verdict of a save made before: that checkpoint was not the final one, so
             # (in the training thread) it may still roll back, and then nothing moved.
-            self._settle(final=threading.current_thread() is not self._thread, now=True)
+            self._settle(final=threading.current_thread() is not self._thread)
             if self.timer.moved(self._where.step) and self._save(final=True) is not None:
                 self._settle(final=True)
 
@@ -477,12 +477,11 @@ class Checkpointer:
             self.best.note(scalars, self._where.step)
 
     def settle(self) -> None:
-        """Takes the verdict of the newest save now, if one is pending, checking its copies
-        here when its write has not ended (before a stop: a rollback takes the step back; the
-        final checkpoint then does not wait for that write)."""
+        """Takes the verdict of the newest save now, if one is pending, once its write ended
+        (before a stop: a rollback takes the step back)."""
         if self.writer is not None and self.writer.verdict_pending:
             with self._save_lock:
-                self._settle(final=False, now=True)
+                self._settle(final=False)
 
     def _save_at_boundary(self, request: Optional[_SaveRequest], final: bool = False,
                           best: Optional[Best] = None) -> Optional[str]:
@@ -517,7 +516,7 @@ class Checkpointer:
         with self._save_lock:
             if self.writer is None:
                 return None
-            if not self._settle(final, now=final):
+            if not self._settle(final):
                 return None
             if self._policy.pending is not None and not final:
                 if threading.current_thread() is self._thread:
@@ -583,14 +582,11 @@ class Checkpointer:
             return True
         return self._refuse(step, finite.describe_problem(variables, scalars), final)
 
-    def _settle(self, final: bool, wait: bool = True, now: bool = False) -> bool:
+    def _settle(self, final: bool, wait: bool = True) -> bool:
         """With ``_save_lock`` held: takes the verdict of the newest save's check of the
         variables, once. ``wait``: waits for its write first (at most ``stop_grace_secs``;
         then the verdict checks the copies in this thread); else (a step boundary) takes it
-        only when it is known without a check here. ``now``: does not wait, checks the
-        copies in this thread (a few milliseconds) when the write has not ended: where
-        training ends, whose final checkpoint does not wait for the write in flight
-        (``CheckpointWriter.save``). True when there was none to take or it
+        only when it is known without a check here. True when there was none to take or it
         passed; else (the save wrote nothing) ``_refuse`` at the step of that save."""
         writer = self.writer
         if writer is None or not writer.verdict_pending:
@@ -598,8 +594,7 @@ class Checkpointer:
         if not writer.verdict_known:
             if not wait:
                 return True
-            if not now:
-                writer.wait(self._config.stop_grace_secs)
+            writer.wait(self._config.stop_grace_secs)
         verdict = writer.verdict()
         if not verdict.variables:
             return True

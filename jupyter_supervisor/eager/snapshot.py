@@ -185,9 +185,9 @@ class _HostMemory:
     ``fill`` copies into it and lends the copy out as tensors that share its memory (DLPack):
     the write, the check, ``Snapshot.copies_of``. Each tensor holds a view of its array (a weak
     reference says whether one is alive), so the memory is written again only once no tensor of
-    the copy before lives: a copy still in use at the next save (a write in flight beside which
-    the final save is made) is never changed; that save gets memory of its own, and the old
-    memory goes with its last tensor."""
+    the copy before lives: a copy still in use at the next save (held by the error of a write
+    that failed, or by a caller of ``Snapshot.copies_of``) is never changed; that save gets
+    memory of its own, and the old memory goes with its last tensor."""
 
     def __init__(self, variables: list):
         self._kinds = [(tuple(v.shape.as_list()), np.dtype(v.dtype.as_numpy_dtype))

@@ -100,7 +100,6 @@ class PendingSave:
         self.verdict = verdict
         self.checked_before = checked_before
         self.thread: Optional[threading.Thread] = None
-        self.behind: Optional[threading.Thread] = None   # the write it overlaps (save())
 
     @property
     def writing(self) -> bool:
@@ -218,22 +217,19 @@ class CheckpointWriter:
         one of those waits for it keeps yielding (an unprivileged thread cannot leave
         ``SCHED_IDLE``).
 
-        A final save made while a periodic write runs does not wait for it: its copy is taken
-        now and its files are written beside that write's (training has ended: the cores are
-        free), and listed after it (``_write``). Its end then comes one write sooner than
-        the two writes one after the other. For that time host memory holds two copies of the
-        variables, where a periodic save holds one (``Snapshot.copy``)."""
+        Every save waits for the write before, the final one too: its copy is then made in
+        the memory of the copy before (``Snapshot.copy``). A final copy made beside the write
+        in flight needed new memory, whose first touch cost more than the rest of that write
+        (bench/profile_save.py --end), and held two copies of the variables in host memory."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
         if self._closed:
             raise RuntimeError("save(): the writer is closed")
+        self.wait()
         path = f"{self._prefix}-{step}"
         start = time.time()
         direct = final and self._snapshot is not None and not self._snapshot.is_traced()
-        behind = self._newest.thread if self._overlaps(final, direct, path) else None
-        if behind is None:
-            self.wait()
         snapped = self._snapshot is not None and not direct and self._snapshot.copy()
         if self._snapshot is not None and not snapped and not self.sync_reason and \
                 self._snapshot.why_not:
@@ -243,11 +239,6 @@ class CheckpointWriter:
         write, check = (self._snapshot.write_function(self._checked) if snapped
                         else (None, None))
         before = bool(self._checked) and not (check and check.names)
-        if behind is not None and (before or not snapped):
-            # No copy to write beside it, or a live check that may refuse (and write nothing):
-            # the write in flight ends first, as for any other save.
-            self.wait()
-            behind = None
         if before:  # no copies to check: the live variables, before the write
             verdict = Refusal(step, finite.VariableCheck.untraced(self._checked) if direct
                               else self._live_check()).decide()
@@ -266,19 +257,9 @@ class CheckpointWriter:
             return pending
         pending.thread = threading.Thread(
             target=self._write_behind, name="jupyter_supervisor-checkpoint",
-            args=(not (final or waited), write, path, step, start, verdict, best, behind),
-            daemon=True)
-        pending.behind = behind
+            args=(not (final or waited), write, path, step, start, verdict, best), daemon=True)
         pending.thread.start()
         return pending
-
-    def _overlaps(self, final: bool, direct: bool, path: str) -> bool:
-        """True when the save's write may overlap the one in flight (see ``save``): a final
-        save of the snapshot's copies while a write of the snapshot to another path runs
-        (a fit's end saves again the step of a save made in its last validation: the two
-        would write the same files)."""
-        return (final and not direct and self._snapshot is not None and self.writing
-                and self._newest.path != path)
 
     @property
     def writing(self) -> bool:
@@ -288,20 +269,14 @@ class CheckpointWriter:
 
     @property
     def threads(self) -> List[threading.Thread]:
-        """The writer threads of the writes in flight ([] when none runs): the newest, and
-        the one it overlaps."""
+        """The writer thread of the write in flight ([] when none runs)."""
         newest = self._newest
-        if newest is None:
-            return []
-        return [t for t in (newest.behind, newest.thread) if t is not None and t.is_alive()]
+        thread = newest.thread if newest is not None else None
+        return [thread] if thread is not None and thread.is_alive() else []
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Waits for the write in progress; raises its CheckpointWriteError. False on timeout.
-        The write a final one overlaps is waited for without a limit, as any save waits for
-        the write before it: ``timeout`` bounds the final write's own time."""
+        """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
         newest = self._newest
-        if newest is not None and newest.behind is not None:
-            newest.behind.join()
         if newest is not None and newest.thread is not None:
             newest.thread.join(timeout)
             if newest.thread.is_alive():
@@ -337,35 +312,25 @@ class CheckpointWriter:
         self._write(*args)
 
     def _write(self, write: Callable[[str], object], path: str, step: int, start: float,
-               verdict: Optional[Refusal] = None, best: bool = False,
-               behind: Optional[threading.Thread] = None) -> None:
+               verdict: Optional[Refusal] = None, best: bool = False) -> None:
         """The writer thread: the files (``write``, refused when ``verdict`` is given and the
-        copies are not finite), then the state file and the retention. ``behind``: the
-        thread of the write before, still running when this one started: it ends first, so
-        that its checkpoint is listed (and its failure raised) before this one's."""
+        copies are not finite), then the state file and the retention."""
         try:
-            failure = None
             try:
                 write(path)
             except (tf.errors.OpError, OSError) as e:
-                failure = e
-            finally:
-                if behind is not None:
-                    behind.join()
-            if failure is not None:
-                refused = verdict is not None and finite.is_guard_failure(failure)
+                refused = verdict is not None and finite.is_guard_failure(e)
                 # A checkpoint kept under this name (a step saved again) keeps its files.
                 _remove_checkpoint(path, partial_only=refused or path in self._kept)
                 if refused:
                     verdict.written(False)  # the state file and the retention stay
                     return
-                raise CheckpointWriteError(self._failure(path, failure)) from failure
+                raise CheckpointWriteError(self._failure(path, e)) from e
             if verdict is not None:
                 verdict.written(True)
             self._record(path, best)
         except BaseException as e:  # pylint: disable=broad-except
-            if self._error is None:  # an overlapped write's (above) is raised first
-                self._error = e
+            self._error = e
             self._on_error(e)
             return
         seconds = time.time() - start
