@@ -385,17 +385,17 @@ def resident_memory(bench: Bench, rounds: int) -> None:
                 sv.step(loss=bench.step_once())
                 checkpointer.writer.wait()
                 sv.step(loss=bench.step_once())
-                if number == 0:   # the first save traced the copy: watch the next ones
-                    traced = checkpointer.writer._snapshot._traced  # pylint: disable=W0212
-                    copy = traced.copy_function
+                if number == 0:   # the first save made the copy's memory: watch the next ones
+                    snapshot = checkpointer.writer._snapshot  # pylint: disable=W0212
+                    copy = snapshot.copy
 
-                    def watched(*handles, _copy=copy):
+                    def watched(_copy=copy):
                         before = rss()
-                        copies = _copy(*handles)
-                        found.append((before, rss()))
-                        return copies
-                    traced.copy_function = watched
-            traced.copy_function = copy
+                        try:
+                            return _copy()
+                        finally:
+                            found.append((before, rss()))
+                    snapshot.copy = watched
             sv.request_stop()
     finally:
         shutil.rmtree(logdir, ignore_errors=True)

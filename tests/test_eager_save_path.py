@@ -170,13 +170,13 @@ def test_the_final_checkpoint_waits_for_a_periodic_write_in_flight_and_reuses_it
 
     before_each_write(monkeypatch, held)
     allocations = []
-    host_array = snapshots._host_array  # pylint: disable=protected-access
+    host_arrays = snapshots._host_arrays  # pylint: disable=protected-access
 
     def counted(*args):
         allocations.append(args)
-        return host_array(*args)
+        return host_arrays(*args)
 
-    monkeypatch.setattr(snapshots, "_host_array", counted)
+    monkeypatch.setattr(snapshots, "_host_arrays", counted)
     sv, clock, model, opt, step, saves = saving_loop(tmp_path, backends)
     with sv.session():
         training.append(threading.current_thread())

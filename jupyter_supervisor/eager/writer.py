@@ -218,9 +218,8 @@ class CheckpointWriter:
         ``SCHED_IDLE``).
 
         Every save waits for the write before, the final one too: its copy is then made in
-        the memory of the copy before (``Snapshot.copy``). A final copy made beside the write
-        in flight needed new memory, whose first touch cost more than the rest of that write
-        (bench/profile_save.py --end), and held two copies of the variables in host memory."""
+        the memory of the copy before (``Snapshot.copy``), and host memory holds one copy of
+        the variables."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
