@@ -268,6 +268,41 @@ def test_a_save_copies_into_the_memory_of_the_copy_before_unless_it_is_in_use():
     snapshot.release()
 
 
+def test_a_large_copy_is_split_across_threads_and_covers_every_element_once(monkeypatch):
+    """A copy of many bytes is split across the cores (the training thread waits for it: the
+    cores are free): each part copied in a thread of its own, about the same bytes each, and
+    together every element of every array, of any dtype and size, once."""
+    from jupyter_supervisor.eager import snapshot as snapshots  # pylint: disable=C0415
+    rng = np.random.default_rng(0)
+    sources = [rng.standard_normal((1000, 333)).astype(np.float32),
+               rng.integers(1, 100, 7, dtype=np.int8), np.array(5, np.int64),
+               (rng.standard_normal(50001) + 1j).astype(np.complex128),
+               rng.integers(1, 2**40, (3, 3, 3), dtype=np.uint64)]
+    total = sum(source.nbytes for source in sources)
+    for parts in (1, 2, 3, 7):
+        split = snapshots._split(  # pylint: disable=protected-access
+            [(np.zeros_like(s), s) for s in sources], parts)
+        sizes = [sum(array.nbytes for array, _ in part) for part in split]
+        assert len(split) == parts and sum(sizes) == total
+        assert max(sizes) - min(sizes) <= 16, sizes   # cut at an element: at most one apart
+    copy_part = snapshots._copy_part  # pylint: disable=protected-access
+    threads = []
+
+    def recorded(part, errors):
+        threads.append(threading.current_thread())
+        copy_part(part, errors)
+
+    monkeypatch.setattr(snapshots, "_copy_part", recorded)
+    monkeypatch.setattr(snapshots, "_cores", lambda: 3)
+    monkeypatch.setattr(snapshots, "_PART_BYTES", total // 3)
+    arrays = [np.zeros_like(source) for source in sources]
+    snapshots._copy(list(zip(arrays, sources)))  # pylint: disable=protected-access
+    assert len(threads) == len(set(threads)) == 3
+    assert threading.current_thread() in threads   # the calling thread copies a part too
+    for array, source in zip(arrays, sources):
+        np.testing.assert_array_equal(array, source)
+
+
 def test_the_copy_of_the_save_before_is_freed_before_the_next_copy(tmp_path, backends):
     """Host memory holds one copy of the variables at a time: once the write of a save ended
     and its verdict is taken, nothing holds its copies (not the snapshot, not the check that
