@@ -338,6 +338,15 @@ class Reply:
         return errors[0] if errors else None
 
 
+def _default_signals() -> None:
+    """In a kernel's process, before it runs: SIGHUP and SIGTERM at their defaults, whatever
+    the tests inherited (a signal ignored stays ignored across exec, and ``nohup`` ignores
+    SIGHUP), so that a kernel starts as one launched from a plain shell; the product leaves an
+    ignored signal ignored, and a test that wants one sets it in the kernel."""
+    for number in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
 class Kernel:
     """A python3 kernel of this environment (jupyter_client swaps 'python' in the kernelspec
     for sys.executable) started in ``workdir`` with ``child_env()``; records every iopub message
@@ -354,7 +363,8 @@ class Kernel:
     def _start(self):
         from jupyter_client.manager import KernelManager  # pylint: disable=import-outside-toplevel
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(self.workdir), env=child_env(**self.env))
+        self.km.start_kernel(cwd=str(self.workdir), env=child_env(**self.env),
+                             preexec_fn=_default_signals)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=KERNEL_STARTUP)
