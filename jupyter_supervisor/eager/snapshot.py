@@ -8,8 +8,8 @@ creates a ``tf.Variable`` inside a ``tf.function`` and fails from the second sav
 ``Snapshot`` does what that helper does without making variables: the training thread copies
 every variable to host memory of the snapshot's own, with one call of a function traced once per
 object graph structure and a memory copy of them, split across the cores (that copy is all it
-waits for, there and in its next step), and the writer thread checks the copies for NaN and infinity, then writes them
-with TensorFlow's own ops, under the keys and with the object graph that
+waits for, there and in its next step), and the writer thread checks the copies for NaN and
+infinity, then writes them with TensorFlow's own ops, under the keys and with the object graph that
 ``tf.train.Checkpoint.write`` gives them, worked out once per snapshot
 (``Snapshot.write_function``). The ops run in the writer thread: a traced write's kernels would
 run on TensorFlow's shared thread pools, beside the training step's, and cost the run more CPU
@@ -227,9 +227,10 @@ def _copy(pairs: list) -> None:
     array, split into parts of about the same size, one per core (at most
     ``_MAX_COPY_THREADS``; a part of at least ``_PART_BYTES``), each copied by a thread of its
     own, the calling thread one of them: NumPy lets go of the GIL while it copies. The training
-    thread waits for the copy, so the cores are free: the first copy of a run, into memory
-    touched for the first time, took 75 ms on 2 threads here against 140 ms on one at 150 MB
-    (the page faults are most of it); a later copy 16 against 20 ms."""
+    thread waits for the copy, so the cores are free: on 2 cores here the first save call of
+    a run, whose copy touches its memory for the first time (the page faults are most of it),
+    took 90 ms against 143 ms on one thread at 150 MB; a later one 23 against 29 ms
+    (``bench/profile_save.py``)."""
     total = sum(array.nbytes for array, _ in pairs)
     parts = _split(pairs, max(1, min(_cores(), _MAX_COPY_THREADS, total // _PART_BYTES)))
     errors: list = []
