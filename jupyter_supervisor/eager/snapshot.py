@@ -254,21 +254,20 @@ def _cores() -> int:
 
 def _split(pairs: list, parts: int) -> list:
     """``pairs`` (``(array, source)``) cut into ``parts`` lists of ``(array, source)`` 1-D
-    slices, of about the same number of bytes each, that together cover every element once;
-    an array's elements are cut where a part's bytes end."""
-    size = -(-sum(array.nbytes for array, _ in pairs) // parts)
+    slices, of about the same number of bytes each, that together cover every element once:
+    part ``k`` holds the elements that start before byte ``(k + 1) * size`` of all arrays and
+    at or after byte ``k * size``, ``size`` the bytes of all over ``parts``, rounded up."""
+    size = max(1, -(-sum(array.nbytes for array, _ in pairs) // parts))
     split: list = [[] for _ in range(parts)]
     offset = 0   # the bytes of the arrays before
     for array, source in pairs:
         flat, flat_source, item = array.reshape(-1), source.reshape(-1), array.itemsize
-
-        def index(byte: int, offset=offset, count=flat.size, item=item) -> int:
-            """The first element of ``flat`` at or after the byte ``byte`` of all arrays."""
-            return min(count, max(0, -(-(byte - offset) // item)))
-        for number in range(parts):
-            start, end = index(number * size), index((number + 1) * size)
+        start = 0
+        for number in range(offset // size, min(parts, -(-(offset + array.nbytes) // size))):
+            end = min(flat.size, -(-((number + 1) * size - offset) // item))
             if start < end:
                 split[number].append((flat[start:end], flat_source[start:end]))
+                start = end
         offset += array.nbytes
     return split
 
