@@ -305,7 +305,16 @@ KERNEL_STARTUP = 60.0   # seconds; generous for a loaded 2-core machine, never r
 KERNEL_DEADLINE = 90.0
 
 # Run in every Kernel once it started: the names the tests' kernel-side code uses.
+# KERNEL_SETUP first puts SIGHUP and SIGTERM back to their defaults where the kernel inherited
+# them ignored (an ignored signal stays ignored across exec; ``nohup`` ignores SIGHUP): the
+# product leaves an ignored signal alone, so the tests start from a kernel launched from a plain
+# shell, and one that wants a signal ignored sets it in the kernel. (Done here, not in a
+# ``preexec_fn``, which is not safe in a process with threads.)
 KERNEL_SETUP = r'''
+import signal as _signal
+for _number in (_signal.SIGHUP, _signal.SIGTERM):
+    if _signal.getsignal(_number) == _signal.SIG_IGN:
+        _signal.signal(_number, _signal.SIG_DFL)
 %load_ext jupyter_supervisor
 import json, os, pathlib, threading, time
 import tensorflow as tf
@@ -338,15 +347,6 @@ class Reply:
         return errors[0] if errors else None
 
 
-def _default_signals() -> None:
-    """In a kernel's process, before it runs: SIGHUP and SIGTERM at their defaults, whatever
-    the tests inherited (a signal ignored stays ignored across exec, and ``nohup`` ignores
-    SIGHUP), so that a kernel starts as one launched from a plain shell; the product leaves an
-    ignored signal ignored, and a test that wants one sets it in the kernel."""
-    for number in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(number, signal.SIG_DFL)
-
-
 class Kernel:
     """A python3 kernel of this environment (jupyter_client swaps 'python' in the kernelspec
     for sys.executable) started in ``workdir`` with ``child_env()``; records every iopub message
@@ -363,8 +363,7 @@ class Kernel:
     def _start(self):
         from jupyter_client.manager import KernelManager  # pylint: disable=import-outside-toplevel
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(self.workdir), env=child_env(**self.env),
-                             preexec_fn=_default_signals)
+        self.km.start_kernel(cwd=str(self.workdir), env=child_env(**self.env))
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=KERNEL_STARTUP)
