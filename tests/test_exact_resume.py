@@ -463,13 +463,28 @@ def test_track_refuses_what_holds_no_variables(tmp_path, backends, value, shown)
 
 # ------------------------------------------------------- the training state beside the weights
 
-def test_a_stop_while_a_periodic_write_runs_resumes_exactly(tmp_path, backends, monkeypatch):
+@pytest.mark.parametrize("split", [False, True], ids=["one-thread-copy", "split-copy"])
+def test_a_stop_while_a_periodic_write_runs_resumes_exactly(tmp_path, backends, monkeypatch,
+                                                            split):
     """A stop inside epoch 2 while the periodic write of the step before still runs (held
     here until the training thread waits for it): the final checkpoint, copied once that write
     ended into the memory it read, is the state at the stop, and a fresh model resumed from it
     ends as the uninterrupted run: weights, every
     optimizer variable (the rates ReduceLROnPlateau set), the callbacks' decisions, on a
-    tf.data pipeline shuffled anew each epoch."""
+    tf.data pipeline shuffled anew each epoch. ``split``: every save's copy split across
+    threads, as a model of many megabytes on several cores has it (``snapshot._copy``)."""
+    from jupyter_supervisor.eager import snapshot as snapshots  # pylint: disable=C0415
+    copiers = set()   # the threads that copied a part of a save's copy
+    if split:
+        copy_part = snapshots._copy_part  # pylint: disable=protected-access
+
+        def recorded(part, errors):
+            copiers.add(threading.current_thread())
+            copy_part(part, errors)
+
+        monkeypatch.setattr(snapshots, "_copy_part", recorded)
+        monkeypatch.setattr(snapshots, "_cores", lambda: 3)
+        monkeypatch.setattr(snapshots, "_PART_BYTES", 1)
     x, y = data()
 
     def inputs():
@@ -516,6 +531,7 @@ def test_a_stop_while_a_periodic_write_runs_resumes_exactly(tmp_path, backends, 
                                        *made])
     assert released == [True]
     assert tf.train.latest_checkpoint(str(stopped)).endswith("model.ckpt-11")
+    assert len(copiers) > 3 or not split   # 3 a save, in threads that end with the copy
 
     resumed, (resumed_plateau, resumed_stopping), sv = fit(stopped, save_model_secs=EVERY_STEP)
     with sv.session():
