@@ -73,7 +73,11 @@ Printed per size x interval, each mode's medians over rounds:
   vs peer       (graph-ours only) graph-tf's seconds / ours', per round (above 1: ours faster)
 and, under the eager modes, ours against the peer with the lowest wall/save (fit-ours against
 fit-keras and fit-mc, loop-ours against loop-mgr and loop-async): the peer's wall/save and
-CPU/save over ours' (above 1: a save of ours costs less).
+CPU/save over ours' (above 1: a save of ours costs less); ours' bound per save from its own
+runs (its copy, "in its step", plus its write's CPU spread over the busy cores, up to the whole
+write's CPU: a background write on cores that training keeps busy takes that CPU from training)
+against what a save cost it while training ran (steady/save); and ours' steps/s against each
+peer's, per round (above 1: ours faster), over the whole run and over the steady span.
 and the floor: one host copy of the variables (a memcpy into buffers allocated before) and one
 synchronous tf.train.Checkpoint.write of the model and optimizer, wall and CPU, to new files
 (as a run writes them) and to the pages of files just deleted (``floor``: on a virtual machine
@@ -107,6 +111,8 @@ noisy there (read medians, repeat); CPU per save is steadier. Nothing is asserte
     .venv/bin/python bench/bench_save_interval.py --modes graph,graph-tf,graph-ours
     .venv/bin/python bench/bench_save_interval.py --sizes 150 --train-threads 1 \
         --modes loop,loop-ours,loop-mgr,loop-async                # a core left free
+    .venv/bin/python bench/bench_save_interval.py --sizes 150 --intervals 100000 --steps 300 \
+        --modes loop,loop-ours          # a session's own cost: ours' final checkpoint alone
 """
 import argparse
 import glob
@@ -604,6 +610,10 @@ def main():
     parser.add_argument("--sizes", default="1,50", help="model sizes in MB (e.g. 1,50,150)")
     parser.add_argument("--intervals", default="1", help="save intervals in s (e.g. 1,10)")
     parser.add_argument("--saves", type=int, default=4, help="intervals per run")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="steps per run instead (0: --saves intervals of bare steps); "
+                             "with an interval longer than the run, ours makes its final "
+                             "checkpoint alone and the peers none: what a session costs")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
     add_train_threads(parser)
@@ -635,7 +645,7 @@ def main():
             # Each kind runs N x saves steps, N: its own bare steps in one interval.
             every = {m: max(1, round((graph_rate if m in GRAPH_MODES else rate) * interval))
                      for m in modes}
-            steps = {m: every[m] * args.saves for m in modes}
+            steps = {m: args.steps or every[m] * args.saves for m in modes}
 
             def run(mode, count):
                 logdir = tempfile.mkdtemp(prefix="bench_interval_")
@@ -674,9 +684,11 @@ def main():
                 print(row(mode, results))
             for ours, peers in (("fit-ours", ("fit-keras", "fit-mc")),
                                 ("loop-ours", ("loop-mgr", "loop-async"))):
-                line = per_save_line(ours, peers, results)
-                if line:
-                    print(line)
+                for line in (per_save_line(ours, peers, results),
+                             bound_line(ours, results, busy, cores - busy),
+                             pace_line(ours, peers, results)):
+                    if line:
+                        print(line)
 
 
 def add_train_threads(parser: argparse.ArgumentParser) -> None:
@@ -762,6 +774,52 @@ def per_save_line(ours: str, peers: tuple, results: dict) -> str:
     return (f"  per save, {ours} against {peer}: wall {peer_wall * 1000:.0f} / "
             f"{wall * 1000:.0f} ms = {ratio(peer_wall, wall)}, CPU {peer_cpu * 1000:.0f} / "
             f"{cpu * 1000:.0f} ms = {ratio(peer_cpu, cpu)} (above 1: ours costs less)")
+
+
+def bound_line(ours: str, results: dict, busy: int, free: int) -> str:
+    """Ours' bound per save from its own runs (medians over rounds; "" when it did not run or
+    saved nothing inside the steady span): what a save made while training runs cannot cost
+    training less than, against what it cost (steady/save). Its copy is the step that saved
+    over the median step ("in its step"); its write runs beside training, and where training
+    keeps every core busy its CPU ("write CPU") comes out of training's: at least spread over
+    the busy cores, and up to all of it where a step's parallel kernels wait for the one slowed
+    (the cost of the same write in the training thread). With ``free`` cores the write's CPU
+    fits there, and the bound is the copy alone."""
+    runs = results.get(ours)
+    bare = results.get(bare_of(ours))
+    if not runs or not bare:
+        return ""
+    spans = [(b, r) for b, r in zip(bare, runs) if b.to_last and r.to_last and r.inside]
+    writes = [r.write_cpu for r in runs if r.write_cpu is not None]
+    if not spans or not writes:
+        return ""
+    cost = statistics.median([(r.to_last - b.to_last) / r.inside for b, r in spans])
+    copy, write = statistics.median([r.in_step for r in runs]), statistics.median(writes)
+    if free:
+        return (f"  {ours} per save while training runs: {cost * 1000:.0f} ms; its bound with "
+                f"{free} free core{'s' if free > 1 else ''}: its copy {copy * 1000:.0f} ms")
+    low, high = copy + write / busy, copy + write
+    return (f"  {ours} per save while training runs: {cost * 1000:.0f} ms; its bound on "
+            f"{busy} busy cores: its copy {copy * 1000:.0f} ms + its write's CPU "
+            f"{write * 1000:.0f} ms / {busy} = {low * 1000:.0f} ms, up to the whole write "
+            f"{high * 1000:.0f} ms (training's kernels waiting for the core it takes)")
+
+
+def pace_line(ours: str, peers: tuple, results: dict) -> str:
+    """Ours' steps/s against each peer's, medians over rounds of the per-round ratios (above
+    1: ours trains faster): the whole run, and the steady span (the run's last save and end
+    left out: ours' final checkpoint, the peers' save at the last step)."""
+    runs = results.get(ours)
+    parts = []
+    for peer in peers:
+        theirs = results.get(peer)
+        if not runs or not theirs:
+            continue
+        whole = statistics.median([t.seconds / r.seconds for t, r in zip(theirs, runs)])
+        steady = [t.to_last / r.to_last for t, r in zip(theirs, runs) if t.to_last and r.to_last]
+        parts.append(f"{peer} {whole:.2f}"
+                     + (f" (steady {statistics.median(steady):.2f})" if steady else ""))
+    return f"  {ours} against {', '.join(parts)} (above 1: ours faster)" if parts else ""
 
 
 def row(mode: str, results: dict) -> str:
