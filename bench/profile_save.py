@@ -35,7 +35,10 @@ checksums, the bytes copied through its write buffer), ``tf.train.Checkpoint.wri
 model and optimizer (SaveV2 beside the object graph, into a temporary directory, then merged
 under the checkpoint's name), ours (the snapshot's copy, then the NaN check of the copies and
 their write with TensorFlow's ops, as the writer thread makes it), and Keras'
-``model.save_weights`` (an h5 file; Keras 3 puts the optimizer's variables in it too).
+``model.save_weights`` (an h5 file; Keras 3 puts the optimizer's variables in it too); each
+written over the files of the one before (deleted first) and to new files beside those of the
+earlier writes (on a virtual machine that hands free memory back to its host, only the second
+pays the host's faults on the page cache's fresh pages).
 Where SaveV2's CPU goes inside it is Linux perf's to say::
 
     perf record -g -p <pid of a process saving in a loop> -- sleep 5; perf report --no-children
@@ -261,9 +264,16 @@ def per_save(bare: dict, ours: dict, writers: set, mode: str) -> dict:
     }
 
 
+WRITES_IN_A_ROW = 4
+
+
 def formats(bench: Bench, rounds: int) -> None:
     """Prints the wall and CPU milliseconds of writing the model's and optimizer's variables
-    in each format (see the module docstring)."""
+    in each format (see the module docstring), medians of ``rounds`` x ``WRITES_IN_A_ROW``
+    writes a second apart, two ways: each write's files deleted before the next (which takes
+    their pages again, as a saver writing over one file does), and each to new files, the
+    earlier ones of the row kept (as a run keeps its newest checkpoints: the page cache takes
+    memory that was free for longer)."""
     model, optimizer = bench.model, bench.model.optimizer
     variables = [base_variable(v) for v in model.variables + optimizer.variables]
     values = [v.value() for v in variables]
@@ -271,48 +281,64 @@ def formats(bench: Bench, rounds: int) -> None:
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
     snapshot = Snapshot({"model": model, "optimizer": optimizer})
     logdir = tempfile.mkdtemp(prefix="profile_save_")
-    path = os.path.join(logdir, "ckpt")
 
-    def raw():
+    def raw(path):
         with open(path, "wb") as f:
             for array in arrays:
                 f.write(memoryview(np.ascontiguousarray(array)).cast("B"))
 
-    def save_v2():
+    def save_v2(path):
         tf.raw_ops.SaveV2(prefix=path, tensor_names=[f"t{i}" for i in range(len(values))],
                           shape_and_slices=[""] * len(values), tensors=values)
 
-    def ours():
+    def ours(path):
         snapshot.copy()
         write, _ = snapshot.write_function([base_variable(v)
                                             for v in model.trainable_variables])
         write(path)
 
+    def remove():
+        for leftover in glob.glob(os.path.join(logdir, "*")):
+            if os.path.isdir(leftover):
+                shutil.rmtree(leftover)
+            else:
+                os.remove(leftover)
+
     actions = (("raw bytes to a file", raw), ("SaveV2 of the same tensors", save_v2),
-               ("tf.train.Checkpoint.write", lambda: checkpoint.write(path)),
+               ("tf.train.Checkpoint.write", checkpoint.write),
                ("ours: copy, check and write", ours),
-               ("Keras save_weights (h5)", lambda: model.save_weights(path + ".weights.h5")))
+               ("Keras save_weights (h5)", lambda path: model.save_weights(path + ".weights.h5")))
     try:
-        found = {name: [] for name, _ in actions}
-        for number in range(rounds + 1):  # the first: warm-up (tracing), not counted
+        found = {(name, kept): [] for name, _ in actions for kept in (False, True)}
+        for number in range(rounds):
             for name, action in actions:
-                wall, cpu = time.perf_counter(), time.process_time()
-                action()
-                if number:
-                    found[name].append((time.perf_counter() - wall, time.process_time() - cpu))
-                for leftover in glob.glob(path + "*"):
-                    if os.path.isdir(leftover):
-                        shutil.rmtree(leftover)
-                    else:
-                        os.remove(leftover)
+                for kept in (False, True):
+                    # The first of a row is not counted: it traces, or takes the pages
+                    # that the row before freed.
+                    for write in range(WRITES_IN_A_ROW + 1):
+                        # A second apart, as a run saving every second: pages freed a
+                        # second before are taken again (this machine's host takes back
+                        # memory free for about 2 s).
+                        time.sleep(1.0)
+                        wall, cpu = time.perf_counter(), time.process_time()
+                        action(os.path.join(logdir, f"ckpt-{write}" if kept else "ckpt"))
+                        if write:
+                            found[name, kept].append((time.perf_counter() - wall,
+                                                      time.process_time() - cpu))
+                        if not kept:
+                            remove()
+                    remove()
     finally:
         snapshot.release()
         shutil.rmtree(logdir, ignore_errors=True)
     print(f"writing {bench.megabytes:.0f} MB, alone (ms; load {os.getloadavg()[0]:.1f} at the "
           "end):")
-    for name, timed in found.items():
-        print(f"  {name:38s} wall {statistics.median(t[0] for t in timed) * 1000:8.1f}   CPU "
-              f"{statistics.median(t[1] for t in timed) * 1000:8.1f}")
+    print(f"  {'':38s} {'files deleted before':>26s}   {'new files, earlier kept':>26s}")
+    median = lambda timed, i: statistics.median(t[i] for t in timed) * 1000  # noqa: E731
+    for name, _ in actions:
+        print(f"  {name:38s} "
+              + "   ".join(f"wall {median(found[name, kept], 0):7.1f} CPU "
+                          f"{median(found[name, kept], 1):7.1f}" for kept in (False, True)))
 
 
 def leave_out_the_write() -> None:
