@@ -26,7 +26,9 @@ copy and the check cost apart from the write. ``--train-threads`` as in
 
 ``--end``: instead, the end of a loop whose last periodic write is in flight (that write
 ends, then the final checkpoint is copied and written);
-``--memory``: the resident memory between periodic saves and after a save's copy.
+``--memory``: the resident memory between periodic saves and after a save's copy;
+``--many LAYERS``: the training thread's part of a save (``Snapshot.copy``) of a model of that
+many small Dense layers (4 variables each with Adam's slots): its cost per variable.
 
 ``--formats``: instead, what writing the same variables costs in each format, alone (no
 training beside it), medians of ``--rounds``: their raw bytes written to a file (the floor of
@@ -51,6 +53,7 @@ Where SaveV2's CPU goes inside it is Linux perf's to say::
     .venv/bin/python bench/profile_save.py --size 150 --leave-out write   # copy and check alone
     .venv/bin/python bench/profile_save.py --size 150 --end --rounds 7  # the end of a run
     .venv/bin/python bench/profile_save.py --size 150 --memory          # one copy held, not two
+    .venv/bin/python bench/profile_save.py --many 400                   # 2,400 small variables
 """
 import argparse
 import glob
@@ -76,7 +79,7 @@ from jupyter_supervisor import events  # noqa: E402
 from jupyter_supervisor.config import RunConfig  # noqa: E402
 from jupyter_supervisor.eager import EagerSupervisor  # noqa: E402
 from jupyter_supervisor.eager import writer as writing  # noqa: E402
-from jupyter_supervisor.eager.snapshot import Snapshot  # noqa: E402
+from jupyter_supervisor.eager.snapshot import Snapshot, _object_graph  # noqa: E402
 from jupyter_supervisor.eager.variables import base_variable  # noqa: E402
 
 SECS = 1000.0  # the supervisor's interval, on the clock this script moves
@@ -431,6 +434,41 @@ def resident_memory(bench: Bench, rounds: int) -> None:
     print(f"  after its copy                         {statistics.median(a for _, a in found):8.0f}")
 
 
+def many_variables(layers: int, rounds: int) -> None:
+    """Prints the training thread's part of a save (``Snapshot.copy``) of a model of
+    ``layers`` Dense layers of 16 units and its Adam optimizer, a few bytes a variable, so
+    that what costs is the work per variable: the whole call, the walk of the object graph
+    in it (``tf.train.Checkpoint.write`` walks it too), and the call of the traced copy
+    function; medians of ``rounds`` x 10 calls, after a first (tracing)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,))]
+                             + [keras.layers.Dense(16, "relu") for _ in range(layers)])
+    optimizer = keras.optimizers.Adam(1e-4)
+    optimizer.build(model.trainable_variables)
+    snapshot = Snapshot({"model": model, "optimizer": optimizer})
+    try:
+        snapshot.copy()
+        handles = snapshot._handles  # pylint: disable=protected-access
+        traced = snapshot._traced  # pylint: disable=protected-access
+        parts = (("Snapshot.copy()", snapshot.copy),
+                 ("  the walk of the object graph", lambda: _object_graph(snapshot.writer)),
+                 ("  the call of the traced copy function",
+                  lambda: traced.copy_function(*handles)))
+        found = {name: [] for name, _ in parts}
+        for _ in range(rounds):
+            for name, action in parts:
+                for _ in range(10):
+                    wall = time.perf_counter()
+                    action()
+                    found[name].append(time.perf_counter() - wall)
+    finally:
+        snapshot.release()
+    print(f"{len(model.variables) + len(optimizer.variables)} variables (ms, load "
+          f"{os.getloadavg()[0]:.1f} at the end):")
+    for name, walls in found.items():
+        print(f"  {name:42s} {statistics.median(walls) * 1000:8.1f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=float, default=150, help="model size in MB")
@@ -448,9 +486,17 @@ def main():
                              "final checkpoint written beside it and after it")
     parser.add_argument("--memory", action="store_true",
                         help="resident memory between periodic saves and after a save's copy")
+    parser.add_argument("--many", type=int, default=0, metavar="LAYERS",
+                        help="instead, the training thread's part of a save of a model of "
+                             "LAYERS small Dense layers: the cost per variable")
     add_train_threads(parser)
     args = parser.parse_args()
     busy = train_on(parser, args.train_threads)
+    if args.many:
+        print(f"TF {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} cores, load "
+              f"{os.getloadavg()[0]:.1f}; {args.many} layers, medians of {args.rounds} rounds")
+        many_variables(args.many, args.rounds)
+        return
     if args.leave_out == "write":
         leave_out_the_write()
     bench = Bench(args.size)

@@ -262,7 +262,8 @@ def _split(pairs: list, parts: int) -> list:
     """``pairs`` (``(array, source)``) cut into ``parts`` lists of ``(array, source)`` 1-D
     slices, of about the same number of bytes each, that together cover every element once:
     part ``k`` holds the elements that start before byte ``(k + 1) * size`` of all arrays and
-    at or after byte ``k * size``, ``size`` the bytes of all over ``parts``, rounded up."""
+    at or after byte ``k * size``, ``size`` the bytes of all over ``parts``, rounded up. One
+    part is ``pairs`` as they are."""
     if parts == 1:
         return [pairs]
     size = max(1, -(-sum(array.nbytes for array, _ in pairs) // parts))
