@@ -783,8 +783,10 @@ def bound_line(ours: str, results: dict, busy: int, free: int) -> str:
     over the median step ("in its step"); its write runs beside training, and where training
     keeps every core busy its CPU ("write CPU") comes out of training's: at least spread over
     the busy cores, and up to all of it where a step's parallel kernels wait for the one slowed
-    (the cost of the same write in the training thread). With ``free`` cores the write's CPU
-    fits there, and the bound is the copy alone."""
+    (the cost of the same write in the training thread). Where training leaves part of the
+    cores idle (bare's process CPU per second, printed, below the cores), the write takes that
+    part first and can cost less. With ``free`` cores the write's CPU fits there, and the bound
+    is the copy alone."""
     runs = results.get(ours)
     bare = results.get(bare_of(ours))
     if not runs or not bare:
@@ -795,14 +797,17 @@ def bound_line(ours: str, results: dict, busy: int, free: int) -> str:
         return ""
     cost = statistics.median([(r.to_last - b.to_last) / r.inside for b, r in spans])
     copy, write = statistics.median([r.in_step for r in runs]), statistics.median(writes)
+    used = statistics.median([b.cpu / b.seconds for b in bare])
     if free:
         return (f"  {ours} per save while training runs: {cost * 1000:.0f} ms; its bound with "
                 f"{free} free core{'s' if free > 1 else ''}: its copy {copy * 1000:.0f} ms")
     low, high = copy + write / busy, copy + write
-    return (f"  {ours} per save while training runs: {cost * 1000:.0f} ms; its bound on "
-            f"{busy} busy cores: its copy {copy * 1000:.0f} ms + its write's CPU "
-            f"{write * 1000:.0f} ms / {busy} = {low * 1000:.0f} ms, up to the whole write "
-            f"{high * 1000:.0f} ms (training's kernels waiting for the core it takes)")
+    return (f"  {ours} per save while training runs: {cost * 1000:.0f} ms; its bound where "
+            f"training keeps its {busy} cores busy (bare: {used:.2f} cores' CPU a second; "
+            f"the write takes what it leaves first): its copy {copy * 1000:.0f} ms + its "
+            f"write's CPU {write * 1000:.0f} ms / {busy} = {low * 1000:.0f} ms, up to the "
+            f"whole write {high * 1000:.0f} ms (training's kernels waiting for the core it "
+            f"takes)")
 
 
 def pace_line(ours: str, peers: tuple, results: dict) -> str:
