@@ -119,11 +119,11 @@ _KERAS: Dict[type, Tuple[Getter, Setter]] = {
     keras.callbacks.ReduceLROnPlateau: _attributes(
         "wait", "cooldown_counter", "best", numbers=("best",)),
     keras.callbacks.ModelCheckpoint: _attributes(
-        "best", *_PRIVATE[keras.callbacks.ModelCheckpoint], numbers=("best",)),
+        "best", *_PRIVATE.get(keras.callbacks.ModelCheckpoint, ()), numbers=("best",)),
     keras.callbacks.History: _history(),
     keras.callbacks.CSVLogger: _csv_logger(),
-    keras.callbacks.TensorBoard: _attributes(*_PRIVATE[keras.callbacks.TensorBoard]),
-    keras.callbacks.SwapEMAWeights: _attributes(*_PRIVATE[keras.callbacks.SwapEMAWeights]),
+    **{cls: _attributes(*names) for cls, names in _PRIVATE.items()
+       if cls is not keras.callbacks.ModelCheckpoint},
 }
 
 
