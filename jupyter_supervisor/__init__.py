@@ -22,12 +22,13 @@ _LAZY = {
     "RunConfig": ("config", "RunConfig"),
     "NonFiniteError": ("finite", "NonFiniteError"),
     "events": ("events", None),
-    "cluster": ("graph.cluster", None),  # jupyter_supervisor.cluster.start_server(...) etc.
+    "cluster": ("graph.cluster", None),
+    "versions": ("capabilities", "versions"),  # what holds on the installed TensorFlow and Keras  # jupyter_supervisor.cluster.start_server(...) etc.
 }
 
 __all__ = ["Supervisor", "EagerSupervisor", "get_run", "runs", "LogdirLockedError",
            "CheckpointMismatchError", "CheckpointWriteError", "NonFiniteError",
-           "TrainingRun", "cluster", "RunConfig", "events", "load_ipython_extension",
+           "TrainingRun", "cluster", "RunConfig", "events", "versions", "load_ipython_extension",
            "unload_ipython_extension"]
 
 

@@ -62,7 +62,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from .. import compat
+from .. import capabilities, compat
 from .variables import INPUT_STATE
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -174,9 +174,9 @@ NO_POSITION = (
     "changes from epoch to epoch.")
 UNREADABLE_FIT = (
     "This fit resumes at epoch %d (after its batch %d), and its input's position cannot be "
-    "kept with this Keras version (its fit keeps no epoch iterator where this package reads "
-    "it): it starts the epoch with a new iterator and skips its first %d batches, which may "
-    "differ from an uninterrupted run.")
+    "kept on this TensorFlow and Keras (`%%supervise versions` says why): it starts the epoch "
+    "with a new iterator and skips its first %d batches, which may differ from an "
+    "uninterrupted run.")
 CHANGED = (
     "The input of this fit changed since the checkpoint %s was written. Received: %s. "
     "Expected %s (what fit had then). Its position cannot be kept: the resume continues "
@@ -207,7 +207,9 @@ class FitInput:
 
     def __init__(self, model):
         self._model = model
-        self._epochs = compat.fit_epoch_iterator(model)
+        # Where this Keras lacks what is read here, the run said so at its start.
+        self._epochs = compat.fit_epoch_iterator(model) if capabilities.holds("data order") \
+            else None
         adapter = self._epochs.data_adapter if self._epochs is not None else None
         self.kind = KINDS.index(compat.input_kind(adapter)) if adapter is not None else OTHER
         self._adapter = adapter

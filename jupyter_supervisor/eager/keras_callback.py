@@ -72,7 +72,7 @@ from typing import Optional
 import keras
 import numpy as np
 
-from .. import compat
+from .. import capabilities, compat
 from .._validate import invalid
 from .callback_state import CallbackStates
 from .data_position import FitInput
@@ -124,6 +124,8 @@ def _build_for_fit(model, metrics: bool = False) -> None:
     """Makes the variables of ``model``'s running fit before its first step (the model's and
     the optimizer's; with ``metrics``, the compiled metrics' too) from the element spec of
     fit's data, as Keras does under a distribution strategy: no batch is drawn for it."""
+    if not capabilities.holds("build before restore"):  # said at the run's start
+        return
     if model.built and not (metrics and compat.compiled_unbuilt(model)):
         return
     spec = compat.fit_data_spec(model)

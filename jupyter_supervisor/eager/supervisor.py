@@ -46,7 +46,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
 
-from .. import events, finite
+from .. import capabilities, events, finite
 from ..backend import StopBody, clean_up
 from ..config import RunConfig
 from ..checkpoints import prepare_logdir, remove_partial_saves
@@ -398,6 +398,12 @@ class EagerSupervisor:
         """The Keras callback to pass to ``model.fit`` (``callbacks=[sv.callback]``).
         RuntimeError in a multi-worker run, where Keras 3 fit fails (KERAS_MULTI_WORKER): the
         body asks for it before fit starts, so this says why first."""
+        why = capabilities.off("fit")
+        if why is not None:
+            raise RuntimeError(
+                f"sv.callback needs what this Keras lacks: {why}. Install keras>="
+                f"{capabilities.FLOORS['keras']}, or train in a custom loop with sv.track(...) "
+                "and sv.step(...) (docs/versions.md).")
         if self._callback is None:
             from .keras_callback import SupervisorCallback  # pylint: disable=import-outside-toplevel
             self._callback = SupervisorCallback(self)

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
-from .. import checkpoints, compat, finite
+from .. import capabilities, checkpoints, compat, finite
 from ..checkpoints import CheckpointWriteError
 from .snapshot import Snapshot
 
@@ -140,8 +140,9 @@ class CheckpointWriter:
         self._prefix = os.path.join(logdir, basename)
         self._keep = keep
         self._kept = list(reversed(existing))  # oldest first
-        self._async = async_save
-        self._snapshot = Snapshot(items, owners) if async_save else None
+        # Where this TensorFlow lacks what a snapshot reads, the run said so at its start.
+        self._async = async_save and capabilities.holds("background save")
+        self._snapshot = Snapshot(items, owners) if self._async else None
         self._sync_writer = None
         self._on_saved = on_saved
         self._on_error = on_error

@@ -18,12 +18,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .. import names, tf_config
+from .. import capabilities, names, tf_config
 from ..config import RunConfig
 from ..view import panel, text
 from .body import compile_python
 
-COMMANDS = ("list", "stop", "resume", "save", "wait", "show", "compare")
+COMMANDS = ("list", "stop", "resume", "save", "wait", "show", "compare", "versions")
 
 
 class RunFailedError(RuntimeError):
@@ -298,7 +298,9 @@ class SuperviseMagics(Magics):
                    "(an interrupt stops the waiting, not the run). show: display its panel again (where no widget "
                    "renders: its status, what happened, the best value of each metric). "
                    "compare: the curves of several runs in one chart per tag "
-                   "(%supervise compare a b c; without names, every run).")
+                   "(%supervise compare a b c; without names, every run). versions: the "
+                   "installed TensorFlow, Keras and notebook libraries, and which promises "
+                   "hold on them (docs/versions.md).")
     @argument("name", nargs="*", default=[],
               help="The run; may be left out when there is only one. compare takes several.")
     @line_magic("supervise")
@@ -309,6 +311,11 @@ class SuperviseMagics(Magics):
             if args.name:
                 raise UsageError("%supervise list takes no name.")
             print(_table())
+            return
+        if args.command == "versions":
+            if args.name:
+                raise UsageError("%supervise versions takes no name.")
+            print(capabilities.versions().text())
             return
         run = _run_module()
         if args.command == "compare":

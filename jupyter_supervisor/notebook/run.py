@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
-from .. import events
+from .. import capabilities, events
 from .._validate import invalid
 from ..backend import Backend, RunConflictError, clean_up
 from ..config import RunConfig
@@ -115,6 +115,7 @@ class TrainingRun:
         self._body = Body(body, namespace, config.name, transform_source=transform_source,
                           compile_source=compile_source, format_exception=format_exception)
         self.history = RunHistory(format_error=self._body.format, stall_secs=config.stall_secs)
+        self._version_notes: List[str] = []  # said once, at the first start
 
         # _lock guards the fields below it; _changed is notified on every transition.
         self._lock = threading.RLock()
@@ -244,7 +245,7 @@ class TrainingRun:
     def notes(self) -> List[str]:
         """What the run does differently from what its options suggest."""
         backend = self._backend
-        return [] if backend is None else backend.notes()
+        return list(self._version_notes) + ([] if backend is None else backend.notes())
 
     @property
     def stopping_secs(self) -> float:
@@ -315,8 +316,12 @@ class TrainingRun:
         code = self._body.compiled()   # before the backend: a refused magic raises
         _REGISTRY.check_free(self, graph)
         backend = EagerSupervisor(self.config) if eager else GraphBackend(self.config, graph)
-        if self._status is None:
+        first = self._status is None
+        if first:
             self._body.pin(graph)  # as the names are when the cell executes, also on resume
+            # Once per run (a resume keeps them): what this TensorFlow and Keras cannot keep.
+            self._version_notes = capabilities.start_notes(capabilities.EAGER if eager
+                                                       else capabilities.GRAPH)
 
         self._transition(STARTING)
         self.history.set_restoring(self._newest_checkpoint())
@@ -328,6 +333,9 @@ class TrainingRun:
             self._graph = graph
         self.history.set_error("")
         _REGISTRY.add(self)
+        if first:
+            for note in self._version_notes:
+                self.history.append_output(f"Note: {note}\n")
         if isinstance(code, SyntaxError):
             self._finish(code)
             return
