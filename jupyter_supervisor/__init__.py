@@ -45,13 +45,46 @@ def __getattr__(name):
 
 
 def get_run(name=None):
-    """The run started by ``%%supervise`` under ``name``; without a name, the only run."""
+    """The run that ``%%supervise`` started under ``name`` in this kernel.
+
+    The first call imports TensorFlow (the runs' module does).
+
+    Args:
+        name: the run's name (``--name``, by default the logdir's last component). None: the
+            only run of the kernel, or else the only live one.
+
+    Returns:
+        The ``TrainingRun``: its ``status``, ``global_step``, ``history``, and ``stop``,
+        ``resume``, ``save_now``, ``wait``.
+
+    Raises:
+        KeyError: no run has that name; without a name, there is no run yet, or there are
+            several and not exactly one is live.
+
+    Example::
+
+        run = jupyter_supervisor.get_run("fit")
+        run.wait()
+        print(run.status, run.global_step)   # finished 500
+    """
     from .notebook.run import get_run as _get_run  # pylint: disable=import-outside-toplevel
     return _get_run(name)
 
 
 def runs():
-    """Every run of this kernel, in the order they were first started."""
+    """Every run of this kernel, live or ended, one per name.
+
+    Imports nothing (no TensorFlow) while no run was ever started.
+
+    Returns:
+        A new list of the ``TrainingRun``s, in the order they were last started (a resume, or a
+        new run under an ended run's name, moves that name to the end); [] before the first.
+
+    Example::
+
+        for run in jupyter_supervisor.runs():
+            print(run.name, run.status, run.global_step)
+    """
     if f"{__name__}.notebook.run" not in sys.modules:
         return []  # no run was ever started: no need to import TensorFlow
     from .notebook.run import runs as _runs  # pylint: disable=import-outside-toplevel

@@ -412,24 +412,74 @@ class EagerSupervisor:
         return self._callback
 
     def track(self, **objects) -> Optional[str]:
-        """Names what to checkpoint (``model=model, optimizer=opt``, any trackable: Keras
-        models, layers, optimizers, tf.Variables, tf.Modules) and restores the newest checkpoint
-        of the logdir into it; without one, calls ``init_fn()``. Returns the restored path, or
-        None. A Keras model must be built (its variables exist); an unbuilt Keras optimizer is
-        built for the trainable variables of the tracked models. An optimizer takes the
-        checkpoint's learning rate (the one training reached) unless the code now sets
-        another than the checkpoint's run did (a lower one to get past a divergence): then
-        the code's; said when they differ (``learning_rates``). Calling it again with the same
-        objects does nothing."""
+        """Names what to checkpoint and restores the newest checkpoint of the logdir into it;
+        without one, calls ``init_fn()`` (``--init-fn``). Call it in the body, before the first
+        ``sv.step()``.
+
+        A Keras model must be built (its variables exist); an unbuilt Keras optimizer is built
+        for the trainable variables of the tracked models. An optimizer takes the checkpoint's
+        learning rate (the one training reached) unless the code now sets another than the
+        checkpoint's run did (a lower one to get past a divergence): then the code's; said
+        when they differ (``learning_rates``). An unreadable newest checkpoint falls back to
+        the next older one. Calling it again with the same objects restores nothing more and
+        returns the same path.
+
+        Args:
+            **objects: what to checkpoint, by name: Keras models, layers and optimizers,
+                tf.Variables, tf.Modules, tf.random.Generators (any trackable that holds
+                variables). The names are the checkpoint's keys: keep them across runs.
+
+        Returns:
+            The path of the checkpoint restored, or None (none yet, or no logdir).
+
+        Raises:
+            RuntimeError: called outside a run's body, from another thread than the body's,
+                or after the first ``sv.step()``.
+            ValueError: no objects, an object that holds no variables, an unbuilt model, the
+                reserved name of the run's own entry, or other objects than this session
+                tracked first.
+            RunConflictError: another live run trains one of the objects.
+            CheckpointMismatchError: the newest checkpoint does not fit the objects (a
+                changed model, another optimizer, renamed keys); the message says which.
+
+        Example::
+
+            sv.track(model=model, optimizer=optimizer)
+            while not sv.should_stop():
+                loss = train_step(next(batches))
+                sv.step(loss=loss)
+        """
         self._check_active("sv.track()")
         return self._track(objects, "track")
 
     def step(self, **scalars) -> int:
-        """Ends a training step: counts the global step, keeps ``scalars`` (numbers or scalar
-        tensors: the loss...) for the event file and the panel, and, at this boundary, saves
-        when a checkpoint is due or asked for. Requests the stop when the step reaches
-        max_steps. Raises StopBody when a stop was requested that the body did not look at
-        (it never calls should_stop(), or it stepped again after the stop). Returns the step."""
+        """Ends a training step: counts the global step, keeps ``scalars`` for the event file
+        and the panel, and, at this step boundary, saves when a checkpoint is due or asked for
+        (the files are written in the background). Requests the stop when the step reaches
+        ``--max-steps``. Without ``sv.track()`` before, the steps are counted and nothing is
+        checkpointed.
+
+        Args:
+            **scalars: the step's values by name (the loss...): numbers or scalar tensors,
+                kept as they are: the event file's copy is read on the event thread, so the
+                step does not wait for it (a save's check of the newest values reads them).
+
+        Returns:
+            The global step after this boundary: one more than before, or, when a model that
+            was not finite made the run roll back (``--on-nan rollback``), the step of the
+            checkpoint it went back to.
+
+        Raises:
+            StopBody: a stop was requested and the body did not look (it never calls
+                ``sv.should_stop()``, or it stepped again after the stop): the body ends here,
+                cleanly, and the run writes its final checkpoint.
+            RuntimeError: called outside a run's body or from another thread than the
+                body's; in a multi-worker run, before ``sv.track()``.
+            ValueError: a scalar that is not a number or a scalar tensor.
+            NonFiniteError: a checkpoint was due and the model is not finite (``--on-nan
+                stop``, the default).
+            CheckpointWriteError: an earlier checkpoint's files could not be written.
+        """
         self._check_active("sv.step()")
         for name, value in scalars.items():
             _scalar(name, value)
@@ -455,13 +505,33 @@ class EagerSupervisor:
         return self._where.step
 
     def report(self, **metrics) -> Optional[str]:
-        """Reports metrics measured between steps on the model as it is (an evaluation:
-        ``sv.report(val_loss=...)``): numbers or scalar tensors, written at once to the event
-        file and the panel at the current step. With ``--keep-best METRIC``, a better value of
-        METRIC makes a checkpoint of this state now, kept as the best; returns its path (None:
-        no new best). In fit, the metrics are those of its epoch-end logs (validation
-        included): a callback of yours adds one by setting ``logs[name]`` in its
-        ``on_epoch_end``, before ``sv.callback`` in the list."""
+        """Reports metrics measured between steps on the model as it is (an evaluation),
+        written at once to the event file and the panel at the current step. With
+        ``--keep-best METRIC``, a better value of METRIC makes a checkpoint of this state now,
+        kept as the best. For custom loops: in fit, the metrics are those of its epoch-end logs
+        (validation included); a callback of yours adds one by setting ``logs[name]`` in its
+        ``on_epoch_end``, before ``sv.callback`` in the list.
+
+        Args:
+            **metrics: the values by name (``val_loss=...``): numbers or scalar tensors.
+
+        Returns:
+            The path of the checkpoint made as the new best (its files are written in the
+            background); None when no new best came (or without ``--keep-best`` or a logdir).
+
+        Raises:
+            RuntimeError: called outside a run's body, from another thread than the body's,
+                inside ``model.fit``, or before ``sv.track()``.
+            ValueError: no metrics, or one that is not a number or a scalar tensor.
+            NonFiniteError: a new best is due and the model is not finite (``--on-nan stop``).
+
+        Example::
+
+            for epoch in range(epochs):
+                for batch in batches:
+                    sv.step(loss=train_step(batch))
+                sv.report(val_loss=evaluate(model, val_data))
+        """
         self._check_active("sv.report()")
         if self._in_fit:
             raise RuntimeError(

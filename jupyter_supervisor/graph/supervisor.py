@@ -156,18 +156,62 @@ class Supervisor:
     """A training helper that checkpoints, writes summaries and recovers from crashes.
 
     The API and behaviour of ``tf.compat.v1.train.Supervisor``; see the module docstring for what
-    it adds. Keyword-only ``save_on_stop`` (default True): a clean stop writes a final checkpoint
-    unless the newest checkpoint already holds the current step. Keyword-only
-    ``complete_curves`` (default False: TensorFlow's event files): see the module docstring.
+    it adds. Built in graph mode, on ``graph``: the constructor adds its ops (init, ready, saver,
+    summary, the finiteness check) and finalizes the graph; a chief with a logdir takes the
+    logdir's lock there, and gives it back in ``stop()``.
 
-    Keyword-only ``on_nan`` says what happens when a checkpoint is due and the model is not
-    finite (checked before every save, in one fused TensorFlow op built here): ``"stop"``
-    (default) writes nothing and stops with ``finite.NonFiniteError`` naming the step, what was
-    not finite and the newest good checkpoint; ``"rollback"`` writes nothing and restores the
-    newest good checkpoint at the training thread's next step boundary (its next
-    ``should_stop()`` call, or ``step_boundary()``), at most ``max_rollbacks`` (3) times per
-    session, then stops as with ``"stop"``; ``"ignore"`` checks nothing (TensorFlow's
-    behaviour). A checkpoint that was not written never pushes an older one out of retention.
+    Args:
+        graph: the graph to train (None: the default graph).
+        ready_op, ready_for_local_init_op, init_op, local_init_op, summary_op, saver,
+            global_step: as TensorFlow's: ``USE_DEFAULT`` takes the op from its graph
+            collection or makes the standard one, None turns it off. ``global_step`` may have
+            shape [] or [1].
+        is_chief: whether this task initializes or restores the model, saves and writes
+            summaries (a non-chief waits for the chief's model).
+        init_feed_dict: the feed of ``init_op``.
+        logdir: where checkpoints and event files go (None: nowhere).
+        save_summaries_secs, save_model_secs: seconds between summaries, between checkpoints
+            (0 or None: none).
+        recovery_wait_secs: how often a non-chief checks whether the model is ready.
+        stop_grace_secs: how long ``stop()`` waits for the threads, and a session's close.
+        checkpoint_basename: the name of the checkpoints in the logdir
+            (``<basename>-<step>``).
+        session_manager: a ``tf.compat.v1.train.SessionManager`` (None: one is made).
+        summary_writer: ``USE_DEFAULT`` makes one for the logdir; None writes no events.
+        init_fn: ``init_fn(sess)``, called after ``init_op`` when no checkpoint is restored.
+        local_init_run_options: the ``RunOptions`` of ``local_init_op``.
+        save_on_stop: a clean stop writes a final checkpoint, unless the newest checkpoint
+            already holds the current step (keyword-only).
+        on_nan: what a due checkpoint of a model that is not finite leads to (checked before
+            every save, in one fused TensorFlow op built here). ``"stop"`` (default) writes
+            nothing and stops with ``finite.NonFiniteError`` naming the step, what was not
+            finite and the newest good checkpoint; ``"rollback"`` writes nothing and restores
+            the newest good checkpoint at the training thread's next step boundary (its next
+            ``should_stop()`` call, or ``step_boundary()``); ``"ignore"`` checks nothing
+            (TensorFlow's behaviour). A checkpoint that was not written never pushes an older
+            one out of retention.
+        max_rollbacks: with ``"rollback"``, the rollbacks a session may make before it stops
+            as with ``"stop"`` (default 3).
+        complete_curves: every session's end writes a last summary and step rate (what
+            ``%%supervise`` uses); False (default): TensorFlow's event files, record for record.
+
+    Raises:
+        RuntimeError: eager execution is on (the Supervisor drives a graph).
+        TypeError: ``init_fn`` is not callable, or ``saver`` is not a ``Saver`` (nor None).
+        ValueError: a number of seconds, ``checkpoint_basename``, ``logdir``, ``on_nan``,
+            ``max_rollbacks`` or ``global_step`` that cannot work; on a non-chief, a variable
+            without a device. The message names the argument and what it expects.
+        LogdirLockedError: another live chief holds the logdir.
+
+    Example::
+
+        with tf.Graph().as_default():
+            step = tf.compat.v1.train.get_or_create_global_step()
+            train_op = ...
+            sv = Supervisor(logdir="runs/graph", save_model_secs=60)
+            with sv.managed_session() as sess:
+                while not sv.should_stop():
+                    sess.run(train_op)
     """
 
     USE_DEFAULT = 0
@@ -612,7 +656,25 @@ class Supervisor:
         falls back to the next older one, with a warning), or runs ``init_op`` and ``init_fn``;
         then it writes the graph and, with ``start_standard_services``, starts the services and
         the queue runners. A non-chief waits (every ``recovery_wait_secs``, up to
-        ``max_wait_secs``) for the chief to make the model ready.
+        ``max_wait_secs``) for the chief to make the model ready. Either emits
+        ``SessionReady``.
+
+        Args:
+            master: the TensorFlow master ('' for an in-process session).
+            config: the session's ``ConfigProto``.
+            wait_for_checkpoint: a chief waits for a checkpoint to appear instead of
+                initializing.
+            max_wait_secs: the longest wait, for a checkpoint or for the chief's model.
+            start_standard_services: start the services (a chief) and the queue runners.
+
+        Returns:
+            The session.
+
+        Raises:
+            CheckpointMismatchError: the newest checkpoint does not fit the graph.
+            DeadlineExceededError: a non-chief's model was not ready within
+                ``max_wait_secs``.
+            WaitCancelledError: a stop was requested while a non-chief waited.
         """
         # Eager mode is per thread: a TF2 thread that prepares a session must enter the graph.
         with self._graph.as_default():
@@ -784,13 +846,24 @@ class Supervisor:
     # ----------------------------------------------------------------------------- checkpoints
 
     def save_checkpoint(self, sess=None) -> Optional[str]:
-        """Writes a checkpoint now; returns its path, or None without a saver or logdir.
+        """Writes a checkpoint now, of the global step's current value.
 
         Safe to call from any thread, also while the checkpoint service runs. When the model is
-        not finite nothing is written: with ``on_nan="stop"`` it raises
-        ``finite.NonFiniteError`` and the run stops with it; with ``"rollback"`` it returns None
-        and the training thread rolls back at its next step boundary (while rollbacks are left;
-        then as ``"stop"``).
+        not finite nothing is written: with ``on_nan="stop"`` it raises, and the run stops with
+        it; with ``"rollback"`` it returns None and the training thread rolls back at its next
+        step boundary (while rollbacks are left; then as ``"stop"``).
+
+        Args:
+            sess: the session to save (None: the one the Supervisor prepared).
+
+        Returns:
+            The checkpoint's path; None without a Saver, a logdir or a session (a non-chief),
+            while a rollback is pending, or when the model was not finite (``"rollback"``).
+
+        Raises:
+            NonFiniteError: the model is not finite (``on_nan="stop"``).
+            CheckpointWriteError: the files could not be written; the message names the
+                newest checkpoint that was.
         """
         return self._save(sess)
 
@@ -931,10 +1004,23 @@ class Supervisor:
         """Stops the services and the Coordinator's threads; does not close the session.
 
         Joins ``threads`` (default: the services, queue runners and ``loop`` threads) for up to
-        ``stop_grace_secs`` and re-raises the first exception reported to the Coordinator. The
-        summary service's last summary and the step counter's last rate are of the last step
-        (see ``_write_last_summary``); on a clean stop the chief then writes a final checkpoint
-        (see ``save_on_stop``). Releases the logdir's lock.
+        ``stop_grace_secs``. With ``complete_curves``, the summary service's last summary and
+        the step counter's last rate are of the last step (see ``_write_last_summary``); on a
+        clean stop the chief then writes a final checkpoint (see ``save_on_stop``). Releases
+        the logdir's lock and emits ``Stopped``.
+
+        Args:
+            threads: the threads to join (None: every thread the Coordinator knows).
+            close_summary_writer: mark the session's end in the event file (SessionLog.STOP,
+                with the stop's ``why``) and close it.
+            ignore_live_threads: do not raise for threads still alive after the grace period.
+
+        Raises:
+            The first exception reported to the Coordinator (``request_stop(ex)``, a service
+            that failed), except ``OutOfRangeError``, a clean end; RuntimeError naming the
+            threads still alive after ``stop_grace_secs``; what the final checkpoint raises
+            (``NonFiniteError``, ``CheckpointWriteError``); a failure to close the event file
+            or release the lock after an otherwise clean stop.
         """
         self._coord.request_stop()
         error = None
@@ -996,9 +1082,15 @@ class Supervisor:
             self._lock.release()
 
     def request_stop(self, ex=None, *, why=None):
-        """Asks the Coordinator to stop the threads; ``ex`` is re-raised by ``stop()``. ``why``
-        (the first one given) is the msg of the event file's SessionLog.STOP and the Stopped
-        record's ``why``."""
+        """Asks the Coordinator to stop the threads; returns at once.
+
+        Args:
+            ex: an exception (or a ``sys.exc_info()`` tuple) that ``stop()`` re-raises, unless
+                it is ``OutOfRangeError`` (the end of the input: a clean stop). The first one
+                reported wins.
+            why: what asked for the stop; the first one given is the msg of the event file's
+                SessionLog.STOP and the ``Stopped`` record's ``why`` (keyword-only).
+        """
         if why is not None and self._stop_why is None:
             self._stop_why = str(why)
         self._coord.request_stop(ex=ex)
@@ -1008,6 +1100,10 @@ class Supervisor:
 
         Called by the training thread between steps, it also makes a pending rollback
         (``on_nan="rollback"``) first: see ``step_boundary``.
+
+        Returns:
+            True once ``request_stop`` was called (by the body, a service that failed, the end
+            of the input, or the notebook's Stop), until the next session is prepared.
         """
         if self._policy.pending is not None:
             self.step_boundary()
@@ -1035,10 +1131,18 @@ class Supervisor:
         self._coord.wait_for_stop()
 
     def summary_computed(self, sess, summary, global_step=None):
-        """Writes a summary computed by the caller (a Summary proto or its serialized bytes).
+        """Writes a summary computed by the caller to the event file, and reports it
+        (``SummaryWritten``; with ``on_nan`` checks, its scalars are checked before the next
+        checkpoint).
 
-        Without ``global_step`` the current global step is read. Raises RuntimeError when the
-        Supervisor has no summary writer (no logdir, or summary_writer=None).
+        Args:
+            sess: the session to read the global step from.
+            summary: a ``Summary`` proto or its serialized bytes.
+            global_step: the summary's step (None: the current global step, when there is one).
+
+        Raises:
+            RuntimeError: the Supervisor has no summary writer (no logdir, or
+                ``summary_writer=None``).
         """
         if not self._summary_writer:
             raise RuntimeError("Writing a summary requires a summary writer. Give the "
@@ -1057,7 +1161,24 @@ class Supervisor:
         stopped and the session closed, except ``OutOfRangeError``, which is a normal end. A
         clean end writes a final checkpoint (see ``save_on_stop``). An error while preparing
         the session is raised after stopping, also ``WaitCancelledError`` (a non-chief was
-        stopped while it waited for the chief).
+        stopped while it waited for the chief). The session is closed on a thread of its own,
+        waited for at most ``stop_grace_secs`` (a cluster's task gone for good cannot hang it).
+
+        Args:
+            master, config, start_standard_services: as ``prepare_or_wait_for_session``.
+            close_summary_writer: as ``stop``.
+
+        Yields:
+            The session, restored from the newest checkpoint or initialized.
+
+        Raises:
+            What the block, a service, the preparation or ``stop`` raised (see ``stop``).
+
+        Example::
+
+            with sv.managed_session() as sess:
+                while not sv.should_stop():
+                    sess.run(train_op)
         """
         try:
             sess = self.prepare_or_wait_for_session(

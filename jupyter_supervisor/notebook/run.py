@@ -215,11 +215,32 @@ class TrainingRun:
         return self.history.snapshot().best
 
     def restore_best(self, **objects) -> str:
-        """Loads the best checkpoint (``best_checkpoint``) into the objects the run tracked
-        (``model`` and ``optimizer`` for a fit with ``sv.callback``), or into ``objects``, by
-        the names they were tracked under (``model=model``; a part of them is enough: the model
-        alone, to export it); returns its path. For a run that ended: stop a live one first.
-        Without objects, what the run tracked must still exist (the run holds it weakly)."""
+        """Loads the best checkpoint (``best_checkpoint``, kept with ``--keep-best METRIC``)
+        into the objects the run tracked, or into ``objects``.
+
+        For a run that ended: stop a live one first. Without ``objects``, what the run tracked
+        (``model`` and ``optimizer`` for a fit with ``sv.callback``) must still exist: the run
+        holds it weakly.
+
+        Args:
+            **objects: what to load into, by the names it was tracked under
+                (``model=model``); a part of them is enough (the model alone, to export it).
+
+        Returns:
+            The path of the checkpoint loaded.
+
+        Raises:
+            RunStateError: the run is live, or it kept no best checkpoint (started without
+                ``--keep-best``, or no value of the metric came).
+            ValueError: no ``objects`` given, and what the run tracked no longer exists.
+            CheckpointMismatchError: the objects do not fit the checkpoint.
+
+        Example::
+
+            run = jupyter_supervisor.get_run("fit")
+            run.restore_best()              # the model (and optimizer) fit trained
+            model.save("best.keras")
+        """
         with self._lock:
             status, backend = self._status, self._backend
         if status in ACTIVE_STATUSES:
@@ -297,13 +318,29 @@ class TrainingRun:
     # ---------------------------------------------------------------------------- starting
 
     def start(self, graph=None) -> None:
-        """Starts the run: on ``graph`` (default: the calling thread's default graph) when
-        TensorFlow is in graph mode, else (TensorFlow 2's default, eager execution) on the eager
-        backend, where the body names what to checkpoint (``sv.track``, ``sv.callback``).
+        """Starts the run and returns at once; the body runs in a background thread.
 
-        The backend checks and builds everything it needs here (so errors are raised to the
-        caller, early), then restores or initializes and runs the body in a background thread.
-        Also used by ``resume()``, with the run's own graph.
+        With eager execution (TensorFlow 2's default) the run is on the eager backend, where the
+        body names what to checkpoint (``sv.track``, ``sv.callback``); in graph mode, on
+        ``graph``. The backend checks and builds everything it needs here, in the calling
+        thread, so that bad input fails the caller at once; then, in the run's thread, it
+        restores the newest checkpoint (or initializes) and the body runs. A body that does
+        not compile (SyntaxError) does not raise here: the run fails, and says why. Also used
+        by ``resume()``, with the run's own graph.
+
+        Args:
+            graph: the ``tf.Graph`` to train in graph mode (None: the calling thread's default
+                graph); with eager execution and None, the eager backend.
+
+        Raises:
+            RunStateError: the run is live.
+            RunConflictError: another live run has this run's name, or trains this graph.
+            LogdirLockedError: another run (live here, or in another process) writes to this
+                logdir.
+            ValueError, TypeError, RuntimeError: what the backend refuses in the config, the
+                graph or the mode (the message names the argument and what it expects).
+            CheckpointMismatchError: on the graph backend, when the newest checkpoint does not
+                fit the graph.
         """
         with self._lock:
             if self._status not in (None, *FINAL_STATUSES):
@@ -453,13 +490,33 @@ class TrainingRun:
 
     def stop(self, wait: bool = True, timeout: Optional[float] = None,
              why: Optional[str] = None) -> bool:
-        """Asks the run to stop at the next step boundary; it writes a final checkpoint.
+        """Asks the run to stop at its next step boundary, where it writes a final checkpoint.
 
-        A body that checks ``sv.should_stop()`` ends its loop; one that does not is ended by its
-        next ``sess.run`` (``--repeat`` checks for you). Returns at once without ``wait``;
-        with it, blocks until the run ended (or ``timeout``) and returns True if it did.
-        ``why`` says what asked (the first one given is kept: ``stop_reason``). Raises
-        RunStateError for a run that already ended.
+        The run is 'stopping' at once, and 'stopped' when its thread has ended. A body that
+        checks ``sv.should_stop()`` ends its loop; one that does not is ended at its next step
+        (``sess.run`` on the graph; ``sv.step()`` or fit's next batch when eager; ``--repeat``
+        checks for you). Asking a run that is stopping already changes nothing but records
+        ``why`` if none was given before.
+
+        Args:
+            wait: block until the run ended (or ``timeout``).
+            timeout: with ``wait``, the most seconds to wait (None: no limit).
+            why: what asked for the stop ("the kernel received SIGTERM"): the first one given
+                is kept as ``stop_reason``, and, with a logdir, noted in its lock file until
+                the run ends (a lock left with the note says that stop was cut short).
+
+        Returns:
+            True if the run has ended: with ``wait``, whether it ended within ``timeout``;
+            without it, whether it had ended already (usually False).
+
+        Raises:
+            RunStateError: the run never started, or it ended already.
+
+        Example::
+
+            run = jupyter_supervisor.get_run("fit")
+            if run.stop(timeout=60):
+                print(run.status, run.global_step)   # stopped 1200
         """
         asked_at = self._step_now(self._backend)  # read before the lock: a session run
         with self._lock:
@@ -496,7 +553,16 @@ class TrainingRun:
             return None
 
     def resume(self) -> None:
-        """Starts the run again from its newest checkpoint (from the main thread)."""
+        """Starts the run again from its newest checkpoint, as ``start`` does, on the run's own
+        graph; returns at once. Call it from the main thread (the Resume button's callback is
+        the other caller).
+
+        Raises:
+            RunStateError: the run is live, or it has nothing to resume from (it never started,
+                or it ran without a ``--logdir``).
+            What ``start`` raises (another live run on the same logdir, a config the backend
+                refuses...).
+        """
         with self._lock:
             status = self._status
         if status in ACTIVE_STATUSES:
@@ -510,7 +576,21 @@ class TrainingRun:
         self.start(graph=self._graph)
 
     def save_now(self) -> Optional[str]:
-        """Writes a checkpoint now and returns its path (None when there is nothing to save)."""
+        """Writes a checkpoint now (from another thread: the training thread writes it at its
+        next step boundary) and returns once its files are written.
+
+        Returns:
+            The checkpoint's path; None when nothing was saved: nothing to save yet (an eager
+            body that tracked nothing; a graph Supervisor without a Saver), or (``--on-nan
+            rollback``) the model was not finite and the run rolls back instead.
+
+        Raises:
+            RunStateError: the run is not 'running', or it has no ``--logdir``.
+            TimeoutError: an eager body reached no step boundary within ``--stop-grace-secs``.
+            NonFiniteError: the model is not finite (``--on-nan stop``, the default): nothing
+                was written, and the run stops.
+            CheckpointWriteError: the files could not be written.
+        """
         with self._lock:
             if self._status != RUNNING:
                 raise RunStateError(f"Run {self.name!r} is {self._status}: a checkpoint is "
@@ -521,7 +601,14 @@ class TrainingRun:
         return backend.save_now()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Blocks until the run ended (or ``timeout`` seconds); True if it ended."""
+        """Blocks until the run ended, and its thread with it.
+
+        Args:
+            timeout: the most seconds to wait (None: no limit).
+
+        Returns:
+            True if the run ended ('stopped', 'finished' or 'failed') within ``timeout``.
+        """
         with self._changed:
             ended = self._changed.wait_for(lambda: self._status in FINAL_STATUSES, timeout)
             thread = self._thread
@@ -634,13 +721,29 @@ _REGISTRY = _Registry()
 
 
 def get_run(name: Optional[str] = None) -> TrainingRun:
-    """The run named ``name``; without a name, the only run (or the only live one). Raises
-    KeyError otherwise."""
+    """The run of this kernel named ``name``.
+
+    Args:
+        name: the run's name (``--name``, by default the logdir's last component). None: the
+            only run of the kernel, or else the only live one.
+
+    Returns:
+        The ``TrainingRun``.
+
+    Raises:
+        KeyError: no run has that name; without a name, there is no run yet, or there are
+            several and not exactly one is live.
+    """
     return _REGISTRY.get(name)
 
 
 def runs() -> List[TrainingRun]:
-    """Every run of this kernel, in the order they were first started."""
+    """Every run of this kernel, live or ended, one per name.
+
+    Returns:
+        A new list of the ``TrainingRun``s, in the order they were last started: a resume, or
+        a new run under an ended run's name, moves that name to the end.
+    """
     return _REGISTRY.all()
 
 
