@@ -1,4 +1,4 @@
-"""A test per entry of ``compat.py``, against the installed libraries: each uses the private API
+"""A test per entry of ``compat``, against the installed libraries: each uses the private API
 as the package does, so an upgrade that removes or changes one fails here, naming the entry,
 before it fails somewhere in a run."""
 import types

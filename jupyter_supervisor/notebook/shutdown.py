@@ -150,7 +150,7 @@ class _ShutdownRequestHook:
         if not tables:
             logger.warning("A run cannot save when this kernel is restarted or shut down from "
                            "the page: %s has no shutdown_request handler to hook (see "
-                           "jupyter_supervisor/compat.py).", type(kernel).__qualname__)
+                           "jupyter_supervisor/compat/).", type(kernel).__qualname__)
             return
         self._kernel = kernel
         for name, handlers in tables.items():
