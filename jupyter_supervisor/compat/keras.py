@@ -252,9 +252,13 @@ def drain_generator(adapter) -> None:
 
 def keras_seed_set() -> bool:
     """True when ``keras.utils.set_random_seed`` was called (it seeds Python's ``random``,
-    NumPy's and TensorFlow's global generators): its ``global_random_seed`` attribute."""
+    NumPy's and TensorFlow's global generators): its ``global_random_seed`` attribute (Keras
+    3.10 on; an older Keras records none, and False leaves the answer to TensorFlow's global
+    seed, which ``set_random_seed`` sets too)."""
     from keras.src.backend.common import global_state  # pylint: disable=C0415
-    return global_state.get_global_attribute("global_random_seed") is not None
+    from keras.src.utils import rng_utils  # pylint: disable=import-outside-toplevel
+    name = getattr(rng_utils, "GLOBAL_RANDOM_SEED", None)
+    return name is not None and global_state.get_global_attribute(name) is not None
 
 
 
@@ -281,16 +285,6 @@ def _callbacks():
     return keras.callbacks
 
 
-def _rng_utils():
-    from keras.src.utils import rng_utils  # pylint: disable=import-outside-toplevel
-    return rng_utils
-
-
-def _global_state():
-    from keras.src.backend.common import global_state  # pylint: disable=C0415
-    return global_state
-
-
 _FIT = "3.10-3.15"
 PROBES = (
     Probe("fit", "keras", "the arguments and locals of Trainer.fit (x, initial_epoch, "
@@ -310,9 +304,6 @@ PROBES = (
           and names_used(_adapters().TFDatasetAdapter, "_dataset")
           and names_used(_adapters().PyDatasetAdapter, "shuffle")
           and names_used(_adapters().GeneratorDataAdapter, "generator")),
-    Probe("data order", "keras", "keras.utils.set_random_seed's global_random_seed", _FIT,
-          lambda: callable(_global_state().get_global_attribute)
-          and _rng_utils().GLOBAL_RANDOM_SEED == "global_random_seed"),
     Probe("callback counters", "keras", "ModelCheckpoint's _batches_seen_since_last_saving "
           "and _last_batch_seen", _FIT,
           lambda: names_used(_callbacks().ModelCheckpoint, "_batches_seen_since_last_saving",
