@@ -29,27 +29,6 @@ const X_TICKS = 5, Y_TICKS = 4;
 // TensorBoard's outlier range: the 5th to the 95th percentile of the values in view.
 const OUTLIER_QUANTILES = [0.05, 0.95];
 
-// The chart's own rules, added to the View's style sheet.
-const CHART_CSS = `
-.jsv-view .jsv-chart-head { display: flex; align-items: baseline; gap: 6px; }
-.jsv-view .jsv-chart-head .jsv-chart-title { flex: 1; }
-.jsv-view .jsv-chart-nonfinite { color: var(--jp-warn-color0, #c62828); }
-.jsv-view .jsv-chart-export button { font-size: 10px; padding: 0 4px; cursor: pointer;
-  color: var(--jp-ui-font-color1, inherit); background: var(--jp-layout-color2, #eee);
-  border: 1px solid var(--jp-border-color1, #bdbdbd); border-radius: 2px; }
-.jsv-view .jsv-chart-notice { font-size: 11px; color: var(--jp-warn-color0, #c62828); }
-.jsv-view .jsv-chart-notice:empty { display: none; }
-.jsv-view .jsv-readout { user-select: text; }
-.jsv-view .jsv-readout[data-pinned="true"] { border-left: 3px solid var(--jp-brand-color1, #1976d2);
-  padding-left: 4px; }
-.jsv-view .jsv-readout-hint { font-size: 10px; color: var(--jp-ui-font-color2, #757575); }
-.jsv-view button.jsv-legend-item { border: none; background: none; cursor: pointer;
-  font: inherit; color: inherit; padding: 0; }
-.jsv-view button.jsv-legend-item::before { content: "\\25A0 "; color: var(--c); }
-.jsv-view button.jsv-legend-item[aria-pressed="false"] { opacity: 0.45;
-  text-decoration: line-through; }
-`;
-
 // -- numbers and times as text -------------------------------------------------------------
 
 // A value as Python's format(v, f".{digits}g") writes it (the kernel's best values and the
@@ -355,6 +334,7 @@ class Chart {
     head.append(this.title, actions);
     this.notice = element("div", "jsv-chart-notice");
     this.box = element("div", "jsv-canvas-box");
+    this.box.style.height = `${CHART_HEIGHT}px`;  // the canvas's height, in CSS pixels
     // Focusable, with its text alternative (set at each draw) and its keys (onKey).
     this.box.tabIndex = 0;
     this.box.setAttribute("role", "img");

@@ -1,7 +1,7 @@
 // The front end of jupyter_supervisor's panel and comparison chart: the View (its header,
 // progress, notices, timeline, tools, tag chips, error and buttons), the Link to the kernel that
-// the views of one model share, and the theme; the charts are chart.js's, joined before this
-// file into one anywidget ES module by widget.py.
+// the views of one model share, and the theme's colours (its rules: theme.css); the charts are
+// chart.js's, joined before this file into one anywidget ES module by widget.py.
 //
 // What travels (the kernel's side: panel.py):
 // - the `state` trait: what the panel says (header, progress, checkpoint line, timeline, best
@@ -24,61 +24,6 @@
 // is gone. The view says "kernel gone" when its requests went unanswered and nothing came for
 // timing.dead_after_ms, and "kernel busy" when they wait while the kernel is heard from or runs
 // a cell (comm messages wait for the running cell where the frontend has no kernel subshells).
-
-const CSS = `
-.jsv-view { font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px;
-  color: var(--jp-ui-font-color1, currentColor); }
-.jsv-view [hidden] { display: none !important; }
-.jsv-view :focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2);
-  outline-offset: 1px; }
-.jsv-view .jsv-sep { color: var(--jp-ui-font-color2, inherit); }
-.jsv-view .jsv-name, .jsv-view .jsv-status { font-weight: bold; }
-.jsv-view .jsv-status { color: var(--jsv-tone, inherit); }
-.jsv-view .jsv-progress { display: inline-block; width: 50%; height: 8px; border-radius: 4px;
-  background: var(--jp-layout-color3, rgba(128, 128, 128, 0.3)); overflow: hidden;
-  vertical-align: middle; margin-right: 6px; }
-.jsv-view .jsv-progress-bar { height: 100%; background: var(--jsv-tone, currentColor); }
-.jsv-view .jsv-notice { border-left: 4px solid var(--jsv-edge); padding: 4px 8px; margin: 4px 0;
-  background: color-mix(in srgb, var(--jsv-edge) 16%, transparent); }
-.jsv-view .jsv-dead { --jsv-edge: var(--jp-error-color1, #d32f2f); font-weight: bold; }
-.jsv-view .jsv-busy, .jsv-view .jsv-warning { --jsv-edge: var(--jp-warn-color1, #f57c00); }
-.jsv-view .jsv-muted { color: var(--jp-ui-font-color2, inherit); }
-.jsv-view details { margin: 4px 0; }
-.jsv-view .jsv-timeline, .jsv-view .jsv-best { margin: 2px 0; padding-left: 22px; }
-.jsv-view .jsv-best { display: flex; flex-wrap: wrap; column-gap: 1.5em; list-style: none; }
-.jsv-view .jsv-best-tag { font-weight: bold; }
-.jsv-view .jsv-filter input[aria-invalid="true"] {
-  outline: 2px solid var(--jp-error-color1, #d32f2f); }
-.jsv-view .jsv-controls, .jsv-view .jsv-tools { display: flex; flex-wrap: wrap; gap: 6px;
-  align-items: center; margin: 6px 0; }
-.jsv-view .jsv-tags { display: flex; flex-wrap: wrap; gap: 4px; margin: 4px 0; }
-.jsv-view .jsv-tag { border: 1px solid var(--jp-border-color1, currentColor); border-radius: 10px;
-  padding: 1px 8px; cursor: pointer; font-size: 12px; color: var(--jp-ui-font-color1, inherit);
-  background: var(--jp-layout-color1, transparent); }
-.jsv-view .jsv-tag[aria-pressed="false"] { color: var(--jp-ui-font-color2, inherit);
-  text-decoration: line-through; border-style: dashed; }
-.jsv-view .jsv-group > summary { font-weight: bold; margin: 6px 0 2px; cursor: pointer; }
-.jsv-view .jsv-group-charts { display: grid;
-  grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
-  gap: 8px; }
-.jsv-view .jsv-chart { border: 1px solid var(--jp-border-color2, rgba(128, 128, 128, 0.3));
-  padding: 4px; min-width: 0; }
-.jsv-view .jsv-chart-title { font-weight: bold; font-size: 12px; overflow-wrap: anywhere; }
-.jsv-view .jsv-canvas-box { position: relative; height: ${CHART_HEIGHT}px; cursor: crosshair; }
-.jsv-view canvas { position: absolute; left: 0; top: 0; width: 100%; height: 100%; }
-.jsv-view .jsv-zoom-box { position: absolute; border: 1px dashed var(--jp-brand-color1, #1976d2);
-  background: color-mix(in srgb, var(--jp-brand-color1, #1976d2) 10%, transparent);
-  pointer-events: none; display: none; }
-.jsv-view .jsv-readout { font-family: var(--jp-code-font-family, monospace); font-size: 11px;
-  min-height: 1.3em; white-space: pre-wrap; color: var(--jp-ui-font-color1, inherit); }
-.jsv-view .jsv-legend { display: flex; flex-wrap: wrap; gap: 10px; margin: 4px 0; }
-.jsv-view .jsv-error-box { border-left: 4px solid var(--jp-error-color1, #d32f2f);
-  background: var(--jp-rendermime-error-background, rgba(244, 67, 54, 0.15)); padding: 4px 8px;
-  color: var(--jp-ui-font-color1, inherit); }
-.jsv-view .jsv-error-box pre { margin: 0; white-space: pre-wrap; color: inherit; }
-.jsv-view .jsv-message { color: var(--jsv-error-text, inherit); }
-.jsv-view button:disabled { opacity: 0.5; }
-`;
 
 // -- the theme: colours from the page's CSS --------------------------------------------------
 
@@ -468,8 +413,6 @@ class View {
 
   build() {
     const root = this.root;
-    const style = el("style");
-    style.textContent = CSS + CHART_CSS;
     this.headerEl = el("div", "jsv-header");
     this.lineEl = el("div", "jsv-header-line");
     this.nameEl = el("span", "jsv-name");
@@ -535,7 +478,7 @@ class View {
     this.tagsEl.setAttribute("role", "group");
     this.tagsEl.setAttribute("aria-label", "Tags: show or hide each one's chart");
     this.chartsEl = el("div", "jsv-charts");
-    root.append(style, this.headerEl, this.deadEl, this.busyEl, this.warningEl,
+    root.append(this.headerEl, this.deadEl, this.busyEl, this.warningEl,
                 this.checkpointEl, this.historyEl, this.legendEl, this.tools, this.tagsEl,
                 this.chartsEl, this.errorEl, this.controls);
     for (const e of this.compare ? [this.headerEl, this.warningEl, this.checkpointEl,

@@ -2,10 +2,11 @@
 and the encoding of series as deltas.
 
 anywidget ships the front end (one ES module, no build step: ``chart.js`` then ``panel.js``,
-joined) inside the widget's state, so JupyterLab 4, Notebook 7, VS Code and Colab load it
-without an installed extension. Small state travels as the ``state`` trait, what the user set
-in a view as the ``settings`` trait; the points travel as custom messages, each with one binary
-buffer (float64), and only the points a view lacks (``SeriesFeed``).
+joined, and its CSS, ``theme.css``) inside the widget's state, so JupyterLab 4, Notebook 7,
+VS Code and Colab load it without an installed extension. Small state travels as the ``state``
+trait, what the user set in a view as the ``settings`` trait; the points travel as custom
+messages, each with one binary buffer (float64), and only the points a view lacks
+(``SeriesFeed``).
 
 ipywidgets and anywidget are imported when a widget is really made; without them, that step
 says what to install.
@@ -22,11 +23,20 @@ INSTALL_HINT = ("The jupyter_supervisor panel needs ipywidgets and anywidget: "
 # The front end's files, in the order they are joined into one ES module (chart.js defines
 # what panel.js uses; panel.js has the module's default export).
 _ESM_FILES = ("chart.js", "panel.js")
+# The front end's rules (anywidget's _css: it puts them in the page once for every view).
+_CSS_FILE = "theme.css"
+
+
+def _read(name: str) -> str:
+    return pathlib.Path(__file__).with_name(name).read_text(encoding="utf-8")
 
 
 def _esm() -> str:
-    here = pathlib.Path(__file__).parent
-    return "\n".join(here.joinpath(name).read_text(encoding="utf-8") for name in _ESM_FILES)
+    return "\n".join(_read(name) for name in _ESM_FILES)
+
+
+def _css() -> str:
+    return _read(_CSS_FILE)
 
 
 def ipywidgets():
@@ -52,6 +62,7 @@ def view_class():
         """One run's panel (``compare=False``) or several runs in one chart (``runs``)."""
 
         _esm = _esm()
+        _css = _css()
         state = traitlets.Dict().tag(sync=True)
         compare = traitlets.Bool(False).tag(sync=True)
         runs = traitlets.List(traitlets.Unicode()).tag(sync=True)
