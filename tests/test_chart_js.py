@@ -1,11 +1,14 @@
 """chart.js's pure parts, run by node without a browser: values written as Python writes them,
 1-2-5 ticks on linear and log axes, the outlier-ignoring y range, what a log axis cannot show,
-the non-finite count, and the CSV/JSON a chart downloads (read back by Python's csv and json).
+the non-finite count, and the CSV/JSON a chart downloads (read back by Python's csv and json);
+and the front end's files as modules, joined into the one module anywidget loads.
 
-Each test runs chart.js itself (the file the widget ships) in node with an expression appended;
-the expression's value comes back as JSON (non-finite numbers travel as "nan", "inf", "-inf").
-The browser-side behaviour (markers, notices, downloads, pinning) is in test_browser_chart.py.
+Each test of chart.js runs the file itself (as the widget ships it) in node, as an ES module
+with an expression appended; the expression's value comes back as JSON (non-finite numbers
+travel as "nan", "inf", "-inf"). The browser-side behaviour (markers, notices, downloads,
+pinning) is in test_browser_chart.py.
 """
+import base64
 import csv
 import io
 import json
@@ -18,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_supervisor.view import text
+from jupyter_supervisor.view import text, widget
 
 CHART_JS = Path(text.__file__).with_name("chart.js")
 # Values in and out of node: JSON has no NaN or infinity.
 DECODE = """
+import {readFileSync} from "node:fs";
 const decode = (v) => (v === "nan" ? NaN : v === "inf" ? Infinity : v === "-inf" ? -Infinity
   : Array.isArray(v) ? v.map(decode)
   : v && typeof v === "object"
@@ -30,21 +34,26 @@ const decode = (v) => (v === "nan" ? NaN : v === "inf" ? Infinity : v === "-inf"
   : v);
 const encode = (v) => (typeof v === "number" && !Number.isFinite(v) ? formatValue(v)
   : Array.isArray(v) ? v.map(encode) : v);
-const input = decode(JSON.parse(require("fs").readFileSync(0, "utf8")));
+const input = decode(JSON.parse(readFileSync(0, "utf8")));
 """
 
 
 def _js(expression: str, data=None):
     """The value of ``expression`` (JavaScript, with chart.js's functions and ``input``, the
     decoded ``data``, in scope), computed by node."""
-    node = shutil.which("node")
-    assert node, "node is missing: these tests run chart.js in node (apt-get install nodejs)"
     source = (CHART_JS.read_text(encoding="utf-8") + DECODE
               + f"\nprocess.stdout.write(JSON.stringify(encode({expression})));\n")
-    done = subprocess.run([node, "-e", source], input=json.dumps(_encode(data)),
+    return json.loads(_node(source, json.dumps(_encode(data))))
+
+
+def _node(source: str, stdin: str = "") -> str:
+    """What node prints running ``source`` as an ES module."""
+    node = shutil.which("node")
+    assert node, "node is missing: these tests run the front end in node (apt-get install nodejs)"
+    done = subprocess.run([node, "--input-type=module", "-e", source], input=stdin,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return done.stdout
 
 
 def _encode(value):
@@ -194,3 +203,47 @@ def test_downloads_hold_every_point_exactly():
                 read = float(row[field])
                 assert read == want or (math.isnan(read) and math.isnan(want)), (field, row)
     assert records[2]["value"] == "nan" and records[4]["value"] == "inf"
+
+
+# Enough of a page for the front end's modules to load in node (what runs at their top).
+STUB_DOCUMENT = """
+globalThis.document = {createElement: () => ({getContext: () => ({})})};
+"""
+
+
+def test_the_front_end_files_are_modules_and_joined_are_one(tmp_path):
+    """Each file of the front end loads in node as the module it is written as (an import of a
+    name another does not export fails to link), and the joined module anywidget loads, too."""
+    files = widget._ESM_FILES  # pylint: disable=protected-access
+    assert sorted(files) == sorted(p.name for p in CHART_JS.parent.glob("*.js"))
+    for name in files:
+        (tmp_path / name).write_text(CHART_JS.with_name(name).read_text(encoding="utf-8"),
+                                     encoding="utf-8")
+    (tmp_path / "package.json").write_text('{"type": "module"}', encoding="utf-8")
+    (tmp_path / "joined.js").write_text(widget._esm(), encoding="utf-8")  # pylint: disable=W0212
+    modules = [(tmp_path / name).as_uri() for name in (files[-1], "joined.js")]
+    assert _node(STUB_DOCUMENT + f"""
+        for (const url of {json.dumps(modules)}) {{
+            console.log(typeof (await import(url)).default.render);
+        }}""") == "function\nfunction\n"
+
+
+def test_joined_files_see_of_each_other_only_what_they_import():
+    """Joined, a file's own names stay its own; what modules would refuse, the joining refuses."""
+    first = "export function shared() { return 1; }\nfunction own() { return 2; }\n"
+    last = ('import {shared} from "./first.js";\n'
+            "export default {shared: shared(), own: typeof own};\n")
+    joined = widget._join([("first.js", first), ("last.js", last)])  # pylint: disable=W0212
+    module = json.dumps("data:text/javascript;base64,"
+                        + base64.b64encode(joined.encode()).decode())
+    assert _node(f"const m = await import({module});\n"
+                 "console.log(JSON.stringify(m.default));") == '{"shared":1,"own":"undefined"}\n'
+    for sources, refused in [
+            ([("last.js", last), ("first.js", first)], "not joined before it"),
+            ([("first.js", first.replace("export ", "")), ("last.js", last)], "does not export"),
+            ([("first.js", "function a() {}\nexport {a};\n"), ("last.js", last)], "not joined"),
+            ([("first.js", first), ("last.js", last + "export const x = 1;\n")],
+             "only its default"),
+    ]:
+        with pytest.raises(ValueError, match=refused):
+            widget._join(sources)  # pylint: disable=protected-access

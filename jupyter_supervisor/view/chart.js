@@ -1,19 +1,23 @@
 // The charts of jupyter_supervisor's panel and comparison chart: one canvas per tag, with the
 // curves of every run shown, hover readout (pinned by a click), zoom by drag, log scale,
 // smoothing, an outlier-ignoring y range, markers for non-finite values, and the points as CSV
-// and JSON. Joined before panel.js into one ES module (widget.py); the View (panel.js) owns the
-// charts and the points they draw (view.store, view.options, view.runNames(), view.model).
+// and JSON. A module of the front end (widget.py joins its files): the View (panel.js) owns the
+// charts and gives each one its host, which is all a chart sees of the View.
 //
-// What a chart reads of the View:
-// - view.options: log, smoothing, xAxis, ignoreOutliers (the y range leaves outliers out; on
+// What a chart reads of its host:
+// - host.series(run, tag): that run's points of the tag {steps, values, walls, version}, or
+//   nothing;
+// - host.runNames(): the runs shown, in order; host.compare: whether the view compares runs;
+// - host.options: log, smoothing, xAxis, ignoreOutliers (the y range leaves outliers out; on
 //   unless false), hiddenRuns (names of the runs not drawn: the comparison's legend);
-// - view.theme: the canvas's colours and font {text, grid, frame, background, font, series
+// - host.theme: the canvas's colours and font {text, grid, frame, background, font, series
 //   (run i takes series[i % series.length])}, read from the page's CSS; FALLBACK_THEME where
 //   the View has none;
-// - the state's `format.digits`: the significant digits of a value, as the kernel writes it
-//   (Python's format "g"); DEFAULT_VALUE_DIGITS before a state says;
-// - view.zoomed(tag, zoom): a drag, a double click or a key changed the chart's zoom (the View
-//   keeps it with what the user set, and sets chart.zoom).
+// - host.digits(): the state's `format.digits`, the significant digits of a value, as the
+//   kernel writes it (Python's format "g"); DEFAULT_VALUE_DIGITS before a state says;
+// - host.zoomed(tag, zoom): a drag, a double click or a key changed the chart's zoom (the View
+//   keeps it with what the user set, and sets chart.zoom);
+// - host.redraw(): the legend changed host.options.hiddenRuns (the View keeps it and draws).
 // The View calls update(), which draws only when what is drawn changed (each series carries a
 // version). A chart can be focused: its keys move the readout's point and zoom (onKey), and
 // its canvas has a text alternative (describe).
@@ -96,19 +100,18 @@ function formatClock(wall) {
     (x) => String(x).padStart(2, "0")).join(":");
 }
 
-const X_AXES = {
+export const X_AXES = {
   step: {label: "step", of: (s, i) => s.steps[i], tick: formatStep},
   relative: {label: "relative time", of: (s, i) => s.walls[i] - s.walls[0], tick: formatDuration},
   wall: {label: "wall time", of: (s, i) => s.walls[i], tick: formatClock},
 };
 
-function themeOf(view) {
-  return view.theme || FALLBACK_THEME;
+function themeOf(host) {
+  return host.theme || FALLBACK_THEME;
 }
 
-function digitsOf(view) {
-  const format = (view.model.get("state") || {}).format;
-  return (format && format.digits) || DEFAULT_VALUE_DIGITS;
+function digitsOf(host) {
+  return host.digits() || DEFAULT_VALUE_DIGITS;
 }
 
 // -- scales ----------------------------------------------------------------------------------
@@ -306,9 +309,9 @@ function element(tag, className, text) {
 // draw() computes the scene (curves, domains, ticks) from the points and the View's options;
 // paint() puts the scene, the non-finite markers and the readout on the canvas (alone on
 // hover).
-class Chart {
-  constructor(view, tag) {
-    this.view = view;
+export class Chart {
+  constructor(host, tag) {
+    this.host = host;
     this.tag = tag;
     this.zoom = null;       // {x: [lo, hi], y: [lo, hi] | null} in data units, or null
     this.hover = null;      // the mouse's x in pixels
@@ -388,7 +391,7 @@ class Chart {
 
   setZoom(zoom) {
     this.zoom = zoom;
-    this.view.zoomed(this.tag, zoom);
+    this.host.zoomed(this.tag, zoom);
     this.update();
   }
 
@@ -407,7 +410,7 @@ class Chart {
       this.paint();
     } else if (e.key === "+" || e.key === "=" || e.key === "-") {
       const full = padded(bounds(s.lines.flatMap((l) => l.xs)),
-                          this.view.options.xAxis === "step");
+                          this.host.options.xAxis === "step");
       const half = ((s.x[1] - s.x[0]) / 2) * (e.key === "-" ? 2 : 0.5);
       this.cursor = at;
       this.setZoom(e.key === "-" && 2 * half >= full[1] - full[0] ? null
@@ -424,10 +427,10 @@ class Chart {
   // zoom, the number format, the theme and the size (the mouse, the pin and the keyboard's
   // point only repaint).
   drawKey() {
-    const versions = this.view.runNames().map(
-      (run) => this.view.store.runs.get(run)?.get(this.tag)?.version ?? 0);
-    return JSON.stringify([versions, this.view.options, this.zoom, digitsOf(this.view),
-                           themeOf(this.view).key, this.box.clientWidth,
+    const versions = this.host.runNames().map(
+      (run) => this.host.series(run, this.tag)?.version ?? 0);
+    return JSON.stringify([versions, this.host.options, this.zoom, digitsOf(this.host),
+                           themeOf(this.host).key, this.box.clientWidth,
                            window.devicePixelRatio || 1]);
   }
 
@@ -448,7 +451,7 @@ class Chart {
     const curves = lines.map((l) => {
       const s = l.series, last = s.values.length - 1;
       const [lo, hi] = bounds(s.values);
-      const run = lines.length > 1 || this.view.compare ? `${l.run}: ` : "";
+      const run = lines.length > 1 || this.host.compare ? `${l.run}: ` : "";
       const range = Number.isFinite(lo)
         ? `, from ${formatValue(lo, digits)} to ${formatValue(hi, digits)}` : "";
       return `${run}last ${formatValue(s.values[last], digits)} at step ${step(s.steps[last])}` +
@@ -465,7 +468,7 @@ class Chart {
       if (Math.abs(y - start[1]) >= 5) return;
       if (this.pinned()) this.pin = null;
       else if (x >= PAD.left && x <= PAD.left + f.w) {
-        this.pin = {axis: this.view.options.xAxis, x: f.xData(x)};
+        this.pin = {axis: this.host.options.xAxis, x: f.xData(x)};
       }
       this.paint();
       return;
@@ -477,7 +480,7 @@ class Chart {
 
   // A pin holds on the x axis it was made on.
   pinned() {
-    return this.pin !== null && this.pin.axis === this.view.options.xAxis;
+    return this.pin !== null && this.pin.axis === this.host.options.xAxis;
   }
 
   remove() {
@@ -488,13 +491,13 @@ class Chart {
   // The curves of the runs drawn: each run's points, x values, smoothed values and colour (a
   // run keeps its colour when another is hidden).
   curves() {
-    const opts = this.view.options;
+    const opts = this.host.options;
     const axis = X_AXES[opts.xAxis];
     const hidden = opts.hiddenRuns || [];
-    const palette = themeOf(this.view).series;
+    const palette = themeOf(this.host).series;
     const lines = [];
-    this.view.runNames().forEach((run, index) => {
-      const series = this.view.store.runs.get(run)?.get(this.tag);
+    this.host.runNames().forEach((run, index) => {
+      const series = this.host.series(run, this.tag);
       if (hidden.includes(run) || !series || !series.steps.length) return;
       lines.push({run, series, xs: series.steps.map((_, i) => axis.of(series, i)),
                   smoothed: smooth(series.values, opts.smoothing),
@@ -505,7 +508,7 @@ class Chart {
 
   draw() {
     const lines = this.curves();
-    const digits = digitsOf(this.view);
+    const digits = digitsOf(this.host);
     this.writeTitle(lines, digits);
     this.box.setAttribute("aria-label", this.describe(lines, digits));
     this.el.dataset.points = String(lines.reduce((n, l) => n + l.xs.length, 0));
@@ -533,7 +536,7 @@ class Chart {
   // Without a zoom, x spans every point and y the values in view, outliers left out when the
   // View's option says so.
   scale(lines, digits) {
-    const opts = this.view.options;
+    const opts = this.host.options;
     const integer = opts.xAxis === "step";
     let x = this.zoom ? this.zoom.x : padded(bounds(lines.flatMap((l) => l.xs)), integer);
     if (!(x[1] > x[0])) x = padded([x[0], x[0]], integer);
@@ -563,7 +566,7 @@ class Chart {
     const d = this.el.dataset;
     const short = (v) => String(Number(v.toPrecision(6)));
     d.yscale = s.log ? "log" : "linear";
-    d.xaxis = this.view.options.xAxis;
+    d.xaxis = this.host.options.xAxis;
     d.xDomain = s.x.map(short).join(",");
     d.yDomain = s.y.map((v) => short(s.log ? Math.pow(10, v) : v)).join(",");
     d.yTicks = s.yLabels.join(",");
@@ -592,11 +595,11 @@ class Chart {
       return;
     }
     const f = this.frame = frameOf(s, this.width, CHART_HEIGHT);
-    const theme = themeOf(this.view);
-    paintAxes(ctx, s, f, theme, X_AXES[this.view.options.xAxis]);
+    const theme = themeOf(this.host);
+    paintAxes(ctx, s, f, theme, X_AXES[this.host.options.xAxis]);
     ctx.save();
     ctx.beginPath(); ctx.rect(PAD.left, PAD.top, f.w, f.h); ctx.clip();
-    paintCurves(ctx, s, f, this.view.options.smoothing > 0);
+    paintCurves(ctx, s, f, this.host.options.smoothing > 0);
     ctx.restore();
     ctx.globalAlpha = 1;
     paintNonFinite(ctx, s, f, theme);
@@ -612,7 +615,7 @@ class Chart {
     const xs = s.lines[0].xs;
     const target = pinned ? this.pin.x : hovering ? f.xData(this.hover)
       : xs[Math.min(this.cursor, xs.length - 1)];
-    const smoothing = this.view.options.smoothing > 0;
+    const smoothing = this.host.options.smoothing > 0;
     if (pinned && target >= s.x[0] && target <= s.x[1]) {
       ctx.strokeStyle = theme.frame;
       ctx.lineWidth = 1;
@@ -633,7 +636,7 @@ class Chart {
       const value = smoothing ? `${formatValue(sm, s.digits)} (raw ${formatValue(raw, s.digits)})`
         : formatValue(raw, s.digits);
       const ser = l.series;
-      rows.push(`${s.lines.length > 1 || this.view.compare ? l.run + ": " : ""}${value}  step ` +
+      rows.push(`${s.lines.length > 1 || this.host.compare ? l.run + ": " : ""}${value}  step ` +
                 `${ser.steps[i].toLocaleString("en-US")}  ${formatClock(ser.walls[i])}  ` +
                 `+${formatDuration(ser.walls[i] - ser.walls[0])}`);
     }
@@ -652,7 +655,7 @@ class Chart {
   // Every point of the curves drawn, as a file: <run or "compare">-<tag>.csv / .json.
   download(format) {
     const spec = EXPORTS[format];
-    const name = this.view.compare ? "compare" : this.view.runNames()[0];
+    const name = this.host.compare ? "compare" : this.host.runNames()[0];
     const file = `${name}-${this.tag}`.replace(/[^\w.-]+/g, "_");
     download(`${file}.${format}`, spec.type, spec.text(exportRows(this.curves())));
   }
@@ -779,21 +782,21 @@ function nearest(xs, target) {
 }
 
 // The comparison's legend: a button per run in its colour; a click hides the run in every
-// chart of the view, or shows it again (view.options.hiddenRuns).
-function legendItems(view) {
-  const palette = themeOf(view).series;
-  return view.runNames().map((run, i) => {
+// chart of the view, or shows it again (host.options.hiddenRuns).
+export function legendItems(host) {
+  const palette = themeOf(host).series;
+  return host.runNames().map((run, i) => {
     const item = element("button", "jsv-legend-item", run);
     item.style.setProperty("--c", palette[i % palette.length]);
     item.title = "Hide or show this run in the charts";
-    const shown = () => !view.options.hiddenRuns.includes(run);
+    const shown = () => !host.options.hiddenRuns.includes(run);
     item.setAttribute("aria-pressed", String(shown()));
     item.addEventListener("click", () => {
-      const hidden = view.options.hiddenRuns.filter((r) => r !== run);
+      const hidden = host.options.hiddenRuns.filter((r) => r !== run);
       if (shown()) hidden.push(run);
-      view.options.hiddenRuns = hidden;
+      host.options.hiddenRuns = hidden;
       item.setAttribute("aria-pressed", String(shown()));
-      view.redraw();
+      host.redraw();
     });
     return item;
   });

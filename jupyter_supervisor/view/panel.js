@@ -1,7 +1,8 @@
 // The front end of jupyter_supervisor's panel and comparison chart: the View (its header,
 // progress, notices, timeline, tools, tag chips, error and buttons), the Link to the kernel that
 // the views of one model share, and the theme's colours (its rules: theme.css); the charts are
-// chart.js's, joined before this file into one anywidget ES module by widget.py.
+// chart.js's. The last of the front end's modules, which widget.py joins into one anywidget ES
+// module: its default export is the module's.
 //
 // What travels (the kernel's side: panel.py):
 // - the `state` trait: what the panel says (header, progress, checkpoint line, timeline, best
@@ -24,6 +25,8 @@
 // is gone. The view says "kernel gone" when its requests went unanswered and nothing came for
 // timing.dead_after_ms, and "kernel busy" when they wait while the kernel is heard from or runs
 // a cell (comm messages wait for the running cell where the frontend has no kernel subshells).
+
+import {Chart, X_AXES, legendItems} from "./chart.js";
 
 // -- the theme: colours from the page's CSS --------------------------------------------------
 
@@ -359,7 +362,7 @@ const HEADER_PARTS = [["step", "jsv-step"], ["rate", "jsv-rate"], ["position", "
 const DEFAULT_SETTINGS = {log: false, smoothing: 0.6, xAxis: "step", ignoreOutliers: true,
                           hidden: [], hiddenRuns: [], zoom: {}, timeline: true, filter: "",
                           closedGroups: [], notify: false};
-// The settings the charts read as view.options (chart.js).
+// The settings the charts read as host.options (chart.js).
 const CHART_OPTIONS = ["log", "smoothing", "xAxis", "ignoreOutliers", "hiddenRuns"];
 
 class View {
@@ -367,12 +370,12 @@ class View {
     this.model = model;
     this.root = root;
     this.link = linkOf(model);
-    this.store = this.link;                // what chart.js reads the points from
     this.compare = model.get("compare");
     this.charts = new Map();
     this.chips = new Map();
     this.groups = new Map();               // prefix -> {el, box, charts}
     this.options = {};                     // what the charts read: the settings they use
+    this.host = this.chartHost();
     root.classList.add("jsv-view");
     this.build();
     this.setTheme(readTheme(root, this.link.state.palette));
@@ -407,6 +410,23 @@ class View {
     this.renderState();
     this.renderHealth();
     this.link.attach(this);
+  }
+
+  // All that the charts see of the view (chart.js's host): the points, the runs shown, the
+  // options and the theme they draw with, the number format, and where a chart's zoom and the
+  // legend's hidden runs go.
+  chartHost() {
+    const view = this;
+    return {
+      compare: this.compare,
+      options: this.options,
+      get theme() { return view.theme; },
+      runNames: () => this.runNames(),
+      series: (run, tag) => this.link.runs.get(run)?.get(tag),
+      digits: () => (this.model.get("state") || {}).format?.digits,
+      zoomed: (tag, zoom) => this.zoomed(tag, zoom),
+      redraw: () => this.redraw(),
+    };
   }
 
   // -- the DOM, built once ---------------------------------------------------------------------
@@ -700,7 +720,7 @@ class View {
     const key = JSON.stringify([this.runNames(), this.theme.series, this.options.hiddenRuns]);
     if (key === this.legendKey) return;
     this.legendKey = key;
-    this.legendEl.replaceChildren(...legendItems(this));
+    this.legendEl.replaceChildren(...legendItems(this.host));
   }
 
   runNames() {
@@ -826,7 +846,7 @@ class View {
         if (group.el.open === closed.has(prefix)) group.el.open = !closed.has(prefix);
       }
       this.syncChildren(group.box, group.charts, members, (tag) => {
-        const chart = new Chart(this, tag);
+        const chart = new Chart(this.host, tag);
         this.charts.set(tag, chart);
         return chart;
       });
