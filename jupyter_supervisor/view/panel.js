@@ -26,7 +26,8 @@
 // timing.dead_after_ms, and "kernel busy" when they wait while the kernel is heard from or runs
 // a cell (comm messages wait for the running cell where the frontend has no kernel subshells).
 
-import {Chart, X_AXES, legendItems} from "./chart.js";
+import {X_AXES, formatPercent} from "./scales.js";
+import {Chart, legendItems} from "./chart.js";
 
 // -- the theme: colours from the page's CSS --------------------------------------------------
 
@@ -669,7 +670,7 @@ class View {
   renderProgress(s) {
     showIf(this.progressEl, !!s.progress);
     if (!s.progress) return;
-    const percent = (s.progress.fraction * 100).toFixed(1);
+    const percent = formatPercent(s.progress.fraction);
     this.barEl.dataset.fraction = String(s.progress.fraction);
     this.barEl.setAttribute("aria-valuenow", percent);
     this.barEl.setAttribute("aria-label", s.progress.text);

@@ -23,11 +23,11 @@ INSTALL_HINT = ("The jupyter_supervisor panel needs ipywidgets and anywidget: "
 
 # The front end's files, in the order they are joined. anywidget loads one ES module's source,
 # so in the browser the files cannot import one another; each is written as a module of its own
-# (`import {a, b} from "./chart.js";`, `export function a`) that imports only from files before
+# (`import {a, b} from "./scales.js";`, `export function a`) that imports only from files before
 # it here, and joined (_join) each runs in a scope of its own and hands on only what it exports,
 # as a module would: what a file uses of another is what it imports. The last, panel.js, has
 # the module's default export (anywidget's render).
-_ESM_FILES = ("chart.js", "panel.js")
+_ESM_FILES = ("scales.js", "chart.js", "panel.js")
 # The front end's rules (anywidget's _css: it puts them in the page once for every view).
 _CSS_FILE = "theme.css"
 
