@@ -28,6 +28,7 @@ import {
   shortNumber, X_AXES, smooth, linearTicks, logTicks, extent, bounds, padded, logScale,
   nonFiniteText, exportRows, toCsv, toJson
 } from "./scales.js";
+import {download, el} from "./dom.js";
 
 const FALLBACK_THEME = {
   text: "#555", grid: "#e0e0e0", frame: "#9e9e9e", background: "#fff", font: "10px sans-serif",
@@ -45,33 +46,13 @@ function digitsOf(host) {
   return host.digits() || DEFAULT_VALUE_DIGITS;
 }
 
-// -- data out --------------------------------------------------------------------------------
-
+// The downloads a chart offers: each format's button, file type and text.
 const EXPORTS = {
   csv: {label: "CSV", type: "text/csv", text: toCsv},
   json: {label: "JSON", type: "application/json", text: toJson},
 };
 
-function download(filename, type, text) {
-  const url = URL.createObjectURL(new Blob([text], {type}));
-  const link = document.createElement("a");
-  link.href = url;
-  link.download = filename;
-  link.style.display = "none";
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 0);
-}
-
 // -- one chart -------------------------------------------------------------------------------
-
-function element(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 // One chart: the curves of one tag for every run shown, with its own zoom, hover and pin.
 // draw() computes the scene (curves, domains, ticks) from the points and the View's options;
@@ -87,36 +68,36 @@ export class Chart {
     this.cursor = null;     // the keyboard's point: an index into the first curve's points
     this.drawn = null;      // what the canvas shows (drawKey)
     this.scene = null;
-    this.el = element("div", "jsv-chart");
+    this.el = el("div", "jsv-chart");
     this.el.dataset.tag = tag;
-    const head = element("div", "jsv-chart-head");
-    this.title = element("div", "jsv-chart-title");
-    this.titleText = element("span", "jsv-chart-value");
-    this.nonFinite = element("span", "jsv-chart-nonfinite");
+    const head = el("div", "jsv-chart-head");
+    this.title = el("div", "jsv-chart-title");
+    this.titleText = el("span", "jsv-chart-value");
+    this.nonFinite = el("span", "jsv-chart-nonfinite");
     this.title.append(this.titleText, this.nonFinite);
-    const actions = element("span", "jsv-chart-export");
+    const actions = el("span", "jsv-chart-export");
     for (const [format, spec] of Object.entries(EXPORTS)) {
-      const button = element("button", `jsv-download-${format}`, spec.label);
+      const button = el("button", `jsv-download-${format}`, spec.label);
       button.title = `Download this chart's points as ${spec.label} ` +
         "(step, wall time, raw value, smoothed value, run)";
       button.addEventListener("click", () => this.download(format));
       actions.append(button);
     }
     head.append(this.title, actions);
-    this.notice = element("div", "jsv-chart-notice");
-    this.box = element("div", "jsv-canvas-box");
+    this.notice = el("div", "jsv-chart-notice");
+    this.box = el("div", "jsv-canvas-box");
     this.box.style.height = `${CHART_HEIGHT}px`;  // the canvas's height, in CSS pixels
     // Focusable, with its text alternative (set at each draw) and its keys (onKey).
     this.box.tabIndex = 0;
     this.box.setAttribute("role", "img");
     this.box.setAttribute("aria-roledescription", "chart");
-    this.canvas = element("canvas");
-    this.zoomBox = element("div", "jsv-zoom-box");
+    this.canvas = el("canvas");
+    this.zoomBox = el("div", "jsv-zoom-box");
     this.box.append(this.canvas, this.zoomBox);
-    this.readout = element("div", "jsv-readout");
+    this.readout = el("div", "jsv-readout");
     this.readout.dataset.pinned = "false";
     this.readout.setAttribute("aria-live", "polite");
-    this.hint = element("div", "jsv-readout-hint");
+    this.hint = el("div", "jsv-readout-hint");
     this.el.append(head, this.notice, this.box, this.readout, this.hint);
     this.listen();
   }
@@ -553,7 +534,7 @@ function nearest(xs, target) {
 export function legendItems(host) {
   const palette = themeOf(host).series;
   return host.runNames().map((run, i) => {
-    const item = element("button", "jsv-legend-item", run);
+    const item = el("button", "jsv-legend-item", run);
     item.style.setProperty("--c", palette[i % palette.length]);
     item.title = "Hide or show this run in the charts";
     const shown = () => !host.options.hiddenRuns.includes(run);

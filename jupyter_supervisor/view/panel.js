@@ -11,33 +11,10 @@
 // title, text}: a run's end, a stall...) and when the kernel is gone.
 
 import {X_AXES, formatPercent} from "./scales.js";
+import {el, keepShortcutsOff, setText, showIf, syncChildren, syncList} from "./dom.js";
 import {readTheme, watchTheme} from "./theme.js";
 import {Chart, legendItems} from "./chart.js";
 import {linkOf} from "./link.js";
-
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-function setText(e, text) {
-  if (e.textContent !== text) e.textContent = text;
-}
-
-function showIf(e, shown) {
-  if (e.hidden === shown) e.hidden = !shown;
-}
-
-// Makes `parent`'s children show `items` (strings), reusing the children it has.
-function syncList(parent, items, tag) {
-  while (parent.children.length > items.length) parent.lastElementChild.remove();
-  items.forEach((text, i) => {
-    if (i >= parent.children.length) parent.append(el(tag));
-    setText(parent.children[i], text);
-  });
-}
 
 const BUTTONS = [["stop", "Stop", "Stop gracefully: write a final checkpoint, then stop"],
                  ["resume", "Resume", "Continue from the newest checkpoint"],
@@ -73,20 +50,7 @@ class View {
     this.resize = new ResizeObserver(() => { this.readTheme(); this.updateCharts(); });
     this.resize.observe(this.chartsEl);
     this.unwatchTheme = watchTheme(() => this.readTheme());
-    // The notebook's shortcuts (command mode: arrows, Space, Enter, letters) must not take the
-    // keys of the view's controls. Lumino, under JupyterLab (keys heard as they bubble) and
-    // Notebook 7 (as they are captured), skips an element marked data-lm-suppress-shortcuts:
-    // the mark is set for that one key, before the page hears it; keys with Ctrl, Alt or Meta,
-    // Escape, Tab and Shift+Enter stay the notebook's.
-    this.onKey = (e) => {
-      if (!root.contains(e.target) || e.target === root || e.ctrlKey || e.metaKey ||
-          e.altKey || e.key === "Escape" || e.key === "Tab" ||
-          (e.shiftKey && e.key === "Enter") ||
-          !e.target.matches("input, select, button, summary, [tabindex]")) return;
-      e.target.setAttribute("data-lm-suppress-shortcuts", "");
-      setTimeout(() => e.target.removeAttribute("data-lm-suppress-shortcuts"), 0);
-    };
-    window.addEventListener("keydown", this.onKey, true);
+    this.restoreShortcuts = keepShortcutsOff(root);
     this.applySettings();
     this.renderState();
     this.renderHealth();
@@ -502,7 +466,7 @@ class View {
     const sorted = all.filter(filter.test);
     setText(this.filterCount, settings.filter && all.length ? `${sorted.length} of ${all.length}`
       : "");
-    this.syncChildren(this.tagsEl, this.chips, sorted, (tag) => this.makeChip(tag));
+    syncChildren(this.tagsEl, this.chips, sorted, (tag) => this.makeChip(tag));
     for (const [tag, chip] of this.chips) {
       const pressed = hidden.has(tag) ? "false" : "true";
       if (chip.getAttribute("aria-pressed") !== pressed) chip.setAttribute("aria-pressed", pressed);
@@ -518,7 +482,7 @@ class View {
       byGroup.get(prefix).push(tag);
     }
     const prefixes = Array.from(byGroup.keys()).sort();
-    this.syncChildren(this.chartsEl, this.groups, prefixes, (prefix) => this.makeGroup(prefix));
+    syncChildren(this.chartsEl, this.groups, prefixes, (prefix) => this.makeGroup(prefix));
     const closed = new Set(settings.closedGroups);
     for (const [prefix, group] of this.groups) {
       const members = byGroup.get(prefix);
@@ -526,7 +490,7 @@ class View {
         setText(group.summary, `${prefix} (${members.length})`);
         if (group.el.open === closed.has(prefix)) group.el.open = !closed.has(prefix);
       }
-      this.syncChildren(group.box, group.charts, members, (tag) => {
+      syncChildren(group.box, group.charts, members, (tag) => {
         const chart = new Chart(this.host, tag);
         this.charts.set(tag, chart);
         return chart;
@@ -577,25 +541,6 @@ class View {
     return chip;
   }
 
-  // Makes `parent` hold the items of `keys` in their order (`made`: key -> element or Chart),
-  // creating what is missing and removing what is gone; the others stay where they are.
-  syncChildren(parent, made, keys, make) {
-    const nodeOf = (item) => item.el || item;
-    for (const [key, item] of made) {
-      if (!keys.includes(key)) {
-        item.remove();
-        made.delete(key);
-      }
-    }
-    let next = parent.firstElementChild;   // where the next key's node belongs
-    for (const key of keys) {
-      if (!made.has(key)) made.set(key, make(key));
-      const node = nodeOf(made.get(key));
-      if (node === next) next = next.nextElementSibling;
-      else parent.insertBefore(node, next);
-    }
-  }
-
   // Draws the charts whose points or settings changed; those of a closed group when it opens.
   updateCharts() {
     const started = performance.now();
@@ -628,7 +573,7 @@ class View {
     this.link.detach(this);
     this.unwatchTheme();
     this.resize.disconnect();
-    window.removeEventListener("keydown", this.onKey, true);
+    this.restoreShortcuts();
     this.model.off("change:settings", this.onSettings);
     for (const chart of this.charts.values()) chart.remove();
   }
