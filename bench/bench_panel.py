@@ -12,9 +12,9 @@ Figures (targets of issue 25):
 - traffic to the browser: widget messages/s and KB/s: <= 10 messages/s, <= 20 KB/s;
 - the full-series message a view gets when it opens on a 10^6-step run of 12 tags: <= 1 MB
   (the former panel: the state of its widgets, plots included);
-- the time Chromium takes to draw it (panel.js on a page of its own, driven with a stand-in
-  for anywidget's model; the former panel: its SVG put into the page), layout included:
-  <= 200 ms;
+- the time Chromium takes to draw it (the front end's module on a page of its own, driven with
+  a stand-in for anywidget's model; the former panel: its SVG put into the page), layout
+  included: <= 200 ms;
 - memory of history + panel after 10^6 summary points: flat, <= 20 MB.
 
     .venv/bin/python bench/bench_panel.py [--seconds 20]
