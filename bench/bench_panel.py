@@ -12,9 +12,9 @@ Figures (targets of issue 25):
 - traffic to the browser: widget messages/s and KB/s: <= 10 messages/s, <= 20 KB/s;
 - the full-series message a view gets when it opens on a 10^6-step run of 12 tags: <= 1 MB
   (the former panel: the state of its widgets, plots included);
-- the time Chromium takes to draw it (panel.js on a page of its own, driven with a stand-in
-  for anywidget's model; the former panel: its SVG put into the page), layout included:
-  <= 200 ms;
+- the time Chromium takes to draw it (the front end's module on a page of its own, driven with
+  a stand-in for anywidget's model; the former panel: its SVG put into the page), layout
+  included: <= 200 ms;
 - memory of history + panel after 10^6 summary points: flat, <= 20 MB.
 
     .venv/bin/python bench/bench_panel.py [--seconds 20]
@@ -201,7 +201,8 @@ def measure_open_old(history):
 # -- drawing in Chromium -------------------------------------------------------------------
 
 PAGE_NEW = """
-<html><body style="width:1200px"><div id="root"></div><script type="module">
+<html><head><style>%s</style></head>
+<body style="width:1200px"><div id="root"></div><script type="module">
 const module = await import("data:text/javascript;base64,%s");
 const handlers = {};
 const state = {state: {}, settings: {}, compare: false, runs: ["bench"]};
@@ -226,7 +227,7 @@ def measure_draw(new, old_svg, repeats=5):
     from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
     from jupyter_supervisor.view import widget  # pylint: disable=import-outside-toplevel
     esm = widget._esm().encode()  # pylint: disable=protected-access
-    page_new = PAGE_NEW % base64.b64encode(esm).decode()
+    page_new = PAGE_NEW % (widget._css(), base64.b64encode(esm).decode())  # pylint: disable=W0212
     new_ms, old_ms, points = [], [], 0
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[

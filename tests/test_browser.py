@@ -1116,12 +1116,16 @@ def test_without_pushes_and_subshells_in_notebook_7(lab, tmp_path):
 
 # -- the front end's module on its own: Chromium, the real ES module, a stand-in model --------
 #
-# anywidget hands render() a model with get/set/on/off/send/save_changes; the stand-in below has
-# those and nothing else, records what the view sends, and delivers custom messages as
-# anywidget does (content, [DataView]). These tests run in seconds; what needs a kernel and a
-# real JupyterLab is tested above.
+# anywidget puts the widget's CSS in the page and hands render() a model with
+# get/set/on/off/send/save_changes; the stand-in below does the first and has those and nothing
+# else, records what the view sends, and delivers custom messages as anywidget does (content,
+# [DataView]). These tests run in seconds; what needs a kernel and a real JupyterLab is tested
+# above.
 
-MODULE_HARNESS = """async (source) => {
+MODULE_HARNESS = """async ([source, css]) => {
+    const style = document.createElement("style");
+    style.textContent = css;
+    document.head.append(style);
     const url = URL.createObjectURL(new Blob([source], {type: "text/javascript"}));
     const render = (await import(url)).default.render;
     window.makeModel = (traits) => {
@@ -1155,7 +1159,7 @@ MODULE_HARNESS = """async (source) => {
 @pytest.fixture(scope="module")
 def module_page():
     """A blank Chromium page with the panel's module loaded (window.makeModel, window.mount)."""
-    from jupyter_supervisor.view.widget import _esm  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.view.widget import _css, _esm  # pylint: disable=C0415
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1000, "height": 900})
@@ -1163,7 +1167,7 @@ def module_page():
         errors = []
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.set_content("<html><body></body></html>")
-        page.evaluate(MODULE_HARNESS, _esm())
+        page.evaluate(MODULE_HARNESS, [_esm(), _css()])
         yield page
         browser.close()
     assert not errors, errors

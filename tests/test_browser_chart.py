@@ -271,7 +271,7 @@ def _log_scale_notices(panel, charts, curve):
 
 
 def _smoothed(values, weight=SMOOTHING):
-    """TensorBoard's debiased EMA, as chart.js computes it."""
+    """TensorBoard's debiased EMA, as scales.js computes it."""
     if all(v == values[0] for v in values):
         return list(values)
     last, count, out = 0.0, 0, []

@@ -1,28 +1,36 @@
-"""chart.js's pure parts, run by node without a browser: values written as Python writes them,
-1-2-5 ticks on linear and log axes, the outlier-ignoring y range, what a log axis cannot show,
-the non-finite count, and the CSV/JSON a chart downloads (read back by Python's csv and json).
+"""The front end's numbers, times and scales (scales.js, the part of the charts with no page),
+run by node without a browser: values written as Python writes them, steps, durations, clock
+times, counts and percentages, 1-2-5 ticks on linear and log axes, smoothing, the
+outlier-ignoring y range, what a log axis cannot show, the non-finite count, and the CSV/JSON a
+chart downloads (read back by Python's csv and json); and the front end's files as modules,
+joined into the one module anywidget loads.
 
-Each test runs chart.js itself (the file the widget ships) in node with an expression appended;
-the expression's value comes back as JSON (non-finite numbers travel as "nan", "inf", "-inf").
-The browser-side behaviour (markers, notices, downloads, pinning) is in test_browser_chart.py.
+Each test of scales.js runs the file itself (as the widget ships it) in node, as an ES module
+with an expression appended; the expression's value comes back as JSON (non-finite numbers
+travel as "nan", "inf", "-inf"). The browser-side behaviour (markers, notices, downloads,
+pinning) is in test_browser_chart.py.
 """
+import base64
 import csv
 import io
 import json
 import math
+import os
 import random
 import shutil
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from jupyter_supervisor.view import text
+from jupyter_supervisor.view import text, widget
 
-CHART_JS = Path(text.__file__).with_name("chart.js")
+SCALES_JS = Path(text.__file__).with_name("scales.js")
 # Values in and out of node: JSON has no NaN or infinity.
 DECODE = """
+import {readFileSync} from "node:fs";
 const decode = (v) => (v === "nan" ? NaN : v === "inf" ? Infinity : v === "-inf" ? -Infinity
   : Array.isArray(v) ? v.map(decode)
   : v && typeof v === "object"
@@ -30,21 +38,27 @@ const decode = (v) => (v === "nan" ? NaN : v === "inf" ? Infinity : v === "-inf"
   : v);
 const encode = (v) => (typeof v === "number" && !Number.isFinite(v) ? formatValue(v)
   : Array.isArray(v) ? v.map(encode) : v);
-const input = decode(JSON.parse(require("fs").readFileSync(0, "utf8")));
+const input = decode(JSON.parse(readFileSync(0, "utf8")));
 """
 
 
-def _js(expression: str, data=None):
-    """The value of ``expression`` (JavaScript, with chart.js's functions and ``input``, the
-    decoded ``data``, in scope), computed by node."""
-    node = shutil.which("node")
-    assert node, "node is missing: these tests run chart.js in node (apt-get install nodejs)"
-    source = (CHART_JS.read_text(encoding="utf-8") + DECODE
+def _js(expression: str, data=None, time_zone=None):
+    """The value of ``expression`` (JavaScript, with scales.js's functions and ``input``, the
+    decoded ``data``, in scope), computed by node (in ``time_zone``, else this machine's)."""
+    source = (SCALES_JS.read_text(encoding="utf-8") + DECODE
               + f"\nprocess.stdout.write(JSON.stringify(encode({expression})));\n")
-    done = subprocess.run([node, "-e", source], input=json.dumps(_encode(data)),
+    return json.loads(_node(source, json.dumps(_encode(data)), time_zone))
+
+
+def _node(source: str, stdin: str = "", time_zone=None) -> str:
+    """What node prints running ``source`` as an ES module."""
+    node = shutil.which("node")
+    assert node, "node is missing: these tests run the front end in node (apt-get install nodejs)"
+    env = dict(os.environ, TZ=time_zone) if time_zone else None
+    done = subprocess.run([node, "--input-type=module", "-e", source], input=stdin, env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return done.stdout
 
 
 def _encode(value):
@@ -74,6 +88,61 @@ def test_values_are_written_as_python_writes_them():
     assert _js("input.map((v) => formatValue(v))", values) == [text.format_value(v)
                                                                for v in values]
     assert _js("formatValue(123456)") == "1.2346e+05"
+
+
+def test_steps_durations_clock_times_counts_and_percentages():
+    # As the kernel writes them (text.py), where the two agree: a step that lies halfway
+    # between two labels (1,250) rounds up here and to even in the kernel (1.3k, 1.2k), a
+    # duration of a day or more is in hours here, and a fraction of a second is rounded.
+    rng = random.Random(7)
+    steps = [0, 7, 950, 999, 1000, 1049, 1500, 12000, 12345, 999_949, 1_500_000, 2.5e9, -1500]
+    steps += [rng.randint(0, 10 ** rng.randint(1, 10)) for _ in range(300)]
+    steps = [s for s in steps if not any(abs(s) % (limit / 10) == limit / 20 and abs(s) >= limit
+                                         for limit in (1e3, 1e6, 1e9))]
+    assert _js("input.map(formatStep)", steps) == [text.format_step(s) for s in steps]
+    seconds = [0, 1, 59, 60, 61, 185, 3599, 3600, 7380, 86399]
+    seconds += [rng.randrange(86400) for _ in range(200)]
+    assert _js("input.map(formatDuration)", seconds) == [text.format_duration(s)
+                                                         for s in seconds]
+    assert _js("[formatDuration(-5), formatDuration(59.6), formatDuration(90000)]") == [
+        "0 s", "1 min 00 s", "25 h 00 min"]
+    # A clock time is the browser's local time, as the kernel's is the kernel's.
+    walls = [0, 1700000000.25, 1700003599.999, rng.uniform(1.6e9, 1.8e9)]
+    for zone, offset in (("UTC", 0), ("Etc/GMT-3", 3 * 3600)):
+        assert _js("input.map(formatClock)", walls, time_zone=zone) == [
+            time.strftime("%H:%M:%S", time.gmtime(int(w) + offset)) for w in walls]
+    counts = [0, 7, 1064, 1234567, 10 ** 12]
+    assert _js("input.map(formatCount)", counts) == [f"{n:,}" for n in counts]
+    assert _js("[0, 0.5, 0.12345, 1].map(formatPercent)") == ["0.0", "50.0", "12.3", "100.0"]
+    assert _js("[0.30000000000000004, 123456789, 1e-7, -2.5].map(shortNumber)") == [
+        "0.3", "123457000", "1e-7", "-2.5"]
+
+
+def test_the_x_axes_and_smoothing():
+    series = {"steps": [10, 20, 30], "values": [1.0, 2.0, 3.0],
+              "walls": [1700000000.0, 1700000065.0, 1700003700.0]}
+    axes = _js("Object.entries(X_AXES).map(([key, axis]) => [key, axis.label, "
+               "input.steps.map((_, i) => axis.tick(axis.of(input, i)))])", series)
+    clock = [time.strftime("%H:%M:%S", time.localtime(w)) for w in series["walls"]]
+    assert axes == [["step", "step", ["10", "20", "30"]],
+                    ["relative", "relative time", ["0 s", "1 min 05 s", "1 h 01 min"]],
+                    ["wall", "wall time", clock]]
+    # TensorBoard's debiased moving average; a constant series, a weight of 0 and the
+    # non-finite values stay as they are (those are skipped).
+    values = [1.0, 2.0, math.nan, 3.0, math.inf, 0.5]
+    expected, last, count = [], 0.0, 0
+    for v in values:
+        if math.isfinite(v):
+            last, count = last * 0.6 + 0.4 * v, count + 1
+            v = last / (1 - 0.6 ** count)
+        expected.append(v)
+    got = _js("smooth(input, 0.6)", values)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g == _encode(e) if not math.isfinite(e) else math.isclose(g, e, rel_tol=1e-12), (
+            got, expected)
+    assert _js("[smooth(input, 0), smooth([2, 2, 2], 0.9)]", values[:2]) == [values[:2],
+                                                                           [2, 2, 2]]
 
 
 def _is_125_step(ticks):
@@ -194,3 +263,47 @@ def test_downloads_hold_every_point_exactly():
                 read = float(row[field])
                 assert read == want or (math.isnan(read) and math.isnan(want)), (field, row)
     assert records[2]["value"] == "nan" and records[4]["value"] == "inf"
+
+
+# Enough of a page for the front end's modules to load in node (what runs at their top).
+STUB_DOCUMENT = """
+globalThis.document = {createElement: () => ({getContext: () => ({})})};
+"""
+
+
+def test_the_front_end_files_are_modules_and_joined_are_one(tmp_path):
+    """Each file of the front end loads in node as the module it is written as (an import of a
+    name another does not export fails to link), and the joined module anywidget loads, too."""
+    files = widget._ESM_FILES  # pylint: disable=protected-access
+    assert sorted(files) == sorted(p.name for p in SCALES_JS.parent.glob("*.js"))
+    for name in files:
+        (tmp_path / name).write_text(SCALES_JS.with_name(name).read_text(encoding="utf-8"),
+                                     encoding="utf-8")
+    (tmp_path / "package.json").write_text('{"type": "module"}', encoding="utf-8")
+    (tmp_path / "joined.js").write_text(widget._esm(), encoding="utf-8")  # pylint: disable=W0212
+    modules = [(tmp_path / name).as_uri() for name in (files[-1], "joined.js")]
+    assert _node(STUB_DOCUMENT + f"""
+        for (const url of {json.dumps(modules)}) {{
+            console.log(typeof (await import(url)).default.render);
+        }}""") == "function\nfunction\n"
+
+
+def test_joined_files_see_of_each_other_only_what_they_import():
+    """Joined, a file's own names stay its own; what modules would refuse, the joining refuses."""
+    first = "export function shared() { return 1; }\nfunction own() { return 2; }\n"
+    last = ('import {shared} from "./first.js";\n'
+            "export default {shared: shared(), own: typeof own};\n")
+    joined = widget._join([("first.js", first), ("last.js", last)])  # pylint: disable=W0212
+    module = json.dumps("data:text/javascript;base64,"
+                        + base64.b64encode(joined.encode()).decode())
+    assert _node(f"const m = await import({module});\n"
+                 "console.log(JSON.stringify(m.default));") == '{"shared":1,"own":"undefined"}\n'
+    for sources, refused in [
+            ([("last.js", last), ("first.js", first)], "not joined before it"),
+            ([("first.js", first.replace("export ", "")), ("last.js", last)], "does not export"),
+            ([("first.js", "function a() {}\nexport {a};\n"), ("last.js", last)], "not joined"),
+            ([("first.js", first), ("last.js", last + "export const x = 1;\n")],
+             "only its default"),
+    ]:
+        with pytest.raises(ValueError, match=refused):
+            widget._join(sources)  # pylint: disable=protected-access

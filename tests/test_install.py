@@ -41,9 +41,10 @@ QUICKSTART = textwrap.dedent('''
             sys.exit(f"this cell failed:\\n{cell}")
     import jupyter_supervisor
     from jupyter_supervisor.view import widget
+    view = widget.view_class()()
     print(json.dumps({"package": jupyter_supervisor.__file__,
                       "status": jupyter_supervisor.get_run("fit").status,
-                      "front_end": widget.view_class()()._esm}))
+                      "front_end": [view._esm, view._css]}))
 ''')
 
 
@@ -67,8 +68,10 @@ def test_the_wheel_ships_the_front_end_and_the_installed_package_serves_it(tmp_p
         shipped = set(archive.namelist())
     expected = {os.path.relpath(path, PACKAGE_ROOT).replace(os.sep, "/")
                 for path in glob.glob(os.path.join(package, "**", "*.py"), recursive=True)
-                + glob.glob(os.path.join(package, "view", "*.js"))}
+                + glob.glob(os.path.join(package, "view", "*.js"))
+                + glob.glob(os.path.join(package, "view", "*.css"))}
     assert any(name.endswith(".js") for name in expected)
+    assert any(name.endswith(".css") for name in expected)
     assert expected - shipped == set(), "the wheel lacks these files of the package"
 
     env = tmp_path / "env"
@@ -92,4 +95,5 @@ def test_the_wheel_ships_the_front_end_and_the_installed_package_serves_it(tmp_p
     assert report["package"].startswith(site_packages + os.sep), report["package"]
     assert report["status"] == "finished"
     from jupyter_supervisor.view import widget  # pylint: disable=import-outside-toplevel
-    assert report["front_end"] == widget.view_class()()._esm != ""
+    view = widget.view_class()()
+    assert report["front_end"] == [view._esm, view._css] and "" not in report["front_end"]

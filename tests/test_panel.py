@@ -124,7 +124,7 @@ def comm_log(monkeypatch):
 
 def decode(parts, buffer):
     """The parts of a series message or answer as {(run, tag): (gen, from, steps, values,
-    walls)}, as panel.js reads them."""
+    walls)}, as link.js reads them."""
     data = np.frombuffer(buffer, dtype="<f8")
     out, at = {}, 0
     for part in parts:
@@ -374,7 +374,7 @@ def test_a_million_steps_travel_in_one_message_under_a_megabyte(clock):
 
 
 def pull(panel, have=None, seq=None, request_id=1):
-    """A view's request, as panel.js sends it, handled as the comm thread would."""
+    """A view's request, as link.js sends it, handled as the comm thread would."""
     panel._on_view_message(None, {"type": "pull", "id": request_id, "seq": seq,
                                   "have": have or {}}, [])
 

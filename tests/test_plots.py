@@ -82,7 +82,7 @@ def test_a_heading_and_an_error_line_head_the_image_in_the_panels_colour():
     texts = [t.get_text() for t in figure_of(renderer).texts]
     assert texts == ["fit | failed | step 1,000", "ValueError: boom"]
     ax = figure_of(renderer).axes[0]
-    assert ax.get_title(loc="left") == "loss = 1.2346e+05 (step 1,000)"  # as panel.js writes it
+    assert ax.get_title(loc="left") == "loss = 1.2346e+05 (step 1,000)"  # as chart.js writes it
     assert ax.get_lines()[0].get_color() == text.PALETTE[0]
     assert size_of(renderer.render(scalars, heading="fit | finished")) == (
         plain[0], plain[1] + plots._HEADING_PX)

@@ -1,24 +1,35 @@
 // The charts of jupyter_supervisor's panel and comparison chart: one canvas per tag, with the
 // curves of every run shown, hover readout (pinned by a click), zoom by drag, log scale,
 // smoothing, an outlier-ignoring y range, markers for non-finite values, and the points as CSV
-// and JSON. Joined before panel.js into one ES module (widget.py); the View (panel.js) owns the
-// charts and the points they draw (view.store, view.options, view.runNames(), view.model).
+// and JSON; the numbers, scales and text it draws are scales.js's. A module of the front end
+// (widget.py joins its files): the View (panel.js) owns the charts and gives each one its host,
+// which is all a chart sees of the View.
 //
-// What a chart reads of the View:
-// - view.options: log, smoothing, xAxis, ignoreOutliers (the y range leaves outliers out; on
+// What a chart reads of its host:
+// - host.series(run, tag): that run's points of the tag {steps, values, walls, version}, or
+//   nothing;
+// - host.runNames(): the runs shown, in order; host.compare: whether the view compares runs;
+// - host.options: log, smoothing, xAxis, ignoreOutliers (the y range leaves outliers out; on
 //   unless false), hiddenRuns (names of the runs not drawn: the comparison's legend);
-// - view.theme: the canvas's colours and font {text, grid, frame, background, font, series
+// - host.theme: the canvas's colours and font {text, grid, frame, background, font, series
 //   (run i takes series[i % series.length])}, read from the page's CSS; FALLBACK_THEME where
 //   the View has none;
-// - the state's `format.digits`: the significant digits of a value, as the kernel writes it
-//   (Python's format "g"); DEFAULT_VALUE_DIGITS before a state says;
-// - view.zoomed(tag, zoom): a drag, a double click or a key changed the chart's zoom (the View
-//   keeps it with what the user set, and sets chart.zoom).
+// - host.digits(): the state's `format.digits`, the significant digits of a value, as the
+//   kernel writes it (Python's format "g"); DEFAULT_VALUE_DIGITS before a state says;
+// - host.zoomed(tag, zoom): a drag, a double click or a key changed the chart's zoom (the View
+//   keeps it with what the user set, and sets chart.zoom);
+// - host.redraw(): the legend changed host.options.hiddenRuns (the View keeps it and draws).
 // The View calls update(), which draws only when what is drawn changed (each series carries a
 // version). A chart can be focused: its keys move the readout's point and zoom (onKey), and
 // its canvas has a text alternative (describe).
 
-const DEFAULT_VALUE_DIGITS = 5;
+import {
+  DEFAULT_VALUE_DIGITS, formatValue, tickLabels, formatDuration, formatClock, formatCount,
+  shortNumber, X_AXES, smooth, linearTicks, logTicks, extent, bounds, padded, logScale,
+  nonFiniteText, exportRows, toCsv, toJson
+} from "./scales.js";
+import {download, el} from "./dom.js";
+
 const FALLBACK_THEME = {
   text: "#555", grid: "#e0e0e0", frame: "#9e9e9e", background: "#fff", font: "10px sans-serif",
   series: ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -26,310 +37,30 @@ const FALLBACK_THEME = {
 const CHART_HEIGHT = 190;
 const PAD = {left: 58, right: 10, top: 8, bottom: 24};
 const X_TICKS = 5, Y_TICKS = 4;
-// TensorBoard's outlier range: the 5th to the 95th percentile of the values in view.
-const OUTLIER_QUANTILES = [0.05, 0.95];
 
-// The chart's own rules, added to the View's style sheet.
-const CHART_CSS = `
-.jsv-view .jsv-chart-head { display: flex; align-items: baseline; gap: 6px; }
-.jsv-view .jsv-chart-head .jsv-chart-title { flex: 1; }
-.jsv-view .jsv-chart-nonfinite { color: var(--jp-warn-color0, #c62828); }
-.jsv-view .jsv-chart-export button { font-size: 10px; padding: 0 4px; cursor: pointer;
-  color: var(--jp-ui-font-color1, inherit); background: var(--jp-layout-color2, #eee);
-  border: 1px solid var(--jp-border-color1, #bdbdbd); border-radius: 2px; }
-.jsv-view .jsv-chart-notice { font-size: 11px; color: var(--jp-warn-color0, #c62828); }
-.jsv-view .jsv-chart-notice:empty { display: none; }
-.jsv-view .jsv-readout { user-select: text; }
-.jsv-view .jsv-readout[data-pinned="true"] { border-left: 3px solid var(--jp-brand-color1, #1976d2);
-  padding-left: 4px; }
-.jsv-view .jsv-readout-hint { font-size: 10px; color: var(--jp-ui-font-color2, #757575); }
-.jsv-view button.jsv-legend-item { border: none; background: none; cursor: pointer;
-  font: inherit; color: inherit; padding: 0; }
-.jsv-view button.jsv-legend-item::before { content: "\\25A0 "; color: var(--c); }
-.jsv-view button.jsv-legend-item[aria-pressed="false"] { opacity: 0.45;
-  text-decoration: line-through; }
-`;
-
-// -- numbers and times as text -------------------------------------------------------------
-
-// A value as Python's format(v, f".{digits}g") writes it (the kernel's best values and the
-// saved notebook's text): 123456 is "1.2346e+05" on both sides.
-function formatValue(v, digits = DEFAULT_VALUE_DIGITS) {
-  if (Number.isNaN(v)) return "nan";
-  if (!Number.isFinite(v)) return v > 0 ? "inf" : "-inf";
-  const p = Math.max(1, digits);
-  const sign = v < 0 || Object.is(v, -0) ? "-" : "";
-  const [kept, exp] = roundedDigits(Math.abs(v), p);
-  const trim = (s) => s.replace(/\.?0*$/, "");
-  if (exp >= -4 && exp < p) {
-    const text = exp >= 0 ? `${kept.slice(0, exp + 1)}.${kept.slice(exp + 1)}`
-                          : `0.${"0".repeat(-exp - 1)}${kept}`;
-    return sign + trim(text);
-  }
-  const mantissa = p > 1 ? trim(`${kept[0]}.${kept.slice(1)}`) : kept;
-  return `${sign}${mantissa}e${exp < 0 ? "-" : "+"}${String(Math.abs(exp)).padStart(2, "0")}`;
+function themeOf(host) {
+  return host.theme || FALLBACK_THEME;
 }
 
-// The first p significant digits of a >= 0 and the decimal exponent of the first, rounded
-// half to even as Python rounds (JavaScript's toPrecision rounds a tie up). toExponential(100)
-// is exact for a double whose expansion fits in 101 digits; no tie needs more.
-function roundedDigits(a, p) {
-  if (a === 0) return ["0".repeat(p), 0];
-  const [mantissa, expText] = a.toExponential(100).split("e");
-  const all = mantissa.replace(".", "");
-  let kept = all.slice(0, p), exp = Number(expText);
-  const rest = all.slice(p), half = "5".padEnd(rest.length, "0");
-  if (rest > half || (rest === half && Number(kept[p - 1]) % 2 === 1)) {
-    kept = String(BigInt(kept) + 1n);
-    if (kept.length > p) { kept = kept.slice(0, p); exp += 1; }
-  }
-  return [kept, exp];
+function digitsOf(host) {
+  return host.digits() || DEFAULT_VALUE_DIGITS;
 }
 
-// Tick labels: the value's digits, more where neighbouring ticks would read the same.
-function tickLabels(ticks, digits) {
-  for (let d = digits; d < 17; d++) {
-    const labels = ticks.map((t) => formatValue(t, d));
-    if (new Set(labels).size === labels.length) return labels;
-  }
-  return ticks.map((t) => formatValue(t, 17));
-}
-
-function formatStep(s) {
-  for (const [limit, suffix] of [[1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
-    if (Math.abs(s) >= limit) return String(Number((s / limit).toFixed(1))) + suffix;
-  }
-  return String(Math.round(s));
-}
-
-function formatDuration(seconds) {
-  seconds = Math.max(0, Math.round(seconds));
-  if (seconds < 60) return `${seconds} s`;
-  const m = Math.floor(seconds / 60), s = seconds % 60;
-  if (m < 60) return `${m} min ${String(s).padStart(2, "0")} s`;
-  const h = Math.floor(m / 60);
-  return `${h} h ${String(m % 60).padStart(2, "0")} min`;
-}
-
-function formatClock(wall) {
-  const d = new Date(wall * 1000);
-  return [d.getHours(), d.getMinutes(), d.getSeconds()].map(
-    (x) => String(x).padStart(2, "0")).join(":");
-}
-
-const X_AXES = {
-  step: {label: "step", of: (s, i) => s.steps[i], tick: formatStep},
-  relative: {label: "relative time", of: (s, i) => s.walls[i] - s.walls[0], tick: formatDuration},
-  wall: {label: "wall time", of: (s, i) => s.walls[i], tick: formatClock},
-};
-
-function themeOf(view) {
-  return view.theme || FALLBACK_THEME;
-}
-
-function digitsOf(view) {
-  const format = (view.model.get("state") || {}).format;
-  return (format && format.digits) || DEFAULT_VALUE_DIGITS;
-}
-
-// -- scales ----------------------------------------------------------------------------------
-
-// TensorBoard's smoothing: an exponential moving average, debiased so that early points are
-// not pulled toward zero; a constant series stays as it is, a non-finite value is kept and
-// skipped.
-function smooth(values, weight) {
-  if (weight <= 0 || values.every((v) => v === values[0])) return values.slice();
-  let last = 0, count = 0;
-  return values.map((v) => {
-    if (!Number.isFinite(v)) return v;
-    last = last * weight + (1 - weight) * v;
-    count += 1;
-    return last / (1 - Math.pow(weight, count));
-  });
-}
-
-// m * 10^e as the double nearest to it (10^-e is exact up to e = -22, and one division
-// rounds once): 3 * 10^-1 is 0.3, not 0.30000000000000004.
-function decimal(m, e) {
-  return e >= 0 ? m * Math.pow(10, e) : m / Math.pow(10, -e);
-}
-
-// About `count` ticks in [lo, hi] at the multiples of 1, 2 or 5 times a power of ten: the step
-// nearest (by ratio) to the span / count, as d3 (TensorBoard's axes) picks it.
-function linearTicks(lo, hi, count, integer = false) {
-  if (!(hi > lo)) return [lo];
-  const raw = (hi - lo) / count;
-  let e = Math.floor(Math.log10(raw));
-  const ratio = raw / decimal(1, e);
-  let m = ratio >= Math.sqrt(50) ? 10 : ratio >= Math.sqrt(10) ? 5 : ratio >= Math.sqrt(2) ? 2 : 1;
-  if (m === 10) { m = 1; e += 1; }
-  if (integer && e < 0) { m = 1; e = 0; }
-  const step = decimal(m, e);
-  const out = [];
-  for (let k = Math.ceil(lo / step - 1e-9); k <= Math.floor(hi / step + 1e-9); k++) {
-    out.push(decimal(k * m, e) + 0);  // + 0: no "-0"
-  }
-  return out;
-}
-
-// Ticks of a log axis over [lo, hi] (both > 0): 1, 2 and 5 times the powers of ten where they
-// are few enough, else the powers of ten (every n-th decade where even those are too many);
-// within less than a decade the linear ticks, whose steps are 1, 2 or 5 too.
-function logTicks(lo, hi, count) {
-  const first = Math.floor(Math.log10(lo)), last = Math.ceil(Math.log10(hi));
-  const within = (mantissas, every = 1) => {
-    const out = [];
-    for (let e = first; e <= last; e++) {
-      if (e % every !== 0) continue;
-      for (const m of mantissas) {
-        const t = decimal(m, e);
-        if (t >= lo * (1 - 1e-12) && t <= hi * (1 + 1e-12)) out.push(t);
-      }
-    }
-    return out;
-  };
-  const fine = within([1, 2, 5]);
-  if (fine.length < 2) return linearTicks(lo, hi, count);
-  if (fine.length <= count + 2) return fine;
-  for (let every = 1; ; every++) {
-    const decades = within([1], every);
-    if (decades.length <= count + 2) return decades;
-  }
-}
-
-// The R-7 quantile (d3's, TensorBoard's) of sorted values.
-function quantile(sorted, p) {
-  const h = (sorted.length - 1) * p, i = Math.floor(h);
-  return i + 1 < sorted.length ? sorted[i] + (h - i) * (sorted[i + 1] - sorted[i]) : sorted[i];
-}
-
-// [lowest, highest] of the finite values, or null. With `ignoreOutliers`, of the values that
-// lie within half the 5th-95th percentile range of that range: the first epochs of a loss
-// curve and a diverging spike stay off the scale, as in TensorBoard, while the ends of a short
-// clean series (the first of five epochs) and the tips of its noise stay on it (TensorBoard's
-// range, the percentile range itself, cuts those off).
-function extent(values, ignoreOutliers) {
-  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
-  if (!sorted.length) return null;
-  if (!ignoreOutliers || sorted.length <= 2) return [sorted[0], sorted[sorted.length - 1]];
-  const [low, high] = OUTLIER_QUANTILES.map((p) => quantile(sorted, p));
-  const margin = (high - low) / 2;
-  return [sorted.find((v) => v >= low - margin), sorted.findLast((v) => v <= high + margin)];
-}
-
-function bounds(values) {
-  let lo = Infinity, hi = -Infinity;
-  for (const v of values) { if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; } }
-  return [lo, hi];
-}
-
-function padded([lo, hi], integer = false) {
-  if (!Number.isFinite(lo)) return [0, 1];
-  if (hi <= lo) {
-    const pad = integer || lo === 0 ? 1 : Math.abs(lo) * 0.05;
-    return [lo - pad, hi + pad];
-  }
-  const pad = (hi - lo) * 0.05;
-  return [lo - pad, hi + pad];
-}
-
-// Whether a log axis can show the curves, and what it leaves out: a chart with no value above
-// 0 stays linear, one with some values at or below 0 says how many it does not draw.
-function logScale(lines, wanted) {
-  if (!wanted) return {log: false, notice: ""};
-  let positive = 0, other = 0;
-  for (const l of lines) {
-    for (const v of l.series.values) {
-      if (v > 0 && v < Infinity) positive += 1; else if (v <= 0 && v > -Infinity) other += 1;
-    }
-  }
-  if (!positive) return {log: false, notice: "log scale: no value above 0, drawn linear"};
-  const values = other === 1 ? "value" : "values";
-  return {log: true, notice: other ? `log scale: ${other} ${values} ≤ 0 not drawn` : ""};
-}
-
-// "5 NaN, 3 inf, 1 -inf": the non-finite raw values of the curves drawn.
-function nonFiniteText(lines) {
-  let nan = 0, inf = 0, negInf = 0;
-  for (const l of lines) {
-    for (const v of l.series.values) {
-      if (Number.isNaN(v)) nan += 1; else if (v === Infinity) inf += 1;
-      else if (v === -Infinity) negInf += 1;
-    }
-  }
-  return [[nan, "NaN"], [inf, "inf"], [negInf, "-inf"]].filter(([n]) => n)
-    .map(([n, what]) => `${n} ${what}`).join(", ");
-}
-
-// -- data out --------------------------------------------------------------------------------
-
-const EXPORT_FIELDS = ["step", "wall_time", "value", "smoothed", "run"];
-
-// Every point of the curves drawn (all of them, whatever the zoom), one row each.
-function exportRows(lines) {
-  const rows = [];
-  for (const l of lines) {
-    const s = l.series;
-    s.steps.forEach((step, i) => rows.push({step, wall_time: s.walls[i], value: s.values[i],
-                                            smoothed: l.smoothed[i], run: l.run}));
-  }
-  return rows;
-}
-
-// Numbers as the shortest text that reads back the same double; non-finite ones as Python
-// writes them ("nan", "inf", "-inf"), which float() and pandas read.
-function numberText(v) {
-  return Number.isFinite(v) ? String(v) : formatValue(v);
-}
-
-function toCsv(rows) {
-  const cell = (v) => (typeof v === "number" ? numberText(v)
-    : /[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
-  const lines = rows.map((r) => EXPORT_FIELDS.map((f) => cell(r[f])).join(","));
-  return [EXPORT_FIELDS.join(","), ...lines].join("\n") + "\n";
-}
-
-// JSON has no NaN or infinity: those values are the strings "nan", "inf", "-inf".
-function toJson(rows) {
-  return JSON.stringify(rows.map((r) => Object.fromEntries(EXPORT_FIELDS.map((f) => {
-    const v = r[f];
-    return [f, typeof v === "number" && !Number.isFinite(v) ? numberText(v) : v];
-  }))));
-}
-
+// The downloads a chart offers: each format's button, file type and text.
 const EXPORTS = {
   csv: {label: "CSV", type: "text/csv", text: toCsv},
   json: {label: "JSON", type: "application/json", text: toJson},
 };
 
-function download(filename, type, text) {
-  const url = URL.createObjectURL(new Blob([text], {type}));
-  const link = document.createElement("a");
-  link.href = url;
-  link.download = filename;
-  link.style.display = "none";
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 0);
-}
-
 // -- one chart -------------------------------------------------------------------------------
-
-function element(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 // One chart: the curves of one tag for every run shown, with its own zoom, hover and pin.
 // draw() computes the scene (curves, domains, ticks) from the points and the View's options;
 // paint() puts the scene, the non-finite markers and the readout on the canvas (alone on
 // hover).
-class Chart {
-  constructor(view, tag) {
-    this.view = view;
+export class Chart {
+  constructor(host, tag) {
+    this.host = host;
     this.tag = tag;
     this.zoom = null;       // {x: [lo, hi], y: [lo, hi] | null} in data units, or null
     this.hover = null;      // the mouse's x in pixels
@@ -337,35 +68,36 @@ class Chart {
     this.cursor = null;     // the keyboard's point: an index into the first curve's points
     this.drawn = null;      // what the canvas shows (drawKey)
     this.scene = null;
-    this.el = element("div", "jsv-chart");
+    this.el = el("div", "jsv-chart");
     this.el.dataset.tag = tag;
-    const head = element("div", "jsv-chart-head");
-    this.title = element("div", "jsv-chart-title");
-    this.titleText = element("span", "jsv-chart-value");
-    this.nonFinite = element("span", "jsv-chart-nonfinite");
+    const head = el("div", "jsv-chart-head");
+    this.title = el("div", "jsv-chart-title");
+    this.titleText = el("span", "jsv-chart-value");
+    this.nonFinite = el("span", "jsv-chart-nonfinite");
     this.title.append(this.titleText, this.nonFinite);
-    const actions = element("span", "jsv-chart-export");
+    const actions = el("span", "jsv-chart-export");
     for (const [format, spec] of Object.entries(EXPORTS)) {
-      const button = element("button", `jsv-download-${format}`, spec.label);
+      const button = el("button", `jsv-download-${format}`, spec.label);
       button.title = `Download this chart's points as ${spec.label} ` +
         "(step, wall time, raw value, smoothed value, run)";
       button.addEventListener("click", () => this.download(format));
       actions.append(button);
     }
     head.append(this.title, actions);
-    this.notice = element("div", "jsv-chart-notice");
-    this.box = element("div", "jsv-canvas-box");
+    this.notice = el("div", "jsv-chart-notice");
+    this.box = el("div", "jsv-canvas-box");
+    this.box.style.height = `${CHART_HEIGHT}px`;  // the canvas's height, in CSS pixels
     // Focusable, with its text alternative (set at each draw) and its keys (onKey).
     this.box.tabIndex = 0;
     this.box.setAttribute("role", "img");
     this.box.setAttribute("aria-roledescription", "chart");
-    this.canvas = element("canvas");
-    this.zoomBox = element("div", "jsv-zoom-box");
+    this.canvas = el("canvas");
+    this.zoomBox = el("div", "jsv-zoom-box");
     this.box.append(this.canvas, this.zoomBox);
-    this.readout = element("div", "jsv-readout");
+    this.readout = el("div", "jsv-readout");
     this.readout.dataset.pinned = "false";
     this.readout.setAttribute("aria-live", "polite");
-    this.hint = element("div", "jsv-readout-hint");
+    this.hint = el("div", "jsv-readout-hint");
     this.el.append(head, this.notice, this.box, this.readout, this.hint);
     this.listen();
   }
@@ -408,7 +140,7 @@ class Chart {
 
   setZoom(zoom) {
     this.zoom = zoom;
-    this.view.zoomed(this.tag, zoom);
+    this.host.zoomed(this.tag, zoom);
     this.update();
   }
 
@@ -427,7 +159,7 @@ class Chart {
       this.paint();
     } else if (e.key === "+" || e.key === "=" || e.key === "-") {
       const full = padded(bounds(s.lines.flatMap((l) => l.xs)),
-                          this.view.options.xAxis === "step");
+                          this.host.options.xAxis === "step");
       const half = ((s.x[1] - s.x[0]) / 2) * (e.key === "-" ? 2 : 0.5);
       this.cursor = at;
       this.setZoom(e.key === "-" && 2 * half >= full[1] - full[0] ? null
@@ -444,10 +176,10 @@ class Chart {
   // zoom, the number format, the theme and the size (the mouse, the pin and the keyboard's
   // point only repaint).
   drawKey() {
-    const versions = this.view.runNames().map(
-      (run) => this.view.store.runs.get(run)?.get(this.tag)?.version ?? 0);
-    return JSON.stringify([versions, this.view.options, this.zoom, digitsOf(this.view),
-                           themeOf(this.view).key, this.box.clientWidth,
+    const versions = this.host.runNames().map(
+      (run) => this.host.series(run, this.tag)?.version ?? 0);
+    return JSON.stringify([versions, this.host.options, this.zoom, digitsOf(this.host),
+                           themeOf(this.host).key, this.box.clientWidth,
                            window.devicePixelRatio || 1]);
   }
 
@@ -464,15 +196,15 @@ class Chart {
   // The chart's text alternative: its tag, and for each curve its last value and its range.
   describe(lines, digits) {
     if (!lines.length) return `${this.tag}: no points yet`;
-    const step = (v) => v.toLocaleString("en-US");
     const curves = lines.map((l) => {
       const s = l.series, last = s.values.length - 1;
       const [lo, hi] = bounds(s.values);
-      const run = lines.length > 1 || this.view.compare ? `${l.run}: ` : "";
+      const run = lines.length > 1 || this.host.compare ? `${l.run}: ` : "";
       const range = Number.isFinite(lo)
         ? `, from ${formatValue(lo, digits)} to ${formatValue(hi, digits)}` : "";
-      return `${run}last ${formatValue(s.values[last], digits)} at step ${step(s.steps[last])}` +
-             `${range} over steps ${step(s.steps[0])} to ${step(s.steps[last])}`;
+      const [first, newest] = [formatCount(s.steps[0]), formatCount(s.steps[last])];
+      return `${run}last ${formatValue(s.values[last], digits)} at step ${newest}` +
+             `${range} over steps ${first} to ${newest}`;
     });
     return `${this.tag}: ${curves.join("; ")}`;
   }
@@ -485,7 +217,7 @@ class Chart {
       if (Math.abs(y - start[1]) >= 5) return;
       if (this.pinned()) this.pin = null;
       else if (x >= PAD.left && x <= PAD.left + f.w) {
-        this.pin = {axis: this.view.options.xAxis, x: f.xData(x)};
+        this.pin = {axis: this.host.options.xAxis, x: f.xData(x)};
       }
       this.paint();
       return;
@@ -497,7 +229,7 @@ class Chart {
 
   // A pin holds on the x axis it was made on.
   pinned() {
-    return this.pin !== null && this.pin.axis === this.view.options.xAxis;
+    return this.pin !== null && this.pin.axis === this.host.options.xAxis;
   }
 
   remove() {
@@ -508,13 +240,13 @@ class Chart {
   // The curves of the runs drawn: each run's points, x values, smoothed values and colour (a
   // run keeps its colour when another is hidden).
   curves() {
-    const opts = this.view.options;
+    const opts = this.host.options;
     const axis = X_AXES[opts.xAxis];
     const hidden = opts.hiddenRuns || [];
-    const palette = themeOf(this.view).series;
+    const palette = themeOf(this.host).series;
     const lines = [];
-    this.view.runNames().forEach((run, index) => {
-      const series = this.view.store.runs.get(run)?.get(this.tag);
+    this.host.runNames().forEach((run, index) => {
+      const series = this.host.series(run, this.tag);
       if (hidden.includes(run) || !series || !series.steps.length) return;
       lines.push({run, series, xs: series.steps.map((_, i) => axis.of(series, i)),
                   smoothed: smooth(series.values, opts.smoothing),
@@ -525,7 +257,7 @@ class Chart {
 
   draw() {
     const lines = this.curves();
-    const digits = digitsOf(this.view);
+    const digits = digitsOf(this.host);
     this.writeTitle(lines, digits);
     this.box.setAttribute("aria-label", this.describe(lines, digits));
     this.el.dataset.points = String(lines.reduce((n, l) => n + l.xs.length, 0));
@@ -539,7 +271,7 @@ class Chart {
   writeTitle(lines, digits) {
     const newest = lines.map((l) => {
       const i = l.series.values.length - 1;
-      const step = l.series.steps[i].toLocaleString("en-US");
+      const step = formatCount(l.series.steps[i]);
       const run = lines.length > 1 ? l.run + " " : "";
       return `${run}${formatValue(l.series.values[i], digits)} (step ${step})`;
     });
@@ -553,7 +285,7 @@ class Chart {
   // Without a zoom, x spans every point and y the values in view, outliers left out when the
   // View's option says so.
   scale(lines, digits) {
-    const opts = this.view.options;
+    const opts = this.host.options;
     const integer = opts.xAxis === "step";
     let x = this.zoom ? this.zoom.x : padded(bounds(lines.flatMap((l) => l.xs)), integer);
     if (!(x[1] > x[0])) x = padded([x[0], x[0]], integer);
@@ -581,11 +313,10 @@ class Chart {
   // What the chart shows, as attributes (read by tests and by whoever inspects the page).
   record(s) {
     const d = this.el.dataset;
-    const short = (v) => String(Number(v.toPrecision(6)));
     d.yscale = s.log ? "log" : "linear";
-    d.xaxis = this.view.options.xAxis;
-    d.xDomain = s.x.map(short).join(",");
-    d.yDomain = s.y.map((v) => short(s.log ? Math.pow(10, v) : v)).join(",");
+    d.xaxis = this.host.options.xAxis;
+    d.xDomain = s.x.map(shortNumber).join(",");
+    d.yDomain = s.y.map((v) => shortNumber(s.log ? Math.pow(10, v) : v)).join(",");
     d.yTicks = s.yLabels.join(",");
     d.zoomed = this.zoom ? "true" : "false";
   }
@@ -612,11 +343,11 @@ class Chart {
       return;
     }
     const f = this.frame = frameOf(s, this.width, CHART_HEIGHT);
-    const theme = themeOf(this.view);
-    paintAxes(ctx, s, f, theme, X_AXES[this.view.options.xAxis]);
+    const theme = themeOf(this.host);
+    paintAxes(ctx, s, f, theme, X_AXES[this.host.options.xAxis]);
     ctx.save();
     ctx.beginPath(); ctx.rect(PAD.left, PAD.top, f.w, f.h); ctx.clip();
-    paintCurves(ctx, s, f, this.view.options.smoothing > 0);
+    paintCurves(ctx, s, f, this.host.options.smoothing > 0);
     ctx.restore();
     ctx.globalAlpha = 1;
     paintNonFinite(ctx, s, f, theme);
@@ -632,7 +363,7 @@ class Chart {
     const xs = s.lines[0].xs;
     const target = pinned ? this.pin.x : hovering ? f.xData(this.hover)
       : xs[Math.min(this.cursor, xs.length - 1)];
-    const smoothing = this.view.options.smoothing > 0;
+    const smoothing = this.host.options.smoothing > 0;
     if (pinned && target >= s.x[0] && target <= s.x[1]) {
       ctx.strokeStyle = theme.frame;
       ctx.lineWidth = 1;
@@ -653,8 +384,8 @@ class Chart {
       const value = smoothing ? `${formatValue(sm, s.digits)} (raw ${formatValue(raw, s.digits)})`
         : formatValue(raw, s.digits);
       const ser = l.series;
-      rows.push(`${s.lines.length > 1 || this.view.compare ? l.run + ": " : ""}${value}  step ` +
-                `${ser.steps[i].toLocaleString("en-US")}  ${formatClock(ser.walls[i])}  ` +
+      rows.push(`${s.lines.length > 1 || this.host.compare ? l.run + ": " : ""}${value}  step ` +
+                `${formatCount(ser.steps[i])}  ${formatClock(ser.walls[i])}  ` +
                 `+${formatDuration(ser.walls[i] - ser.walls[0])}`);
     }
     this.writeReadout(rows.join("\n"), pinned);
@@ -672,7 +403,7 @@ class Chart {
   // Every point of the curves drawn, as a file: <run or "compare">-<tag>.csv / .json.
   download(format) {
     const spec = EXPORTS[format];
-    const name = this.view.compare ? "compare" : this.view.runNames()[0];
+    const name = this.host.compare ? "compare" : this.host.runNames()[0];
     const file = `${name}-${this.tag}`.replace(/[^\w.-]+/g, "_");
     download(`${file}.${format}`, spec.type, spec.text(exportRows(this.curves())));
   }
@@ -799,21 +530,21 @@ function nearest(xs, target) {
 }
 
 // The comparison's legend: a button per run in its colour; a click hides the run in every
-// chart of the view, or shows it again (view.options.hiddenRuns).
-function legendItems(view) {
-  const palette = themeOf(view).series;
-  return view.runNames().map((run, i) => {
-    const item = element("button", "jsv-legend-item", run);
+// chart of the view, or shows it again (host.options.hiddenRuns).
+export function legendItems(host) {
+  const palette = themeOf(host).series;
+  return host.runNames().map((run, i) => {
+    const item = el("button", "jsv-legend-item", run);
     item.style.setProperty("--c", palette[i % palette.length]);
     item.title = "Hide or show this run in the charts";
-    const shown = () => !view.options.hiddenRuns.includes(run);
+    const shown = () => !host.options.hiddenRuns.includes(run);
     item.setAttribute("aria-pressed", String(shown()));
     item.addEventListener("click", () => {
-      const hidden = view.options.hiddenRuns.filter((r) => r !== run);
+      const hidden = host.options.hiddenRuns.filter((r) => r !== run);
       if (shown()) hidden.push(run);
-      view.options.hiddenRuns = hidden;
+      host.options.hiddenRuns = hidden;
       item.setAttribute("aria-pressed", String(shown()));
-      view.redraw();
+      host.redraw();
     });
     return item;
   });

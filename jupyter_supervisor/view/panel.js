@@ -1,407 +1,20 @@
 // The front end of jupyter_supervisor's panel and comparison chart: the View (its header,
-// progress, notices, timeline, tools, tag chips, error and buttons), the Link to the kernel that
-// the views of one model share, and the theme; the charts are chart.js's, joined before this
-// file into one anywidget ES module by widget.py.
+// progress, notices, timeline, tools, tag chips, error and buttons). The link to the kernel that
+// the views of one model share is link.js's (with what travels), the charts chart.js's, the
+// theme's colours theme.js's (its rules: theme.css). The last of the front end's modules, which
+// widget.py joins into one anywidget ES module: its default export is the module's.
 //
-// What travels (the kernel's side: panel.py):
-// - the `state` trait: what the panel says (header, progress, checkpoint line, timeline, best
-//   values, which buttons work), numbered by `seq`, with what both sides must agree on: the
-//   number format, the palette and the timing of the link;
-// - the `settings` trait: what the user set (log scale, smoothing, x axis, hidden tags, zooms,
-//   the timeline open), written by the views and kept by the kernel, so that every view of the
-//   model, and one re-created after a page reload, shows it;
-// - custom messages from the kernel: {type: "series", parts} pushed while a run is live, with
-//   one buffer holding, for each part {run, tag, gen, from, n}, n steps, n values and n wall
-//   times (float64), which replace that series' points from index `from` on; {type: "beat"}
-//   while a run is live; {type: "busy"} / {type: "idle"} around each cell; and
-//   {type: "answer", id, state?, parts} to a view's request;
-// - custom messages from a view: {type: "pull", id, seq, have} every timing.pull_ms, saying
-//   which state and points it holds (have: {run: {tag: [gen, n, last step, last wall]}}), and
-//   {type: "button", name, ...the same} for Stop, Resume and Save.
-// A part that does not fit what a view holds (a push it missed) is skipped and the view asks at
-// once. With "Notify me" on, the view shows a browser notification for each of the state's
-// `alerts` it had not seen ({id, kind, title, text}: a run's end, a stall...) and when the kernel
-// is gone. The view says "kernel gone" when its requests went unanswered and nothing came for
-// timing.dead_after_ms, and "kernel busy" when they wait while the kernel is heard from or runs
-// a cell (comm messages wait for the running cell where the frontend has no kernel subshells).
+// The `settings` trait holds what the user set (log scale, smoothing, x axis, hidden tags,
+// zooms, the timeline open): written by the views and kept by the kernel, so that every view of
+// the model, and one re-created after a page reload, shows it. With "Notify me" on, the view
+// shows a browser notification for each of the state's `alerts` it had not seen ({id, kind,
+// title, text}: a run's end, a stall...) and when the kernel is gone.
 
-const CSS = `
-.jsv-view { font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px;
-  color: var(--jp-ui-font-color1, currentColor); }
-.jsv-view [hidden] { display: none !important; }
-.jsv-view :focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2);
-  outline-offset: 1px; }
-.jsv-view .jsv-sep { color: var(--jp-ui-font-color2, inherit); }
-.jsv-view .jsv-name, .jsv-view .jsv-status { font-weight: bold; }
-.jsv-view .jsv-status { color: var(--jsv-tone, inherit); }
-.jsv-view .jsv-progress { display: inline-block; width: 50%; height: 8px; border-radius: 4px;
-  background: var(--jp-layout-color3, rgba(128, 128, 128, 0.3)); overflow: hidden;
-  vertical-align: middle; margin-right: 6px; }
-.jsv-view .jsv-progress-bar { height: 100%; background: var(--jsv-tone, currentColor); }
-.jsv-view .jsv-notice { border-left: 4px solid var(--jsv-edge); padding: 4px 8px; margin: 4px 0;
-  background: color-mix(in srgb, var(--jsv-edge) 16%, transparent); }
-.jsv-view .jsv-dead { --jsv-edge: var(--jp-error-color1, #d32f2f); font-weight: bold; }
-.jsv-view .jsv-busy, .jsv-view .jsv-warning { --jsv-edge: var(--jp-warn-color1, #f57c00); }
-.jsv-view .jsv-muted { color: var(--jp-ui-font-color2, inherit); }
-.jsv-view details { margin: 4px 0; }
-.jsv-view .jsv-timeline, .jsv-view .jsv-best { margin: 2px 0; padding-left: 22px; }
-.jsv-view .jsv-best { display: flex; flex-wrap: wrap; column-gap: 1.5em; list-style: none; }
-.jsv-view .jsv-best-tag { font-weight: bold; }
-.jsv-view .jsv-filter input[aria-invalid="true"] {
-  outline: 2px solid var(--jp-error-color1, #d32f2f); }
-.jsv-view .jsv-controls, .jsv-view .jsv-tools { display: flex; flex-wrap: wrap; gap: 6px;
-  align-items: center; margin: 6px 0; }
-.jsv-view .jsv-tags { display: flex; flex-wrap: wrap; gap: 4px; margin: 4px 0; }
-.jsv-view .jsv-tag { border: 1px solid var(--jp-border-color1, currentColor); border-radius: 10px;
-  padding: 1px 8px; cursor: pointer; font-size: 12px; color: var(--jp-ui-font-color1, inherit);
-  background: var(--jp-layout-color1, transparent); }
-.jsv-view .jsv-tag[aria-pressed="false"] { color: var(--jp-ui-font-color2, inherit);
-  text-decoration: line-through; border-style: dashed; }
-.jsv-view .jsv-group > summary { font-weight: bold; margin: 6px 0 2px; cursor: pointer; }
-.jsv-view .jsv-group-charts { display: grid;
-  grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
-  gap: 8px; }
-.jsv-view .jsv-chart { border: 1px solid var(--jp-border-color2, rgba(128, 128, 128, 0.3));
-  padding: 4px; min-width: 0; }
-.jsv-view .jsv-chart-title { font-weight: bold; font-size: 12px; overflow-wrap: anywhere; }
-.jsv-view .jsv-canvas-box { position: relative; height: ${CHART_HEIGHT}px; cursor: crosshair; }
-.jsv-view canvas { position: absolute; left: 0; top: 0; width: 100%; height: 100%; }
-.jsv-view .jsv-zoom-box { position: absolute; border: 1px dashed var(--jp-brand-color1, #1976d2);
-  background: color-mix(in srgb, var(--jp-brand-color1, #1976d2) 10%, transparent);
-  pointer-events: none; display: none; }
-.jsv-view .jsv-readout { font-family: var(--jp-code-font-family, monospace); font-size: 11px;
-  min-height: 1.3em; white-space: pre-wrap; color: var(--jp-ui-font-color1, inherit); }
-.jsv-view .jsv-legend { display: flex; flex-wrap: wrap; gap: 10px; margin: 4px 0; }
-.jsv-view .jsv-error-box { border-left: 4px solid var(--jp-error-color1, #d32f2f);
-  background: var(--jp-rendermime-error-background, rgba(244, 67, 54, 0.15)); padding: 4px 8px;
-  color: var(--jp-ui-font-color1, inherit); }
-.jsv-view .jsv-error-box pre { margin: 0; white-space: pre-wrap; color: inherit; }
-.jsv-view .jsv-message { color: var(--jsv-error-text, inherit); }
-.jsv-view button:disabled { opacity: 0.5; }
-`;
-
-// -- the theme: colours from the page's CSS --------------------------------------------------
-
-// The curves' palette (matplotlib's tab10) until the kernel's state names its own.
-const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                 "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-// WCAG's threshold for normal text.
-const MIN_CONTRAST = 4.5;
-// Each status's tone, as the theme's colours of that name (readable() picks the first that
-// reads on the background).
-const TONES = {
-  success: ["--jp-success-color0", "--jp-success-color1", "--jp-success-color2"],
-  warn: ["--jp-warn-color0", "--jp-warn-color1", "--jp-warn-color2"],
-  brand: ["--jp-brand-color0", "--jp-brand-color1", "--jp-brand-color2"],
-  error: ["--jp-error-color0", "--jp-error-color1", "--jp-error-color2"],
-  muted: ["--jp-ui-font-color2", "--jp-ui-font-color1"],
-};
-
-// [r, g, b, a] (0-255, alpha 0-1) of any CSS colour, as the canvas parses it; null if invalid.
-const colourProbe = document.createElement("canvas").getContext("2d");
-function rgba(css) {
-  colourProbe.fillStyle = "#010203";
-  colourProbe.fillStyle = css;
-  const text = colourProbe.fillStyle;
-  if (text === "#010203" && css.trim().toLowerCase() !== "#010203") return null;
-  if (text.startsWith("#")) {
-    return [1, 3, 5].map((i) => parseInt(text.slice(i, i + 2), 16)).concat([1]);
-  }
-  const parts = text.slice(text.indexOf("(") + 1, -1).split(",").map(Number);
-  return parts.length === 4 ? parts : parts.concat([1]);
-}
-
-// `top` (with its alpha) composited over the opaque `under`.
-function over(top, under) {
-  const a = top[3];
-  return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)).concat([1]);
-}
-
-function luminance([r, g, b]) {
-  const lin = (c) => {
-    c /= 255;
-    return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
-  };
-  return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
-}
-
-// The WCAG contrast ratio of a text colour (maybe translucent) on an opaque background.
-function contrast(text, background) {
-  const [a, b] = [luminance(over(text, background)), luminance(background)];
-  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
-}
-
-// The opaque colour `el` is drawn over: its own and its ancestors' backgrounds composited
-// (the page's white where none is set).
-function backgroundOf(el) {
-  const layers = [];
-  for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
-    const c = rgba(getComputedStyle(e).backgroundColor);
-    if (c && c[3] > 0) layers.push(c);
-    if (c && c[3] >= 1) break;
-  }
-  let colour = [255, 255, 255, 1];
-  for (const layer of layers.reverse()) colour = over(layer, colour);
-  return colour;
-}
-
-// The first of `candidates` (CSS colours; JupyterLab variables resolved) that reads at
-// MIN_CONTRAST on `background`, else the one that reads best.
-function readable(candidates, background) {
-  let best = null, bestRatio = 0;
-  for (const css of candidates) {
-    const c = css && rgba(css);
-    if (!c) continue;
-    const ratio = contrast(c, background);
-    if (ratio >= MIN_CONTRAST) return css;
-    if (ratio > bestRatio) { best = css; bestRatio = ratio; }
-  }
-  return best;
-}
-
-const cssColour = (c) => `rgba(${c.map((x, i) => (i < 3 ? Math.round(x) : x)).join(", ")})`;
-
-// The theme the charts draw with (its fields: chart.js), and the tones the header uses, read
-// at `el` from JupyterLab's variables; where a frontend defines none (VS Code, Colab), from the
-// element's own colours.
-function readTheme(el, palette) {
-  const css = getComputedStyle(el);
-  const v = (name) => css.getPropertyValue(name).trim();
-  const background = backgroundOf(el);
-  const tones = {};
-  for (const [tone, names] of Object.entries(TONES)) {
-    tones[tone] = readable(names.map(v).concat([css.color]), background);
-  }
-  const theme = {
-    text: readable([v("--jp-ui-font-color2"), v("--jp-ui-font-color1"), v("--jp-ui-font-color0"),
-                    css.color], background),
-    grid: v("--jp-border-color2") || "rgba(128, 128, 128, 0.25)",
-    frame: v("--jp-border-color1") || "rgba(128, 128, 128, 0.6)",
-    background: cssColour(background),
-    font: `10px ${v("--jp-ui-font-family") || "sans-serif"}`,
-    series: palette && palette.length ? palette : PALETTE,
-    tones,
-  };
-  theme.key = JSON.stringify(theme);
-  return theme;
-}
-
-// -- the link to the kernel: one per model, shared by its views ------------------------------
-
-const DEFAULT_TIMING = {pull_ms: 2000, beat_ms: 1000, dead_after_ms: 8000};
-let seriesVersions = 0;
-
-const links = new WeakMap();
-
-function linkOf(model) {
-  let link = links.get(model);
-  if (!link) {
-    link = new Link(model);
-    links.set(model, link);
-  }
-  return link;
-}
-
-class Link {
-  constructor(model) {
-    this.model = model;
-    this.views = new Set();
-    this.runs = new Map();         // run -> Map(tag -> {gen, version, steps, values, walls})
-    this.state = model.get("state") || {};
-    this.heard = null;             // Date.now() when anything last came from the kernel
-    this.answered = null;          // ... when the last answer came
-    this.asked = null;             // ... when the request in flight went out (null: none)
-    this.lastAsk = -Infinity;
-    this.requests = 0;
-    this.cellRunning = false;      // a "busy" came without its "idle"
-    this.missed = false;           // a part did not fit: ask at once
-    this.noKernel = false;         // a notebook's saved widget state: nothing to ask
-    this.health = "waiting";       // alive | busy | gone | waiting (never answered yet)
-    this.notified = null;          // the alert ids seen (null: none looked at yet)
-    this.goneNotified = false;     // "kernel gone" was notified (until it answers again)
-    this.onState = () => this.take(model.get("state"));
-    this.onMsg = (msg, buffers) => this.receive(msg, buffers);
-    model.on("change:state", this.onState);
-    model.on("msg:custom", this.onMsg);
-    this.timer = setInterval(() => this.check(), 250);
-  }
-
-  attach(view) {
-    this.views.add(view);
-    if (this.views.size === 1) this.ask();
-  }
-
-  detach(view) {
-    this.views.delete(view);
-    if (this.views.size) return;
-    clearInterval(this.timer);
-    this.model.off("change:state", this.onState);
-    this.model.off("msg:custom", this.onMsg);
-    links.delete(this.model);
-  }
-
-  timing() {
-    return {...DEFAULT_TIMING, ...(this.state.timing || {})};
-  }
-
-  notify(what, detail) {
-    for (const view of this.views) view.onLink(what, detail);
-  }
-
-  take(state) {
-    if (!state || !Object.keys(state).length) return;
-    const seq = this.state.seq;
-    if (seq !== undefined && state.seq !== undefined && state.seq < seq) return;  // older
-    this.state = state;
-    this.notify("state");
-  }
-
-  // What this model's views hold: {run: {tag: [gen, n, last step, last wall]}}.
-  have() {
-    const have = {};
-    for (const [run, tags] of this.runs) {
-      have[run] = {};
-      for (const [tag, s] of tags) {
-        const last = s.steps.length - 1;
-        have[run][tag] = [s.gen, s.steps.length, s.steps[last], s.walls[last]];
-      }
-    }
-    return have;
-  }
-
-  send(content) {
-    try {
-      this.model.send(content);
-      return true;
-    } catch (error) {  // no comm: a notebook's saved widget state, or a closed kernel
-      this.noKernel = true;
-      return false;
-    }
-  }
-
-  request(extra) {
-    this.requests += 1;
-    this.lastAsk = Date.now();
-    if (this.asked === null) this.asked = this.lastAsk;
-    this.send({...extra, id: this.requests, seq: this.state.seq ?? null, have: this.have()});
-  }
-
-  ask() {
-    this.missed = false;
-    this.request({type: "pull"});
-  }
-
-  press(name) {
-    this.request({type: "button", name});
-  }
-
-  receive(msg, buffers) {
-    const now = Date.now();
-    this.heard = now;
-    if (msg.type === "busy") this.cellRunning = true;
-    else if (msg.type === "idle") this.cellRunning = false;
-    else if (msg.type === "answer") {
-      this.answered = now;
-      this.asked = null;
-      this.cellRunning = false;   // answered: no cell holds the comm messages
-      if (msg.state) this.take(msg.state);
-    }
-    if (msg.parts) this.apply(msg.parts, buffers);
-    this.check();
-  }
-
-  // Applies the parts of a push or an answer: a part replaces a series' points from `from` on
-  // when it fits what is held (from 0, or the same generation and no gap); one that does not
-  // is skipped, and the link asks for what it lacks.
-  apply(parts, buffers) {
-    const view = buffers && buffers.length ? buffers[0] : null;
-    // Copied out: a DataView's offset need not be a multiple of 8.
-    const all = view ? new Float64Array(view.buffer.slice(view.byteOffset,
-                                                          view.byteOffset + view.byteLength))
-                     : new Float64Array(0);
-    const changed = new Set();
-    let at = 0;
-    for (const part of parts) {
-      const take = () => {
-        const out = Array.from(all.subarray(at, at + part.n));
-        at += part.n;
-        return out;
-      };
-      const steps = take(), values = take(), walls = take();
-      if (!this.runs.has(part.run)) this.runs.set(part.run, new Map());
-      const tags = this.runs.get(part.run);
-      const old = tags.get(part.tag);
-      let series;
-      if (part.from === 0) {
-        series = {steps, values, walls};
-      } else if (old && old.gen === part.gen && old.steps.length >= part.from) {
-        series = {steps: old.steps.slice(0, part.from).concat(steps),
-                  values: old.values.slice(0, part.from).concat(values),
-                  walls: old.walls.slice(0, part.from).concat(walls)};
-      } else {
-        this.missed = true;
-        continue;
-      }
-      seriesVersions += 1;
-      Object.assign(series, {gen: part.gen, version: seriesVersions});
-      if (series.steps.length) tags.set(part.tag, series); else tags.delete(part.tag);
-      changed.add(part.tag);
-    }
-    if (changed.size) this.notify("series", changed);
-  }
-
-  // Asks when due, and says how the kernel is: alive (it answers), busy (it is heard from or
-  // runs a cell, but does not answer), gone (nothing for dead_after_ms).
-  check() {
-    const t = this.timing(), now = Date.now();
-    if (!document.hidden && !this.noKernel) {
-      const due = this.asked === null ? now - this.lastAsk >= t.pull_ms || this.missed
-        : now - this.lastAsk >= t.dead_after_ms;  // the request may have been lost: again
-      if (due) this.ask();
-    }
-    const waiting = this.asked === null ? 0 : now - this.asked;
-    const quiet = this.heard === null ? Infinity : now - this.heard;
-    let health = this.health;
-    if (waiting <= t.dead_after_ms / 2) {
-      health = this.answered === null ? "waiting" : "alive";
-    } else if (this.cellRunning || quiet <= t.dead_after_ms) {
-      health = this.answered === null && !this.cellRunning ? "waiting" : "busy";
-    } else if (waiting > t.dead_after_ms) {
-      health = "gone";
-    }
-    if (this.noKernel) health = "gone";
-    if (health !== this.health) {
-      this.health = health;
-      this.notify("health");
-    }
-  }
-}
-
-// -- the view ----------------------------------------------------------------------------------
-
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-function setText(e, text) {
-  if (e.textContent !== text) e.textContent = text;
-}
-
-function showIf(e, shown) {
-  if (e.hidden === shown) e.hidden = !shown;
-}
-
-// Makes `parent`'s children show `items` (strings), reusing the children it has.
-function syncList(parent, items, tag) {
-  while (parent.children.length > items.length) parent.lastElementChild.remove();
-  items.forEach((text, i) => {
-    if (i >= parent.children.length) parent.append(el(tag));
-    setText(parent.children[i], text);
-  });
-}
+import {X_AXES, formatPercent} from "./scales.js";
+import {el, keepShortcutsOff, setText, showIf, syncChildren, syncList} from "./dom.js";
+import {readTheme, watchTheme} from "./theme.js";
+import {Chart, legendItems} from "./chart.js";
+import {linkOf} from "./link.js";
 
 const BUTTONS = [["stop", "Stop", "Stop gracefully: write a final checkpoint, then stop"],
                  ["resume", "Resume", "Continue from the newest checkpoint"],
@@ -414,7 +27,7 @@ const HEADER_PARTS = [["step", "jsv-step"], ["rate", "jsv-rate"], ["position", "
 const DEFAULT_SETTINGS = {log: false, smoothing: 0.6, xAxis: "step", ignoreOutliers: true,
                           hidden: [], hiddenRuns: [], zoom: {}, timeline: true, filter: "",
                           closedGroups: [], notify: false};
-// The settings the charts read as view.options (chart.js).
+// The settings the charts read as host.options (chart.js).
 const CHART_OPTIONS = ["log", "smoothing", "xAxis", "ignoreOutliers", "hiddenRuns"];
 
 class View {
@@ -422,12 +35,12 @@ class View {
     this.model = model;
     this.root = root;
     this.link = linkOf(model);
-    this.store = this.link;                // what chart.js reads the points from
     this.compare = model.get("compare");
     this.charts = new Map();
     this.chips = new Map();
     this.groups = new Map();               // prefix -> {el, box, charts}
     this.options = {};                     // what the charts read: the settings they use
+    this.host = this.chartHost();
     root.classList.add("jsv-view");
     this.build();
     this.setTheme(readTheme(root, this.link.state.palette));
@@ -436,40 +49,35 @@ class View {
     // Also when the view is first attached to the page: a detached element has no theme yet.
     this.resize = new ResizeObserver(() => { this.readTheme(); this.updateCharts(); });
     this.resize.observe(this.chartsEl);
-    // JupyterLab and Notebook 7 name the theme on <body> (data-jp-theme-name); other frontends
-    // follow the system's colour scheme.
-    this.onTheme = () => this.readTheme();
-    this.themeWatch = new MutationObserver(this.onTheme);
-    this.themeWatch.observe(document.body, {attributes: true, attributeFilter: [
-      "data-jp-theme-name", "data-jp-theme-light", "class", "style"]});
-    this.schemeWatch = window.matchMedia("(prefers-color-scheme: dark)");
-    this.schemeWatch.addEventListener("change", this.onTheme);
-    // The notebook's shortcuts (command mode: arrows, Space, Enter, letters) must not take the
-    // keys of the view's controls. Lumino, under JupyterLab (keys heard as they bubble) and
-    // Notebook 7 (as they are captured), skips an element marked data-lm-suppress-shortcuts:
-    // the mark is set for that one key, before the page hears it; keys with Ctrl, Alt or Meta,
-    // Escape, Tab and Shift+Enter stay the notebook's.
-    this.onKey = (e) => {
-      if (!root.contains(e.target) || e.target === root || e.ctrlKey || e.metaKey ||
-          e.altKey || e.key === "Escape" || e.key === "Tab" ||
-          (e.shiftKey && e.key === "Enter") ||
-          !e.target.matches("input, select, button, summary, [tabindex]")) return;
-      e.target.setAttribute("data-lm-suppress-shortcuts", "");
-      setTimeout(() => e.target.removeAttribute("data-lm-suppress-shortcuts"), 0);
-    };
-    window.addEventListener("keydown", this.onKey, true);
+    this.unwatchTheme = watchTheme(() => this.readTheme());
+    this.restoreShortcuts = keepShortcutsOff(root);
     this.applySettings();
     this.renderState();
     this.renderHealth();
     this.link.attach(this);
   }
 
+  // All that the charts see of the view (chart.js's host): the points, the runs shown, the
+  // options and the theme they draw with, the number format, and where a chart's zoom and the
+  // legend's hidden runs go.
+  chartHost() {
+    const view = this;
+    return {
+      compare: this.compare,
+      options: this.options,
+      get theme() { return view.theme; },
+      runNames: () => this.runNames(),
+      series: (run, tag) => this.link.runs.get(run)?.get(tag),
+      digits: () => (this.model.get("state") || {}).format?.digits,
+      zoomed: (tag, zoom) => this.zoomed(tag, zoom),
+      redraw: () => this.redraw(),
+    };
+  }
+
   // -- the DOM, built once ---------------------------------------------------------------------
 
   build() {
     const root = this.root;
-    const style = el("style");
-    style.textContent = CSS + CHART_CSS;
     this.headerEl = el("div", "jsv-header");
     this.lineEl = el("div", "jsv-header-line");
     this.nameEl = el("span", "jsv-name");
@@ -535,7 +143,7 @@ class View {
     this.tagsEl.setAttribute("role", "group");
     this.tagsEl.setAttribute("aria-label", "Tags: show or hide each one's chart");
     this.chartsEl = el("div", "jsv-charts");
-    root.append(style, this.headerEl, this.deadEl, this.busyEl, this.warningEl,
+    root.append(this.headerEl, this.deadEl, this.busyEl, this.warningEl,
                 this.checkpointEl, this.historyEl, this.legendEl, this.tools, this.tagsEl,
                 this.chartsEl, this.errorEl, this.controls);
     for (const e of this.compare ? [this.headerEl, this.warningEl, this.checkpointEl,
@@ -706,7 +314,7 @@ class View {
   renderProgress(s) {
     showIf(this.progressEl, !!s.progress);
     if (!s.progress) return;
-    const percent = (s.progress.fraction * 100).toFixed(1);
+    const percent = formatPercent(s.progress.fraction);
     this.barEl.dataset.fraction = String(s.progress.fraction);
     this.barEl.setAttribute("aria-valuenow", percent);
     this.barEl.setAttribute("aria-label", s.progress.text);
@@ -757,7 +365,7 @@ class View {
     const key = JSON.stringify([this.runNames(), this.theme.series, this.options.hiddenRuns]);
     if (key === this.legendKey) return;
     this.legendKey = key;
-    this.legendEl.replaceChildren(...legendItems(this));
+    this.legendEl.replaceChildren(...legendItems(this.host));
   }
 
   runNames() {
@@ -858,7 +466,7 @@ class View {
     const sorted = all.filter(filter.test);
     setText(this.filterCount, settings.filter && all.length ? `${sorted.length} of ${all.length}`
       : "");
-    this.syncChildren(this.tagsEl, this.chips, sorted, (tag) => this.makeChip(tag));
+    syncChildren(this.tagsEl, this.chips, sorted, (tag) => this.makeChip(tag));
     for (const [tag, chip] of this.chips) {
       const pressed = hidden.has(tag) ? "false" : "true";
       if (chip.getAttribute("aria-pressed") !== pressed) chip.setAttribute("aria-pressed", pressed);
@@ -874,7 +482,7 @@ class View {
       byGroup.get(prefix).push(tag);
     }
     const prefixes = Array.from(byGroup.keys()).sort();
-    this.syncChildren(this.chartsEl, this.groups, prefixes, (prefix) => this.makeGroup(prefix));
+    syncChildren(this.chartsEl, this.groups, prefixes, (prefix) => this.makeGroup(prefix));
     const closed = new Set(settings.closedGroups);
     for (const [prefix, group] of this.groups) {
       const members = byGroup.get(prefix);
@@ -882,8 +490,8 @@ class View {
         setText(group.summary, `${prefix} (${members.length})`);
         if (group.el.open === closed.has(prefix)) group.el.open = !closed.has(prefix);
       }
-      this.syncChildren(group.box, group.charts, members, (tag) => {
-        const chart = new Chart(this, tag);
+      syncChildren(group.box, group.charts, members, (tag) => {
+        const chart = new Chart(this.host, tag);
         this.charts.set(tag, chart);
         return chart;
       });
@@ -933,25 +541,6 @@ class View {
     return chip;
   }
 
-  // Makes `parent` hold the items of `keys` in their order (`made`: key -> element or Chart),
-  // creating what is missing and removing what is gone; the others stay where they are.
-  syncChildren(parent, made, keys, make) {
-    const nodeOf = (item) => item.el || item;
-    for (const [key, item] of made) {
-      if (!keys.includes(key)) {
-        item.remove();
-        made.delete(key);
-      }
-    }
-    let next = parent.firstElementChild;   // where the next key's node belongs
-    for (const key of keys) {
-      if (!made.has(key)) made.set(key, make(key));
-      const node = nodeOf(made.get(key));
-      if (node === next) next = next.nextElementSibling;
-      else parent.insertBefore(node, next);
-    }
-  }
-
   // Draws the charts whose points or settings changed; those of a closed group when it opens.
   updateCharts() {
     const started = performance.now();
@@ -982,10 +571,9 @@ class View {
 
   destroy() {
     this.link.detach(this);
-    this.themeWatch.disconnect();
-    this.schemeWatch.removeEventListener("change", this.onTheme);
+    this.unwatchTheme();
     this.resize.disconnect();
-    window.removeEventListener("keydown", this.onKey, true);
+    this.restoreShortcuts();
     this.model.off("change:settings", this.onSettings);
     for (const chart of this.charts.values()) chart.remove();
   }

@@ -4,7 +4,8 @@ record a saved notebook keeps.
 A ``Panel`` shows one run (``text.PanelRun``; this module imports no run) from its
 ``RunHistory``. The training thread never touches a widget: it writes the history. What the
 panel says is one state (``text.panel_state``), the points travel as deltas
-(``widget.SeriesFeed``), and the browser draws them (``panel.js``, ``chart.js``).
+(``widget.SeriesFeed``), and the browser draws them (``panel.js``, ``chart.js``: the files of
+``widget._ESM_FILES``).
 
 Delivery is push and pull. While a run it shows is live, one refresher thread pushes: the state
 when it changed, the new points at most every ``plot_interval`` seconds, the run's output, and a

@@ -1,7 +1,7 @@
 """Renders scalar series as a PNG with matplotlib's Figure and Agg canvas (``PlotRenderer``,
 never pyplot): the image a saved notebook keeps of a run's final curves, headed by what the run
 came to (its name, status and step, and its error). The live curves are drawn by the browser
-(panel.js), in the same colour (``text.PALETTE``) and with the same number format.
+(chart.js), in the same colour (``text.PALETTE``) and with the same number format.
 
 pyplot keeps global state and the inline backend flushes its figures into whichever cell runs
 next; a ``Figure`` with its own ``FigureCanvasAgg`` is private to its owner and safe to draw from

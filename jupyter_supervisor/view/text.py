@@ -22,7 +22,7 @@ from .history import SessionStarted, StallEnded, Stalled, StatusChanged
 ERROR_MAX_CHARS = 20_000
 KEPT_SHOWN = 8
 TIMELINE_SHOWN = 12
-# Significant digits of a scalar value wherever it is shown (Python's "g" format; panel.js
+# Significant digits of a scalar value wherever it is shown (Python's "g" format; scales.js
 # formats the same way with the digits the state gives it).
 VALUE_DIGITS = 5
 # The curves' colours, run after run: matplotlib's tab10, so the panel looks like the user's

@@ -1,32 +1,100 @@
 """The browser side's counterpart: the anywidget model the panel and the comparison chart drive,
 and the encoding of series as deltas.
 
-anywidget ships the front end (one ES module, no build step: ``chart.js`` then ``panel.js``,
-joined) inside the widget's state, so JupyterLab 4, Notebook 7, VS Code and Colab load it
-without an installed extension. Small state travels as the ``state`` trait, what the user set
-in a view as the ``settings`` trait; the points travel as custom messages, each with one binary
-buffer (float64), and only the points a view lacks (``SeriesFeed``).
+anywidget ships the front end (one ES module, no build step: the files of ``_ESM_FILES``,
+joined, and its CSS, ``theme.css``) inside the widget's state, so JupyterLab 4, Notebook 7,
+VS Code and Colab load it without an installed extension. Small state travels as the ``state``
+trait, what the user set in a view as the ``settings`` trait; the points travel as custom
+messages, each with one binary buffer (float64), and only the points a view lacks
+(``SeriesFeed``).
 
 ipywidgets and anywidget are imported when a widget is really made; without them, that step
 says what to install.
 """
 import functools
 import pathlib
-from typing import Dict, Mapping, Optional, Tuple
+import re
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 INSTALL_HINT = ("The jupyter_supervisor panel needs ipywidgets and anywidget: "
                 "pip install 'ipywidgets>=8' anywidget (and JupyterLab 4 or Notebook 7 to see it).")
 
-# The front end's files, in the order they are joined into one ES module (chart.js defines
-# what panel.js uses; panel.js has the module's default export).
-_ESM_FILES = ("chart.js", "panel.js")
+# The front end's files, in the order they are joined. anywidget loads one ES module's source,
+# so in the browser the files cannot import one another; each is written as a module of its own
+# (`import {a, b} from "./scales.js";`, `export function a`) that imports only from files before
+# it here, and joined (_join) each runs in a scope of its own and hands on only what it exports,
+# as a module would: what a file uses of another is what it imports. The last, panel.js, has
+# the module's default export (anywidget's render).
+_ESM_FILES = ("scales.js", "dom.js", "theme.js", "chart.js", "link.js", "panel.js")
+# The front end's rules (anywidget's _css: it puts them in the page once for every view).
+_CSS_FILE = "theme.css"
+
+# What _join reads of a file: its imports and exports, whole lines (`[\w\s,]`: a list of
+# names, on one line or several).
+_IMPORT = re.compile(r'^import \{([\w\s,]*)\} from "\./([\w-]+\.js)";[ \t]*$', re.M)
+_EXPORT = re.compile(r"^export ((?:async )?(?:function|class|const|let) (\w+))", re.M)
+_ANY_IMPORT_OR_EXPORT = re.compile(r"^(?:import|export)\b.*$", re.M)
+
+
+def _read(name: str) -> str:
+    return pathlib.Path(__file__).with_name(name).read_text(encoding="utf-8")
+
+
+def _scope(name: str) -> str:
+    return "jsv_" + re.sub(r"\W", "_", name[:-len(".js")])
+
+
+def _join(sources: Sequence[Tuple[str, str]]) -> str:
+    """One ES module made of the files ``sources`` ([(file name, text)], in order): each but the
+    last in a function's scope that returns what the file exports, its imports taken from those
+    of the files before it; the last at the module's top, with its default export.
+
+    Raises ValueError, as a browser would refuse the files as modules, for an import from a
+    file not before it or of a name that file does not export, and for any import or export
+    other than ``import {a, b} from "./file.js";``, ``export`` before a declaration and the
+    last file's ``export default``.
+    """
+    parts, exported = [], {}
+    for index, (name, text) in enumerate(sources):
+        last = index == len(sources) - 1
+
+        def imported(match, name=name):
+            names = [n.strip() for n in match.group(1).split(",") if n.strip()]
+            origin = match.group(2)
+            if origin not in exported:
+                raise ValueError(f"{name} imports from {origin}, which is not joined before it "
+                                 f"(widget._ESM_FILES)")
+            missing = [n for n in names if n not in exported[origin]]
+            if missing:
+                raise ValueError(f"{name} imports {', '.join(missing)} from {origin}, which "
+                                 f"does not export it")
+            return f"const {{{', '.join(names)}}} = {_scope(origin)};"
+
+        body = _IMPORT.sub(imported, text)
+        exports = exported[name] = [match.group(2) for match in _EXPORT.finditer(body)]
+        body = _EXPORT.sub(r"\1", body)
+        for match in _ANY_IMPORT_OR_EXPORT.finditer(body):
+            if not (last and match.group(0).startswith("export default ")):
+                raise ValueError(f"{name}: {match.group(0)!r} is not joined: a file imports as "
+                                 f"'import {{a, b}} from \"./file.js\";' and exports declarations")
+        if last and exports:
+            raise ValueError(f"{name} is the last file: it exports only its default")
+        if last:
+            parts.append(f"// ==== {name}\n{body}")
+        else:
+            parts.append(f"// ==== {name}\nconst {_scope(name)} = (() => {{\n{body}"
+                         f"return {{{', '.join(exports)}}};\n}})();\n")
+    return "\n".join(parts)
 
 
 def _esm() -> str:
-    here = pathlib.Path(__file__).parent
-    return "\n".join(here.joinpath(name).read_text(encoding="utf-8") for name in _ESM_FILES)
+    return _join([(name, _read(name)) for name in _ESM_FILES])
+
+
+def _css() -> str:
+    return _read(_CSS_FILE)
 
 
 def ipywidgets():
@@ -52,6 +120,7 @@ def view_class():
         """One run's panel (``compare=False``) or several runs in one chart (``runs``)."""
 
         _esm = _esm()
+        _css = _css()
         state = traitlets.Dict().tag(sync=True)
         compare = traitlets.Bool(False).tag(sync=True)
         runs = traitlets.List(traitlets.Unicode()).tag(sync=True)

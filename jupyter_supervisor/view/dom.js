@@ -1,0 +1,78 @@
+// The page's side of the front end's views and charts, with nothing of what they show:
+// elements made, and kept in step with their content (written only where it changed, so that a
+// redraw keeps what the user selected or focused), a file downloaded, and the notebook's
+// shortcuts kept off a view's controls.
+
+export function el(tag, className, text) {
+  const e = document.createElement(tag);
+  if (className) e.className = className;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+export function setText(e, text) {
+  if (e.textContent !== text) e.textContent = text;
+}
+
+export function showIf(e, shown) {
+  if (e.hidden === shown) e.hidden = !shown;
+}
+
+// Makes `parent`'s children show `items` (strings), reusing the children it has.
+export function syncList(parent, items, tag) {
+  while (parent.children.length > items.length) parent.lastElementChild.remove();
+  items.forEach((text, i) => {
+    if (i >= parent.children.length) parent.append(el(tag));
+    setText(parent.children[i], text);
+  });
+}
+
+// Makes `parent` hold the items of `keys` in their order (`made`: key -> element or Chart),
+// creating what is missing and removing what is gone; the others stay where they are.
+export function syncChildren(parent, made, keys, make) {
+  const nodeOf = (item) => item.el || item;
+  for (const [key, item] of made) {
+    if (!keys.includes(key)) {
+      item.remove();
+      made.delete(key);
+    }
+  }
+  let next = parent.firstElementChild;   // where the next key's node belongs
+  for (const key of keys) {
+    if (!made.has(key)) made.set(key, make(key));
+    const node = nodeOf(made.get(key));
+    if (node === next) next = next.nextElementSibling;
+    else parent.insertBefore(node, next);
+  }
+}
+
+// Puts `text` in a file the browser downloads as `filename`.
+export function download(filename, type, text) {
+  const url = URL.createObjectURL(new Blob([text], {type}));
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = filename;
+  link.style.display = "none";
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 0);
+}
+
+// Keeps the notebook's shortcuts (command mode: arrows, Space, Enter, letters) off the keys of
+// the controls inside `root`, until the function it returns is called. Lumino, under
+// JupyterLab (keys heard as they bubble) and Notebook 7 (as they are captured), skips an
+// element marked data-lm-suppress-shortcuts: the mark is set for that one key, before the page
+// hears it; keys with Ctrl, Alt or Meta, Escape, Tab and Shift+Enter stay the notebook's.
+export function keepShortcutsOff(root) {
+  const onKey = (e) => {
+    if (!root.contains(e.target) || e.target === root || e.ctrlKey || e.metaKey ||
+        e.altKey || e.key === "Escape" || e.key === "Tab" ||
+        (e.shiftKey && e.key === "Enter") ||
+        !e.target.matches("input, select, button, summary, [tabindex]")) return;
+    e.target.setAttribute("data-lm-suppress-shortcuts", "");
+    setTimeout(() => e.target.removeAttribute("data-lm-suppress-shortcuts"), 0);
+  };
+  window.addEventListener("keydown", onKey, true);
+  return () => window.removeEventListener("keydown", onKey, true);
+}
