@@ -41,15 +41,16 @@ from tensorflow.python.util import deprecation
 
 from .. import compat, events, finite, names
 from .._validate import check_basename, check_checkpoint_path, check_number, invalid
-from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError, describe_error,
-                           prepare_logdir, remove_partial_saves, restore_candidates,
-                           restore_newest, write_failure)
+from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError, prepare_logdir,
+                           remove_partial_saves, restore_candidates, restore_newest,
+                           write_failure)
 from ..lockfile import LogdirLock
 from .. import services
 from ..backend import clean_up
 from ..timer import Timer
 from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, mismatch_message
 from .saver_guard import guard_saver, sharded_where_plain_writes
+from .summaries import Summaries
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -249,11 +250,9 @@ class Supervisor:
         # guarded by _save_lock; read anywhere).
         self._policy = finite.Policy(on_nan, max_rollbacks)
         self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
-        self._summary_generation = None           # of the summary service's last summary
-        # The summary service's session (None: it does not run) and the step of its newest
-        # summary (or the restored step's): one summary a step, and the last one in stop().
-        self._summarized = None
-        self._summary_step: Optional[int] = None
+        self._summaries = Summaries(self._summary_op, self._global_step, self._hub,
+                                    self._scalars, checks=self._policy.checks,
+                                    complete_curves=self._complete_curves)
         self._training_thread: Optional[threading.Thread] = None  # the one that prepared
         # Every thread this Supervisor started (services, queue runners, loops), so that the
         # notebook can tell whose output a thread's print is. Weak: finished threads go away.
@@ -532,10 +531,12 @@ class Supervisor:
         writer = self._summary_writer
         if self._summary_timer.enabled and writer:
             if self._summary_op is not None:
-                self._summarized = sess
+                self._summaries.service_started(sess)
                 threads.append(services.SummaryService(
                     self._coord, self._summary_timer.secs,
-                    compute=lambda: self._compute_summary(sess), write=self._write_summary))
+                    compute=lambda: self._summaries.compute(sess),
+                    write=lambda summary, step: self._summaries.write(
+                        self._summary_writer, summary, step)))
             if self._global_step is not None:
                 threads.append(services.StepCounterService(
                     self._coord, self._summary_timer.secs,
@@ -549,61 +550,6 @@ class Supervisor:
             self._threads.add(thread)
             thread.start()
         return threads
-
-    def _compute_summary(self, sess):
-        # A summary computed while a rollback restores is of the discarded timeline.
-        self._summary_generation = self._scalars.generation
-        try:
-            if self._global_step is None:
-                return sess.run(self._summary_op), None
-            summary, step = sess.run([self._summary_op, self._global_step])
-        except tf.errors.OpError as e:
-            # The same error type (code catching it still does), saying what to do.
-            raise type(e)(e.node_def, None, _summary_failure(self._summary_op, e)) from e
-        return summary, services.step_value(step)
-
-    def _write_summary(self, summary, step):
-        """The summary service's summary, unless the step has one (training paused, or the
-        restored step): one point per step, as the eager backend writes them."""
-        if self._complete_curves and step is not None and step == self._summary_step:
-            return
-        self._summary_writer.add_summary(summary, step)
-        self._summary_step = step
-        self._report_summary(summary, step, self._summary_generation)
-
-    def _write_last_summary(self, failed: bool) -> None:
-        """The summary service stopped: a summary of the session's last step, unless its newest
-        one is of that step. A summary op that reads the input cannot run once the input ended
-        (or, after a failure, in a broken session): then the session ends without it."""
-        sess, self._summarized = self._summarized, None
-        if not self._complete_curves or sess is None or getattr(sess, "_closed", False) or \
-                not self._summary_writer:
-            return
-        try:
-            step = self._read_step_quietly()
-            if step is not None and step == self._summary_step:
-                return  # without computing it
-            summary, step = self._compute_summary(sess)
-        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
-            logger.debug("No last summary: the summary op reads the input, which ended.",
-                         exc_info=True)
-            return
-        except tf.errors.OpError:
-            if not failed:
-                raise
-            logger.debug("No last summary: the session failed.", exc_info=True)
-            return
-        self._write_summary(summary, step)
-
-    def _report_summary(self, summary, step, generation=None):
-        """Emits SummaryWritten; when checking finiteness, the scalars are parsed here (once)
-        and their newest values kept for the check before the next checkpoint."""
-        if not self._policy.checks:
-            self._hub.emit(_summary_event, summary, step, time.time())
-            return
-        scalars = events.scalars_from_summary(summary)
-        self._scalars.observe(step, scalars, generation)
-        self._hub.emit(events.SummaryWritten, step, scalars, time.time())
 
     def prepare_or_wait_for_session(self, master="", config=None, wait_for_checkpoint=False,
                                     max_wait_secs=7200, start_standard_services=True):
@@ -645,8 +591,7 @@ class Supervisor:
             step = self.read_global_step(sess)
             with self._save_lock:
                 self._save_timer.last_step = step if restored_from else None
-            # The restored step's summary is the one the session before wrote at its end.
-            self._summary_step = step if restored_from else None
+            self._summaries.session_ready(step if restored_from else None)
             self._hub.emit(events.SessionReady, step, restored_from, True, time.time())
             if start_standard_services:
                 logger.info("Starting standard services.")
@@ -934,7 +879,7 @@ class Supervisor:
         Joins ``threads`` (default: the services, queue runners and ``loop`` threads) for up to
         ``stop_grace_secs`` and re-raises the first exception reported to the Coordinator. The
         summary service's last summary and the step counter's last rate are of the last step
-        (see ``_write_last_summary``); on a clean stop the chief then writes a final checkpoint
+        (see ``Summaries.write_last``); on a clean stop the chief then writes a final checkpoint
         (see ``save_on_stop``). Releases the logdir's lock.
         """
         self._coord.request_stop()
@@ -944,10 +889,11 @@ class Supervisor:
                 self._coord.join(threads, stop_grace_period_secs=self._stop_grace_secs,
                                  ignore_live_threads=ignore_live_threads)
             except BaseException as e:
-                clean_up(e, "writing the last summary",
-                         lambda: self._write_last_summary(failed=True))
+                clean_up(e, "writing the last summary", lambda: self._summaries.write_last(
+                    self._summary_writer, self._read_step_quietly, failed=True))
                 raise
-            self._write_last_summary(failed=False)
+            self._summaries.write_last(self._summary_writer, self._read_step_quietly,
+                                       failed=False)
             if self._is_chief:
                 self._save_final_checkpoint()
         except BaseException as e:
@@ -1047,7 +993,7 @@ class Supervisor:
         if global_step is None and self._global_step is not None:
             global_step = services.read_step(sess, self._global_step)
         self._summary_writer.add_summary(summary, global_step)
-        self._report_summary(summary, global_step)
+        self._summaries.report(summary, global_step)
 
     @contextlib.contextmanager
     def managed_session(self, master="", config=None, start_standard_services=True,
@@ -1116,36 +1062,3 @@ class Supervisor:
 def _new_file_writer(logdir):
     """A FileWriter whose event file name is unique and sorts after the earlier ones."""
     return _v1.summary.FileWriter(logdir, filename_suffix=services.event_file_suffix())
-
-
-def _summary_event(summary, step, wall_time):
-    return events.SummaryWritten(step, events.scalars_from_summary(summary), wall_time)
-
-
-def _summary_failure(summary_op, error) -> str:
-    """Which summaries of ``summary_op`` depend on the op that failed, and what to do."""
-    failed = getattr(error, "op", None)
-    summaries = list(summary_op.op.inputs) if summary_op.op.type == "MergeSummary" \
-        else [summary_op]
-    culprits = [s.op.name for s in summaries if failed is not None and _depends_on(s.op, failed)]
-    named = ", ".join(repr(name) for name in (culprits or [s.op.name for s in summaries]))
-    return (f"The summary op failed in the summary service ({describe_error(error)}): "
-            f"{'the summary' if len(culprits) == 1 else 'summaries'} {named}. A summary that "
-            "needs a feed (a placeholder) or a value only the training loop has cannot run on "
-            "its own: run with --save-summaries-secs 0 (Supervisor(summary_op=None)) and write "
-            "it from the loop with sv.summary_computed(sess, sess.run(summary, feed_dict=...)).")
-
-
-def _depends_on(op, target, limit: int = 100_000) -> bool:
-    """True when ``target`` is ``op`` or among its inputs, transitively."""
-    seen, stack = set(), [op]
-    while stack and len(seen) < limit:
-        current = stack.pop()
-        if current is target:
-            return True
-        if current in seen:
-            continue
-        seen.add(current)
-        stack.extend(t.op for t in current.inputs)
-        stack.extend(current.control_inputs)
-    return False
