@@ -24,7 +24,6 @@ Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest 
 import contextlib
 import logging
 import os
-import sys
 import threading
 import time
 import weakref
@@ -41,15 +40,15 @@ from tensorflow.python.util import deprecation
 
 from .. import compat, events, finite, names
 from .._validate import check_basename, check_checkpoint_path, check_number, invalid
-from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError, prepare_logdir,
-                           remove_partial_saves, restore_candidates, restore_newest,
-                           write_failure)
+from ..checkpoints import (CheckpointMismatchError, prepare_logdir, remove_partial_saves,
+                           restore_candidates, restore_newest)
 from ..lockfile import LogdirLock
 from .. import services
 from ..backend import clean_up
 from ..timer import Timer
 from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, mismatch_message
-from .saver_guard import guard_saver, sharded_where_plain_writes
+from .saver_guard import sharded_where_plain_writes
+from .saving import Saving, make_finite_check
 from .summaries import Summaries
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -211,7 +210,8 @@ class Supervisor:
             self._build_ops(ready_op, ready_for_local_init_op, init_op, init_feed_dict,
                             local_init_op, saver, summary_op, global_step)
             # Before the meta graph is taken: the check's op is part of the graph written.
-            self._finite_check = self._make_finite_check(on_nan, is_chief, logdir)
+            finite_check, saver_guarded = make_finite_check(self._saver, graph, on_nan,
+                                                            is_chief, logdir)
             self._meta_graph_def = meta_graph.create_meta_graph_def(
                 graph_def=graph.as_graph_def(add_shapes=True),
                 saver_def=self._saver.saver_def if self._saver else None)
@@ -241,13 +241,12 @@ class Supervisor:
         self._graph_added_to_summary = False
         # The session of the chief's last prepare, for the final checkpoint in stop().
         self._sess = None
-        self._save_lock = threading.Lock()        # one Saver.save (or restore) at a time
         # When to save and write summaries; the save timer's last_step (the step the newest
-        # checkpoint holds) is guarded by _save_lock.
+        # checkpoint holds) is guarded by the Saving's lock.
         self._save_timer = Timer()
         self._summary_timer = Timer()
         # on_nan: what a refused checkpoint leads to (its pending rollback and count are
-        # guarded by _save_lock; read anywhere).
+        # guarded by the Saving's lock; read anywhere).
         self._policy = finite.Policy(on_nan, max_rollbacks)
         self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
         self._summaries = Summaries(self._summary_op, self._global_step, self._hub,
@@ -261,6 +260,10 @@ class Supervisor:
         if is_chief:
             self._open_logdir(logdir, checkpoint_basename, save_summaries_secs,
                               save_model_secs, summary_writer)
+        self._saving = Saving(self._saver, graph, self._logdir, self._save_path,
+                              self._save_timer, self._policy, self._scalars, finite_check,
+                              saver_guarded, self._global_step, self._hub,
+                              self._coord.request_stop)
         try:
             self._session_manager = session_manager or _v1.train.SessionManager(
                 local_init_op=self._local_init_op,
@@ -349,26 +352,6 @@ class Supervisor:
         variables = _v1.global_variables()
         return (_v1.train.Saver(sharded=sharded_where_plain_writes(variables))
                 if variables else None)
-
-    def _make_finite_check(self, on_nan, is_chief, logdir) -> Optional[finite.VariableCheck]:
-        """For a chief that saves: guards the Saver's save op (what it writes must be finite,
-        checked in the save's own run) and returns the fused check of the trainable variables
-        (run before a save only when the Saver could not be guarded; else to name the
-        variables after a refused save). None otherwise."""
-        self._saver_guarded = False
-        if on_nan == finite.IGNORE or not is_chief or not logdir or not self._saver:
-            return None
-        check = finite.VariableCheck.in_graph(
-            self._graph.get_collection(_GraphKeys.TRAINABLE_VARIABLES), self._graph)
-        if check is not None:
-            covered = guard_saver(self._saver, self._graph, check.names)
-            # Variables the guard does not cover (partitioned ones) need the check before.
-            self._saver_guarded = set(check.names) <= covered
-        if check is None:
-            logger.warning("The graph is finalized and holds no finiteness check of its "
-                           "variables: only the scalar summaries are checked before a "
-                           "checkpoint. Create the Supervisor before finalizing the graph.")
-        return check
 
     def _init_global_step(self, global_step):
         if global_step is Supervisor.USE_DEFAULT:
@@ -545,7 +528,8 @@ class Supervisor:
                     writer=writer, hub=self._hub, complete=self._complete_curves))
         if self._saver and self._save_timer.enabled:
             threads.append(services.CheckpointService(
-                self._coord, self._save_timer.secs, save=lambda: self._save_if_moved(sess)))
+                self._coord, self._save_timer.secs,
+                save=lambda: self._saving.save_if_moved(sess, self._summary_writer)))
         for thread in threads:
             self._threads.add(thread)
             thread.start()
@@ -580,8 +564,7 @@ class Supervisor:
             self._lock.acquire()
         self._sess = None
         self._training_thread = threading.current_thread()
-        with self._save_lock:
-            self._policy.reset()
+        self._saving.new_session()
         self._scalars.clear()
         if self._is_chief:
             sess, restored_from = self._prepare_chief_session(
@@ -589,8 +572,7 @@ class Supervisor:
             self._sess = sess
             self._write_graph()
             step = self.read_global_step(sess)
-            with self._save_lock:
-                self._save_timer.last_step = step if restored_from else None
+            self._saving.session_ready(step if restored_from else None)
             self._summaries.session_ready(step if restored_from else None)
             self._hub.emit(events.SessionReady, step, restored_from, True, time.time())
             if start_standard_services:
@@ -738,86 +720,8 @@ class Supervisor:
         and the training thread rolls back at its next step boundary (while rollbacks are left;
         then as ``"stop"``).
         """
-        return self._save(sess)
-
-    def _save(self, sess=None, *, final=False) -> Optional[str]:
-        """``save_checkpoint``; ``final``: the checkpoint of a stop (no rollback: it ends).
-        Nothing is saved while a rollback is pending (the model is known to be bad)."""
-        sess = sess if sess is not None else self._sess
-        if not self._saver or not self._save_path or sess is None:
-            return None
-        with self._save_lock:
-            if self._policy.pending is not None and not final:
-                return None  # the state is bad: the training thread rolls back first
-            step = self.read_global_step(sess)
-            self._check_finite(sess, step, final=final)
-            if self._policy.pending is not None:
-                return None
-            start = time.time()
-            logger.info("Saving checkpoint to path %s", self._save_path)
-            # Eager mode is per thread: a service thread of a TF2 program must enter the graph,
-            # or the Saver takes the eager path and refuses graph variables.
-            try:
-                with self._graph.as_default():
-                    path = self._saver.save(sess, self._save_path, global_step=step)
-            except tf.errors.InvalidArgumentError as e:
-                if not finite.is_guard_failure(e):
-                    raise CheckpointWriteError(self._write_failure(step, e)) from e
-                # The guard refused what the save would have written: nothing is under the
-                # checkpoint's name (a sharded Saver's parts are in a temporary directory).
-                finite.remove_refused_save(self._save_path if step is None
-                                           else f"{self._save_path}-{step}")
-                # The step now: the values refused were read after the step read above.
-                step = self.read_global_step(sess)
-                variables = (self._finite_check.run(sess) if self._finite_check is not None
-                             else [])
-                self._on_non_finite(step, variables, self._scalars.non_finite(),
-                                    final=final, other_saved=True)
-                return None
-            except tf.errors.OpError as e:
-                raise CheckpointWriteError(self._write_failure(step, e)) from e
-            seconds = time.time() - start
-            self._save_timer.last_step = step
-            # What retention keeps now, newest first (the Saver knows; no file is re-read).
-            kept = tuple(reversed(self._saver.last_checkpoints))
-        if self._summary_writer and step is not None:
-            self._summary_writer.add_session_log(
-                _SessionLog(status=_SessionLog.CHECKPOINT, checkpoint_path=self._save_path),
-                step)
-        self._hub.emit(events.CheckpointSaved, step, path, start + seconds, seconds, kept)
-        return path
-
-    # ----------------------------------------------------------------------------- finiteness
-
-    def _check_finite(self, sess, step, *, final: bool) -> None:
-        """With ``_save_lock`` held, before a save: returns when the newest scalar summaries
-        are finite, and the variables (when the Saver is not guarded: see
-        ``_make_finite_check``), or with ``on_nan="ignore"``. Otherwise ``_on_non_finite``."""
-        if not self._policy.checks:
-            return
-        summaries = self._scalars.non_finite()
-        variables = []
-        if self._finite_check is not None and (summaries or not self._saver_guarded):
-            variables = self._finite_check.run(sess)  # guarded: only to name them
-        if variables or summaries:
-            self._on_non_finite(step, variables, summaries, final=final)
-
-    def _on_non_finite(self, step, variables, summaries, *, final: bool,
-                       other_saved: bool = False) -> None:
-        """With ``_save_lock`` held, nothing saved: the policy schedules a rollback, or raises
-        NonFiniteError, which stops the run."""
-        problem = finite.describe_problem(variables, summaries, other_saved and not variables)
-        try:
-            self._policy.refused(step, problem, self._newest_checkpoint(), final=final)
-        except finite.NonFiniteError:
-            if not final:
-                self._coord.request_stop(sys.exc_info())  # the run fails with it
-            raise
-
-    def _newest_checkpoint(self) -> Optional[str]:
-        """The newest checkpoint of this logdir (every one written was finite), or None."""
-        newest = (self._saver.last_checkpoints or [None])[-1]
-        return newest or tf.train.latest_checkpoint(self._logdir)
+        return self._saving.save(sess if sess is not None else self._sess,
+                                 self._summary_writer)
 
     def step_boundary(self, sess=None) -> bool:
         """Called by the training thread between two steps (``should_stop()`` calls it): makes
@@ -830,37 +734,7 @@ class Supervisor:
         sess = sess if sess is not None else self._sess
         if sess is None:
             return False
-        with self._save_lock:
-            rollback = self._policy.take()
-            if rollback is None:
-                return False
-            try:
-                with self._graph.as_default():
-                    self._saver.restore(sess, rollback.path)
-            except tf.errors.OpError as e:
-                try:
-                    raise self._policy.rollback_failed(rollback, e) from e
-                except finite.NonFiniteError:
-                    self._coord.request_stop(sys.exc_info())
-                return False
-            restored = self.read_global_step(sess)
-            self._save_timer.last_step = restored
-            self._scalars.clear()
-            self._policy.rolled_back(rollback, restored, self._summary_writer, self._hub)
-        return True
-
-    def _write_failure(self, step, error) -> str:
-        newest = self._newest_checkpoint()
-        where = f"{self._save_path}-{step}" if step is not None else self._save_path
-        return write_failure(self._logdir, error, f"the checkpoint {where}", newest)
-
-    def _save_if_moved(self, sess, *, final=False):
-        """Saves unless the newest checkpoint already holds the current step."""
-        step = self.read_global_step(sess)
-        with self._save_lock:
-            if not self._save_timer.moved(step):
-                return
-        self._save(sess, final=final)
+        return self._saving.roll_back(sess, self._summary_writer)
 
     def _save_final_checkpoint(self):
         sess = self._sess
@@ -869,7 +743,7 @@ class Supervisor:
         if getattr(sess, "_closed", False):
             logger.warning("No final checkpoint: the session was closed before sv.stop().")
             return
-        self._save_if_moved(sess, final=True)
+        self._saving.save_if_moved(sess, self._summary_writer, final=True)
 
     # ----------------------------------------------------------------------------- stopping
 
