@@ -21,7 +21,8 @@ from ..config import RunConfig
 from ..services import step_value
 from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, mismatch_message
 from .saver_guard import sharded_where_plain_writes
-from .supervisor import Supervisor, WaitCancelledError
+from .stopping import WaitCancelledError
+from .supervisor import Supervisor
 
 _v1 = tf.compat.v1
 

@@ -49,6 +49,7 @@ from ..timer import Timer
 from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, mismatch_message
 from .saver_guard import sharded_where_plain_writes
 from .saving import Saving, make_finite_check
+from .stopping import StopCoordinator, WaitCancelledError, close_session
 from .summaries import Summaries
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -73,59 +74,6 @@ def _check_secs(name: str, value, allow_none: bool = False) -> None:
     # None is TensorFlow's "off", like 0; the message leaves it out as TF's docs do.
     if value is not None or not allow_none:
         check_number(name, value, unit="of seconds")
-
-
-class WaitCancelledError(tf.errors.CancelledError):
-    """A stop was requested while a non-chief waited for the chief: a clean end."""
-
-    def __init__(self, message: str):
-        super().__init__(None, None, message)
-
-
-class _Coordinator(tf.compat.v1.train.Coordinator):
-    """TensorFlow's Coordinator, remembering why the first stop was requested, and telling
-    the callbacks of ``when_stopped``."""
-
-    def __init__(self):
-        super().__init__(clean_stop_exception_types=(tf.errors.OutOfRangeError,
-                                                     WaitCancelledError))
-        self._reason_lock = threading.Lock()
-        self.stop_reason: Optional[str] = None       # guarded by _reason_lock
-        self.stop_exception: Optional[BaseException] = None
-        self._on_stop: list = []                     # weak methods; guarded by _reason_lock
-
-    def when_stopped(self, method) -> None:
-        """Calls ``method()`` (a bound method, held weakly) in the thread that requests a stop,
-        at every request; at once when a stop is requested already."""
-        with self._reason_lock:
-            self._on_stop = [m for m in self._on_stop if m() is not None]
-            self._on_stop.append(weakref.WeakMethod(method))
-        if self.should_stop():
-            method()
-
-    def request_stop(self, ex=None):
-        value = ex[1] if isinstance(ex, tuple) else ex
-        with self._reason_lock:
-            if self.stop_reason is None:
-                if value is None:
-                    self.stop_reason = events.REQUESTED
-                elif isinstance(value, self._clean_stop_exception_types):
-                    self.stop_reason = events.OUT_OF_RANGE
-                else:
-                    self.stop_reason = events.ERROR
-                    self.stop_exception = value
-            told = [m() for m in self._on_stop]
-        try:
-            super().request_stop(ex)
-        finally:
-            for method in told:
-                if method is not None:
-                    method()
-
-    def clear_stop(self):
-        with self._reason_lock:
-            self.stop_reason, self.stop_exception = None, None
-        super().clear_stop()
 
 
 def _check_arguments(logdir, saver, is_chief, checkpoint_basename, init_fn, on_nan,
@@ -217,7 +165,7 @@ class Supervisor:
                 saver_def=self._saver.saver_def if self._saver else None)
 
         self._is_chief = is_chief
-        self._coord = _Coordinator()
+        self._coord = StopCoordinator()
         # should_stop() runs at every step: the Event's own C method, not a Python call more.
         self._stop_is_set = compat.stop_event_is_set(self._coord)
         self._stop_seen = False
@@ -898,27 +846,7 @@ class Supervisor:
             try:
                 self.stop(close_summary_writer=close_summary_writer)
             finally:
-                self._close_session(sess)
-
-    def _close_session(self, sess):
-        """Closes ``sess`` within ``stop_grace_secs``.
-
-        Closing a session on a cluster waits for every task it used; with a task gone for good
-        (a dead parameter server) that wait never ends, and the error would never reach the
-        caller. So the close runs on a daemon thread and is left to finish on its own.
-        """
-        def close():
-            try:
-                sess.close()
-            except Exception:  # pylint: disable=broad-except
-                logger.debug("Closing the session failed.", exc_info=True)
-
-        closer = threading.Thread(target=close, name="jupyter_supervisor-close", daemon=True)
-        closer.start()
-        closer.join(self._stop_grace_secs)
-        if closer.is_alive():
-            logger.warning("The session did not close within %s s (a task of the cluster is "
-                           "gone?); it will close when the task answers.", self._stop_grace_secs)
+                close_session(sess, self._stop_grace_secs)
 
     # TensorFlow's CamelCase aliases.
     PrepareSession = prepare_or_wait_for_session
