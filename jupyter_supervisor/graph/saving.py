@@ -24,7 +24,8 @@ import tensorflow as tf
 from .. import events, finite, services
 from ..checkpoints import CheckpointWriteError, write_failure
 from ..timer import Timer
-from .saver_guard import guard_saver
+from .saver_guard import guard_saver, variable_check
+from .summaries import ScalarWatch
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -43,8 +44,7 @@ def make_finite_check(saver, graph, on_nan, is_chief,
     if on_nan == finite.IGNORE or not is_chief or not logdir or not saver:
         return None, False
     guarded = False
-    check = finite.VariableCheck.in_graph(
-        graph.get_collection(_GraphKeys.TRAINABLE_VARIABLES), graph)
+    check = variable_check(graph.get_collection(_GraphKeys.TRAINABLE_VARIABLES), graph)
     if check is not None:
         covered = guard_saver(saver, graph, check.names)
         # Variables the guard does not cover (partitioned ones) need the check before.
@@ -67,7 +67,7 @@ class Saving:
     """
 
     def __init__(self, saver, graph, logdir: Optional[str], save_path: Optional[str],
-                 timer: Timer, policy: finite.Policy, scalars: finite.ScalarWatch,
+                 timer: Timer, policy: finite.Policy, scalars: ScalarWatch,
                  check: Optional[finite.VariableCheck], guarded: bool, global_step,
                  hub: events.EventHub, request_stop: Callable):
         self._saver, self._graph = saver, graph

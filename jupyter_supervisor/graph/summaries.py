@@ -1,21 +1,25 @@
 """The graph Supervisor's summaries: the summary op computed for the summary service, written
 to the event file (one point per step with ``complete_curves``), a last one when a session
-ends, and each reported to the listeners, its scalars kept for the finiteness check.
+ends, and each reported to the listeners, its scalars kept for the finiteness check
+(``ScalarWatch``).
 
 ``Summaries`` gets only what it needs: the summary op and the global step, the event hub and
-the ``finite.ScalarWatch`` the check reads; the summary writer (which the Supervisor replaces
+the ``ScalarWatch`` the check reads; the summary writer (which the Supervisor replaces
 when a session starts after a close) and a step reader come with each call. It holds nothing of
 the Supervisor, so that an abandoned Supervisor is freed at once (and its logdir's lock with
 it).
 """
 import logging
+import math
+import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Mapping, Optional
 
 import tensorflow as tf
 
 from .. import events, services
 from ..checkpoints import describe_error
+from ..finite import NonFiniteScalar
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -106,6 +110,53 @@ class Summaries:
         scalars = events.scalars_from_summary(summary)
         self._scalars.observe(step, scalars, generation)
         self._hub.emit(events.SummaryWritten, step, scalars, time.time())
+
+
+class ScalarWatch:
+    """The newest value of every scalar summary a run reported, from any thread.
+
+    ``observe`` costs a dict update per tag; ``non_finite`` lists the tags whose newest value
+    is NaN or infinite, the one that went bad first first. ``clear`` forgets everything (after
+    a rollback: those values belong to a discarded timeline) and starts a new ``generation``:
+    a summary computed before it (read ``generation`` first) is then ignored.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._bad: dict = {}   # tag -> NonFiniteScalar, guarded by _lock
+        self._generation = 0   # guarded by _lock
+
+    @property
+    def generation(self) -> int:
+        """Bumps at every ``clear``."""
+        return self._generation
+
+    def observe(self, step: Optional[int], scalars: Mapping[str, float],
+                generation: Optional[int] = None) -> None:
+        """Records the values of one summary (``{tag: value}``) written at ``step``; one
+        computed before the last ``clear`` (``generation`` read before computing it) is
+        ignored."""
+        with self._lock:
+            if generation is not None and generation != self._generation:
+                return
+            for tag, value in scalars.items():
+                if math.isfinite(value):
+                    self._bad.pop(tag, None)
+                elif tag not in self._bad:
+                    self._bad[tag] = NonFiniteScalar(tag, float(value), step)
+                else:
+                    self._bad[tag] = self._bad[tag]._replace(value=float(value))
+
+    def non_finite(self) -> List[NonFiniteScalar]:
+        """The tags whose newest value is not finite, earliest first."""
+        with self._lock:
+            bad = list(self._bad.values())
+        return sorted(bad, key=lambda s: (s.since is None, s.since or 0, s.tag))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._bad.clear()
+            self._generation += 1
 
 
 def _summary_event(summary, step, wall_time):

@@ -50,7 +50,7 @@ from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, 
 from .saver_guard import sharded_where_plain_writes
 from .saving import Saving, make_finite_check
 from .stopping import StopCoordinator, WaitCancelledError, close_session
-from .summaries import Summaries
+from .summaries import ScalarWatch, Summaries
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -196,7 +196,7 @@ class Supervisor:
         # on_nan: what a refused checkpoint leads to (its pending rollback and count are
         # guarded by the Saving's lock; read anywhere).
         self._policy = finite.Policy(on_nan, max_rollbacks)
-        self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
+        self._scalars = ScalarWatch()             # newest value of each scalar summary
         self._summaries = Summaries(self._summary_op, self._global_step, self._hub,
                                     self._scalars, checks=self._policy.checks,
                                     complete_curves=self._complete_curves)
