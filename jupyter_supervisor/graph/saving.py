@@ -21,9 +21,10 @@ from typing import Callable, Optional, Tuple
 
 import tensorflow as tf
 
-from .. import events, finite, services
+from .. import events, finite
 from ..checkpoints import CheckpointWriteError, write_failure
 from ..timer import Timer
+from . import services
 from .saver_guard import guard_saver, variable_check
 from .summaries import ScalarWatch
 

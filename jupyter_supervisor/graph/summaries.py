@@ -17,9 +17,10 @@ from typing import Callable, List, Mapping, Optional
 
 import tensorflow as tf
 
-from .. import events, services
+from .. import events
 from ..checkpoints import describe_error
 from ..finite import NonFiniteScalar
+from . import services
 
 logger = logging.getLogger("jupyter_supervisor")
 

@@ -43,9 +43,9 @@ from .._validate import check_basename, check_checkpoint_path, check_number, inv
 from ..checkpoints import (CheckpointMismatchError, prepare_logdir, remove_partial_saves,
                            restore_candidates, restore_newest)
 from ..lockfile import LogdirLock
-from .. import services
 from ..backend import clean_up
 from ..timer import Timer
+from . import services
 from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, mismatch_message
 from .saver_guard import sharded_where_plain_writes
 from .saving import Saving, make_finite_check
@@ -863,4 +863,4 @@ class Supervisor:
 
 def _new_file_writer(logdir):
     """A FileWriter whose event file name is unique and sorts after the earlier ones."""
-    return _v1.summary.FileWriter(logdir, filename_suffix=services.event_file_suffix())
+    return _v1.summary.FileWriter(logdir, filename_suffix=events.event_file_suffix())
