@@ -20,6 +20,12 @@ constructor keywords and defaults, properties and methods, graph mode). Beyond i
 
 Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest checkpoints
 (``max_to_keep=5``); pass your own ``saver`` to keep more or fewer.
+
+This module holds the API and the preparation of sessions; its parts are beside it in
+``graph/``: ``saving`` (a save, its finiteness check, the rollback), ``summaries`` (the summary
+op's points, ``ScalarWatch``), ``services`` (the LooperThreads that run them), ``stopping``
+(the Coordinator, a session's close), ``model_checks`` (the global step, a checkpoint's fit)
+and ``saver_guard`` (the check in the Saver's own run).
 """
 import contextlib
 import logging
