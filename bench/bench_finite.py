@@ -86,7 +86,7 @@ def build(mb, count, slots):
             savers[name] = v1.train.Saver(weights + extra, max_to_keep=2, sharded=sharded)
             if name != "plain":
                 assert saver_guard.guard_saver(savers[name], graph, names) == set(names)
-        check = finite.VariableCheck.in_graph(weights, graph)
+        check = saver_guard.variable_check(weights, graph)
         init = v1.global_variables_initializer()
     size = rows * 1000 * 4 * count * (1 + slots) / 2**20
     return graph, savers, check, init, size

@@ -26,9 +26,12 @@ SummaryWritten, by tag; the step counter's ``<global step>/sec`` (TensorFlow's
 reads back from the file: a listener that plots them draws what TensorBoard draws.
 """
 import dataclasses
+import itertools
 import logging
+import os
 import queue
 import threading
+import time
 import types
 from typing import Callable, Iterator, Mapping, Optional, Tuple
 
@@ -160,6 +163,19 @@ class Stopped:
     step: Optional[int]
     wall_time: float
     why: str = ""
+
+
+_writer_numbers = itertools.count()  # of the event files this process opened
+
+
+def event_file_suffix() -> str:
+    """The suffix of a new event file's name: unique, and sorting after every earlier file's.
+
+    TensorFlow names event files by the second and the host; TensorBoard reads a logdir's files
+    in name order (and purges a restarted session's orphaned points by that order). A file
+    opened later in the same second, by this process or a restarted one, must sort later: the
+    wall clock in nanoseconds, zero-padded, does that (a counter's 9 -> 10 would not)."""
+    return f".{time.time_ns():020d}.{os.getpid()}.{next(_writer_numbers)}"
 
 
 def scalar_values(summary, make_ndarray: Callable) -> Iterator[Tuple[str, float]]:

@@ -12,17 +12,19 @@ checkpoint gets its name, a backend checks
   a CheckNumerics per variable one after the other, on one core and gentle on the memory the
   write reads too, so that it costs the save little. In graph mode ``graph/saver_guard.py``
   puts the check in the Saver's own session run: beside the write as the gate of the merge
-  of a sharded Saver's parts (the Supervisor's own Saver is sharded where that
-  writes the same files), or before the write of a plain Saver; ``VariableCheck.in_graph``
-  builds it once in the Supervisor's graph, before the graph is finalized, for the variables
-  a guard cannot cover. In eager mode ``VariableCheck.eager`` wraps the fused form in a
+  of a sharded Saver's parts (the Supervisor's own Saver is sharded where that writes the
+  same files), or before the write of a plain Saver; its ``variable_check`` builds the fused
+  form once in the Supervisor's graph, before the graph is finalized, for the variables a
+  guard cannot cover. In eager mode ``VariableCheck.eager`` wraps the fused form in a
   ``tf.function`` for the live variables, and ``VariableCheck.of_copies`` checks the host
   copies of a snapshot (``eager/snapshot.py``) in the writer thread, before it writes them: in
   the background, so the fused form, which takes far less CPU time than the gentle one;
-* the most recent value of every scalar summary the run reported (``ScalarWatch``): a NaN loss
-  is usually the first sign. In mixed precision a Keras ``LossScaleOptimizer`` skips a step
-  whose float16 values overflowed (that loss is not finite, by design): while its loss scale
-  is at least ``MIN_LOSS_SCALE`` the weights alone decide (``loss_scale_absorbs``).
+* the most recent value of every scalar summary the run reported (those that are not finite
+  as ``NonFiniteScalar``; the graph Supervisor keeps them in ``graph/summaries.py``'s
+  ``ScalarWatch``): a NaN loss is usually the first sign. In mixed precision a Keras
+  ``LossScaleOptimizer`` skips a step whose float16 values overflowed (that loss is not
+  finite, by design): while its loss scale is at least ``MIN_LOSS_SCALE`` the weights alone
+  decide (``loss_scale_absorbs``).
 
 What to do when the check fails is the run's ``on_nan`` policy, ``Policy``: ``stop`` (the
 default: no checkpoint, the run fails with ``NonFiniteError`` saying what to do), ``rollback``
@@ -41,7 +43,7 @@ import math
 import threading
 import time
 import weakref
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from . import events
 from ._validate import check_number, invalid
@@ -224,27 +226,14 @@ def _all_finite(tf, value):
     return tf.cond(tf.math.is_finite(tf.reduce_sum(value)), lambda: tf.constant(True), exact)
 
 
-# The graph collection holding the flags op of the newest check built in a graph.
-_COLLECTION = "jupyter_supervisor_finite_flags"
-
-
-def _reusable_flags(graph, names: List[str]):
-    """The flags op of the graph's collection if it checks exactly ``names``, else None."""
-    for op in graph.get_collection(_COLLECTION):
-        prefix = op.op.name.rsplit("/", 1)[0] + "/"
-        checked = [flag.op.name[len(prefix):] for flag in op.op.inputs]
-        if checked == names:
-            return op
-    return None
-
-
 def float_variables(variables) -> list:
     """The variables of ``variables`` that can hold a NaN or an infinity: those a check
     checks."""
     return [v for v in variables if v.dtype.base_dtype.name in FLOAT_TYPES]
 
 
-def _name(variable) -> str:
+def variable_name(variable) -> str:
+    """The name a check gives ``variable``: its own, without ``:0``."""
     name = getattr(variable, "name", "") or ""
     return name[:-2] if name.endswith(":0") else name
 
@@ -252,36 +241,15 @@ def _name(variable) -> str:
 class VariableCheck:
     """The fused check of a fixed list of variables; ``names`` are theirs, without ``:0``.
 
-    Build it with ``in_graph`` (a graph backend; then ``run(sess)``) or ``eager`` (an eager
-    backend; then ``run()``). ``run`` returns the names of the variables that are not finite
-    ([] when all are). A check of no float variable costs nothing and always passes.
+    Build it with ``graph.saver_guard.variable_check`` (a graph backend; then ``run(sess)``)
+    or ``eager`` (an eager backend; then ``run()``). ``run`` returns the names of the
+    variables that are not finite ([] when all are). A check of no float variable costs
+    nothing and always passes.
     """
 
     def __init__(self, names: List[str], evaluate: Callable[..., object]):
         self.names = names
         self._evaluate = evaluate
-
-    @classmethod
-    def in_graph(cls, variables: Sequence, graph=None) -> Optional["VariableCheck"]:
-        """The check's op in ``graph`` (default: the default graph), built in the thread that
-        builds the graph, before it is finalized. A check of the same variables built earlier
-        in the graph is reused (so a finalized graph keeps its check); on a finalized graph
-        without one, returns None."""
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        graph = graph if graph is not None else tf.compat.v1.get_default_graph()
-        variables = float_variables(variables)
-        names = [_name(v) for v in variables]
-        if not variables:
-            return cls([], lambda sess: [])
-        op = _reusable_flags(graph, names)
-        if op is None:
-            if graph.finalized:
-                return None
-            with graph.as_default(), tf.name_scope("jupyter_supervisor_finite"):
-                op = finite_flags(variables, names)
-            graph.clear_collection(_COLLECTION)
-            graph.add_to_collection(_COLLECTION, op)
-        return cls(names, lambda sess: sess.run(op))
 
     @classmethod
     def eager(cls, variables: Sequence) -> "VariableCheck":
@@ -301,7 +269,7 @@ class VariableCheck:
         if not copies:
             return cls([], lambda: [])
         flags = copies_flags(copies)
-        return cls([_name(v) for v in variables], lambda: flags(*copies).numpy())
+        return cls([variable_name(v) for v in variables], lambda: flags(*copies).numpy())
 
     @classmethod
     def untraced(cls, variables: Sequence) -> "VariableCheck":
@@ -311,7 +279,7 @@ class VariableCheck:
         variables = float_variables(variables)
         if not variables:
             return cls([], lambda: [])
-        return cls([_name(v) for v in variables], lambda: finite_flags(variables).numpy())
+        return cls([variable_name(v) for v in variables], lambda: finite_flags(variables).numpy())
 
     traces = 0   # eager: times its function was traced (once, at its first run)
 
@@ -349,7 +317,7 @@ class _EagerChecks:
                 return finite_flags([ref() for ref in refs])
 
             flags = tf.function(traced, autograph=False)
-            check = cls([_name(v) for v in variables], lambda: flags().numpy())
+            check = cls([variable_name(v) for v in variables], lambda: flags().numpy())
         with self._lock:
             self._checks[key] = (refs, check)
         return check
@@ -433,53 +401,6 @@ class NonFiniteScalar(NamedTuple):
     tag: str
     value: float
     since: Optional[int]
-
-
-class ScalarWatch:
-    """The newest value of every scalar summary a run reported, from any thread.
-
-    ``observe`` costs a dict update per tag; ``non_finite`` lists the tags whose newest value
-    is NaN or infinite, the one that went bad first first. ``clear`` forgets everything (after
-    a rollback: those values belong to a discarded timeline) and starts a new ``generation``:
-    a summary computed before it (read ``generation`` first) is then ignored.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._bad: dict = {}   # tag -> NonFiniteScalar, guarded by _lock
-        self._generation = 0   # guarded by _lock
-
-    @property
-    def generation(self) -> int:
-        """Bumps at every ``clear``."""
-        return self._generation
-
-    def observe(self, step: Optional[int], scalars: Mapping[str, float],
-                generation: Optional[int] = None) -> None:
-        """Records the values of one summary (``{tag: value}``) written at ``step``; one
-        computed before the last ``clear`` (``generation`` read before computing it) is
-        ignored."""
-        with self._lock:
-            if generation is not None and generation != self._generation:
-                return
-            for tag, value in scalars.items():
-                if math.isfinite(value):
-                    self._bad.pop(tag, None)
-                elif tag not in self._bad:
-                    self._bad[tag] = NonFiniteScalar(tag, float(value), step)
-                else:
-                    self._bad[tag] = self._bad[tag]._replace(value=float(value))
-
-    def non_finite(self) -> List[NonFiniteScalar]:
-        """The tags whose newest value is not finite, earliest first."""
-        with self._lock:
-            bad = list(self._bad.values())
-        return sorted(bad, key=lambda s: (s.since is None, s.since or 0, s.tag))
-
-    def clear(self) -> None:
-        with self._lock:
-            self._bad.clear()
-            self._generation += 1
 
 
 # A Keras LossScaleOptimizer (mixed_float16) skips a step whose gradients are not finite and

@@ -10,7 +10,7 @@ write the same state again is skipped (``moved``): TensorFlow's ``CheckpointSave
 rule, "save a last time unless the last step was just saved".
 
 The graph Supervisor's services are TensorFlow ``LooperThread``s, which wake every
-``Timer.secs`` on their own thread (``services``); the eager backend asks ``due`` in its
+``Timer.secs`` on their own thread (``graph/services.py``); the eager backend asks ``due`` in its
 training thread at each step boundary.
 """
 import time

@@ -27,6 +27,7 @@ from tensorflow.python.eager import context
 from jupyter_supervisor import events, finite
 from jupyter_supervisor.eager.snapshot import Snapshot
 from jupyter_supervisor.graph import saver_guard
+from jupyter_supervisor.graph.summaries import ScalarWatch
 from jupyter_supervisor.graph.supervisor import Supervisor
 
 from helpers import Recorder
@@ -124,7 +125,7 @@ def session_logs(logdir):
 def test_the_check_is_one_op_over_the_float_variables_and_names_the_bad_ones():
     model = diverging_model()
     with model.graph.as_default():
-        check = finite.VariableCheck.in_graph(v1.trainable_variables() + [
+        check = saver_guard.variable_check(v1.trainable_variables() + [
             v1.get_variable("count_again", initializer=tf.constant(0, tf.int32))])
         poison = v1.assign(model.w, [1.0, np.nan, -np.inf])
         init = v1.global_variables_initializer()
@@ -138,7 +139,7 @@ def test_the_check_is_one_op_over_the_float_variables_and_names_the_bad_ones():
         assert check.run(sess) == ["w"]
     # A second check of the same variables reuses the op, also once the graph is finalized.
     model.graph.finalize()
-    again = finite.VariableCheck.in_graph([model.w], model.graph)
+    again = saver_guard.variable_check([model.w], model.graph)
     assert again is not None and again.names == ["w"]
     assert model.graph.get_collection("jupyter_supervisor_finite_flags") == flags
 
@@ -256,7 +257,7 @@ def test_the_check_of_a_snapshot_is_the_fused_check_traced_once_per_structure():
 
 
 def test_scalar_watch_reports_the_summary_that_went_bad_first():
-    watch = finite.ScalarWatch()
+    watch = ScalarWatch()
     watch.observe(10, {"loss": 1.0, "acc": 0.5})
     watch.observe(12, {"loss": float("inf"), "acc": 0.5})
     watch.observe(13, {"loss": float("nan"), "acc": float("nan")})

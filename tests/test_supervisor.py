@@ -1022,7 +1022,7 @@ def test_the_step_rate_starts_again_when_the_step_goes_back(tmp_path):
     reporting a negative rate (in the event file and to the panel). With ``complete`` (the
     notebook's runs), nothing is written before the first step, and when it stops it records
     the steps since its newest record, if any."""
-    from jupyter_supervisor import services  # pylint: disable=import-outside-toplevel
+    from jupyter_supervisor.graph import services  # pylint: disable=import-outside-toplevel
     from jupyter_supervisor.eager.reporting import _EventFile  # pylint: disable=C0415
     # At the start, then one read per interval (the first before any step: nothing to
     # measure), and the reads of two stops: the first one measures the steps since the last

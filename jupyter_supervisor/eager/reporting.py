@@ -34,7 +34,7 @@ import tensorflow as tf
 from tensorflow.core.util import event_pb2
 from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
-from .. import events, names, services
+from .. import events, names
 from ..timer import Timer
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -70,12 +70,12 @@ def point_interval(age: float, longest: float) -> float:
 
 class _EventFile:
     """An event file of its own name (unique, sorting after earlier ones: see
-    ``services.event_file_suffix``), with the FileWriter methods this module and
+    ``events.event_file_suffix``), with the FileWriter methods this module and
     ``finite.Policy`` call. Writes are queued on ``hub``, in order with the scalars the
     dispatcher converts. TF1's FileWriter refuses eager mode; its file writer does not."""
 
     def __init__(self, logdir: str, hub: events.EventHub):
-        self._writer = EventFileWriter(logdir, filename_suffix=services.event_file_suffix())
+        self._writer = EventFileWriter(logdir, filename_suffix=events.event_file_suffix())
         self._hub = hub
 
     def add_summary(self, summary, step) -> None:

@@ -18,10 +18,11 @@ from ..backend import StopBody
 from ..checkpoints import CheckpointMismatchError, checkpoint_paths
 from .._validate import invalid
 from ..config import RunConfig
-from ..services import step_value
+from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, mismatch_message
 from .saver_guard import sharded_where_plain_writes
-from .supervisor import (Supervisor, WaitCancelledError, checkpoint_misfit, counts_steps,
-                         global_step_by_name, mismatch_message)
+from .services import step_value
+from .stopping import WaitCancelledError
+from .supervisor import Supervisor
 
 _v1 = tf.compat.v1
 

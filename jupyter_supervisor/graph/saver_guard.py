@@ -1,19 +1,57 @@
-"""The finiteness guard of a graph ``Saver``: the check of ``finite`` put into the Saver's own
-session run, so that a save of a model that is not finite puts nothing under the checkpoint's
-name. Beside the write as the gate of the merge of a sharded Saver's parts (the Supervisor's own
-Saver is sharded where that writes the same files), or before the write of a plain Saver.
+"""The finiteness checks of ``finite`` in a graph. The guard of a ``Saver``: the check put into
+the Saver's own session run, so that a save of a model that is not finite puts nothing under the
+checkpoint's name. Beside the write as the gate of the merge of a sharded Saver's parts (the
+Supervisor's own Saver is sharded where that writes the same files), or before the write of a
+plain Saver. And the fused check of the variables as one op of the graph (``variable_check``),
+for those a guard cannot cover and to name the variables of a refused save.
 """
 import contextlib
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
 from .. import compat
-from ..finite import FLOAT_TYPES, GUARD_TEXT, finite_flags
+from ..finite import (FLOAT_TYPES, GUARD_TEXT, VariableCheck, finite_flags, float_variables,
+                      variable_name)
 
 # The name scope of the Assert that guards a Saver's save op.
 _GUARD = "jupyter_supervisor_finite_guard"
+
+# The graph collection holding the flags op of the newest check built in a graph.
+_COLLECTION = "jupyter_supervisor_finite_flags"
+
+
+def variable_check(variables: Sequence, graph=None) -> Optional[VariableCheck]:
+    """The fused check (``finite.VariableCheck``, run with ``run(sess)``) of ``variables`` as
+    one op in ``graph`` (default: the default graph), built in the thread that builds the
+    graph, before it is finalized. A check of the same variables built earlier in the graph is
+    reused (so a finalized graph keeps its check); on a finalized graph without one, returns
+    None."""
+    graph = graph if graph is not None else tf.compat.v1.get_default_graph()
+    variables = float_variables(variables)
+    names = [variable_name(v) for v in variables]
+    if not variables:
+        return VariableCheck([], lambda sess: [])
+    op = _reusable_flags(graph, names)
+    if op is None:
+        if graph.finalized:
+            return None
+        with graph.as_default(), tf.name_scope("jupyter_supervisor_finite"):
+            op = finite_flags(variables, names)
+        graph.clear_collection(_COLLECTION)
+        graph.add_to_collection(_COLLECTION, op)
+    return VariableCheck(names, lambda sess: sess.run(op))
+
+
+def _reusable_flags(graph, names: List[str]):
+    """The flags op of the graph's collection if it checks exactly ``names``, else None."""
+    for op in graph.get_collection(_COLLECTION):
+        prefix = op.op.name.rsplit("/", 1)[0] + "/"
+        checked = [flag.op.name[len(prefix):] for flag in op.op.inputs]
+        if checked == names:
+            return op
+    return None
 
 
 def _one_by_one(tensors, names: Sequence[str], name: Optional[str] = None):

@@ -20,11 +20,16 @@ constructor keywords and defaults, properties and methods, graph mode). Beyond i
 
 Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest checkpoints
 (``max_to_keep=5``); pass your own ``saver`` to keep more or fewer.
+
+This module holds the API and the preparation of sessions; its parts are beside it in
+``graph/``: ``saving`` (a save, its finiteness check, the rollback), ``summaries`` (the summary
+op's points, ``ScalarWatch``), ``services`` (the LooperThreads that run them), ``stopping``
+(the Coordinator, a session's close), ``model_checks`` (the global step, a checkpoint's fit)
+and ``saver_guard`` (the check in the Saver's own run).
 """
 import contextlib
 import logging
 import os
-import sys
 import threading
 import time
 import weakref
@@ -41,14 +46,17 @@ from tensorflow.python.util import deprecation
 
 from .. import compat, events, finite, names
 from .._validate import check_basename, check_checkpoint_path, check_number, invalid
-from ..checkpoints import (CheckpointMismatchError, CheckpointWriteError, describe_error,
-                           prepare_logdir, remove_partial_saves, restore_candidates,
-                           restore_newest, write_failure)
+from ..checkpoints import (CheckpointMismatchError, prepare_logdir, remove_partial_saves,
+                           restore_candidates, restore_newest)
 from ..lockfile import LogdirLock
-from .. import services
 from ..backend import clean_up
 from ..timer import Timer
-from .saver_guard import guard_saver, sharded_where_plain_writes
+from . import services
+from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, mismatch_message
+from .saver_guard import sharded_where_plain_writes
+from .saving import Saving, make_finite_check
+from .stopping import StopCoordinator, WaitCancelledError, close_session
+from .summaries import ScalarWatch, Summaries
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -72,59 +80,6 @@ def _check_secs(name: str, value, allow_none: bool = False) -> None:
     # None is TensorFlow's "off", like 0; the message leaves it out as TF's docs do.
     if value is not None or not allow_none:
         check_number(name, value, unit="of seconds")
-
-
-class WaitCancelledError(tf.errors.CancelledError):
-    """A stop was requested while a non-chief waited for the chief: a clean end."""
-
-    def __init__(self, message: str):
-        super().__init__(None, None, message)
-
-
-class _Coordinator(tf.compat.v1.train.Coordinator):
-    """TensorFlow's Coordinator, remembering why the first stop was requested, and telling
-    the callbacks of ``when_stopped``."""
-
-    def __init__(self):
-        super().__init__(clean_stop_exception_types=(tf.errors.OutOfRangeError,
-                                                     WaitCancelledError))
-        self._reason_lock = threading.Lock()
-        self.stop_reason: Optional[str] = None       # guarded by _reason_lock
-        self.stop_exception: Optional[BaseException] = None
-        self._on_stop: list = []                     # weak methods; guarded by _reason_lock
-
-    def when_stopped(self, method) -> None:
-        """Calls ``method()`` (a bound method, held weakly) in the thread that requests a stop,
-        at every request; at once when a stop is requested already."""
-        with self._reason_lock:
-            self._on_stop = [m for m in self._on_stop if m() is not None]
-            self._on_stop.append(weakref.WeakMethod(method))
-        if self.should_stop():
-            method()
-
-    def request_stop(self, ex=None):
-        value = ex[1] if isinstance(ex, tuple) else ex
-        with self._reason_lock:
-            if self.stop_reason is None:
-                if value is None:
-                    self.stop_reason = events.REQUESTED
-                elif isinstance(value, self._clean_stop_exception_types):
-                    self.stop_reason = events.OUT_OF_RANGE
-                else:
-                    self.stop_reason = events.ERROR
-                    self.stop_exception = value
-            told = [m() for m in self._on_stop]
-        try:
-            super().request_stop(ex)
-        finally:
-            for method in told:
-                if method is not None:
-                    method()
-
-    def clear_stop(self):
-        with self._reason_lock:
-            self.stop_reason, self.stop_exception = None, None
-        super().clear_stop()
 
 
 def _check_arguments(logdir, saver, is_chief, checkpoint_basename, init_fn, on_nan,
@@ -253,13 +208,14 @@ class Supervisor:
             self._build_ops(ready_op, ready_for_local_init_op, init_op, init_feed_dict,
                             local_init_op, saver, summary_op, global_step)
             # Before the meta graph is taken: the check's op is part of the graph written.
-            self._finite_check = self._make_finite_check(on_nan, is_chief, logdir)
+            finite_check, saver_guarded = make_finite_check(self._saver, graph, on_nan,
+                                                            is_chief, logdir)
             self._meta_graph_def = meta_graph.create_meta_graph_def(
                 graph_def=graph.as_graph_def(add_shapes=True),
                 saver_def=self._saver.saver_def if self._saver else None)
 
         self._is_chief = is_chief
-        self._coord = _Coordinator()
+        self._coord = StopCoordinator()
         # should_stop() runs at every step: the Event's own C method, not a Python call more.
         self._stop_is_set = compat.stop_event_is_set(self._coord)
         self._stop_seen = False
@@ -283,20 +239,17 @@ class Supervisor:
         self._graph_added_to_summary = False
         # The session of the chief's last prepare, for the final checkpoint in stop().
         self._sess = None
-        self._save_lock = threading.Lock()        # one Saver.save (or restore) at a time
         # When to save and write summaries; the save timer's last_step (the step the newest
-        # checkpoint holds) is guarded by _save_lock.
+        # checkpoint holds) is guarded by the Saving's lock.
         self._save_timer = Timer()
         self._summary_timer = Timer()
         # on_nan: what a refused checkpoint leads to (its pending rollback and count are
-        # guarded by _save_lock; read anywhere).
+        # guarded by the Saving's lock; read anywhere).
         self._policy = finite.Policy(on_nan, max_rollbacks)
-        self._scalars = finite.ScalarWatch()      # newest value of each scalar summary
-        self._summary_generation = None           # of the summary service's last summary
-        # The summary service's session (None: it does not run) and the step of its newest
-        # summary (or the restored step's): one summary a step, and the last one in stop().
-        self._summarized = None
-        self._summary_step: Optional[int] = None
+        self._scalars = ScalarWatch()             # newest value of each scalar summary
+        self._summaries = Summaries(self._summary_op, self._global_step, self._hub,
+                                    self._scalars, checks=self._policy.checks,
+                                    complete_curves=self._complete_curves)
         self._training_thread: Optional[threading.Thread] = None  # the one that prepared
         # Every thread this Supervisor started (services, queue runners, loops), so that the
         # notebook can tell whose output a thread's print is. Weak: finished threads go away.
@@ -305,6 +258,10 @@ class Supervisor:
         if is_chief:
             self._open_logdir(logdir, checkpoint_basename, save_summaries_secs,
                               save_model_secs, summary_writer)
+        self._saving = Saving(self._saver, graph, self._logdir, self._save_path,
+                              self._save_timer, self._policy, self._scalars, finite_check,
+                              saver_guarded, self._global_step, self._hub,
+                              self._coord.request_stop)
         try:
             self._session_manager = session_manager or _v1.train.SessionManager(
                 local_init_op=self._local_init_op,
@@ -393,26 +350,6 @@ class Supervisor:
         variables = _v1.global_variables()
         return (_v1.train.Saver(sharded=sharded_where_plain_writes(variables))
                 if variables else None)
-
-    def _make_finite_check(self, on_nan, is_chief, logdir) -> Optional[finite.VariableCheck]:
-        """For a chief that saves: guards the Saver's save op (what it writes must be finite,
-        checked in the save's own run) and returns the fused check of the trainable variables
-        (run before a save only when the Saver could not be guarded; else to name the
-        variables after a refused save). None otherwise."""
-        self._saver_guarded = False
-        if on_nan == finite.IGNORE or not is_chief or not logdir or not self._saver:
-            return None
-        check = finite.VariableCheck.in_graph(
-            self._graph.get_collection(_GraphKeys.TRAINABLE_VARIABLES), self._graph)
-        if check is not None:
-            covered = guard_saver(self._saver, self._graph, check.names)
-            # Variables the guard does not cover (partitioned ones) need the check before.
-            self._saver_guarded = set(check.names) <= covered
-        if check is None:
-            logger.warning("The graph is finalized and holds no finiteness check of its "
-                           "variables: only the scalar summaries are checked before a "
-                           "checkpoint. Create the Supervisor before finalizing the graph.")
-        return check
 
     def _init_global_step(self, global_step):
         if global_step is Supervisor.USE_DEFAULT:
@@ -575,10 +512,12 @@ class Supervisor:
         writer = self._summary_writer
         if self._summary_timer.enabled and writer:
             if self._summary_op is not None:
-                self._summarized = sess
+                self._summaries.service_started(sess)
                 threads.append(services.SummaryService(
                     self._coord, self._summary_timer.secs,
-                    compute=lambda: self._compute_summary(sess), write=self._write_summary))
+                    compute=lambda: self._summaries.compute(sess),
+                    write=lambda summary, step: self._summaries.write(
+                        self._summary_writer, summary, step)))
             if self._global_step is not None:
                 threads.append(services.StepCounterService(
                     self._coord, self._summary_timer.secs,
@@ -587,66 +526,12 @@ class Supervisor:
                     writer=writer, hub=self._hub, complete=self._complete_curves))
         if self._saver and self._save_timer.enabled:
             threads.append(services.CheckpointService(
-                self._coord, self._save_timer.secs, save=lambda: self._save_if_moved(sess)))
+                self._coord, self._save_timer.secs,
+                save=lambda: self._saving.save_if_moved(sess, self._summary_writer)))
         for thread in threads:
             self._threads.add(thread)
             thread.start()
         return threads
-
-    def _compute_summary(self, sess):
-        # A summary computed while a rollback restores is of the discarded timeline.
-        self._summary_generation = self._scalars.generation
-        try:
-            if self._global_step is None:
-                return sess.run(self._summary_op), None
-            summary, step = sess.run([self._summary_op, self._global_step])
-        except tf.errors.OpError as e:
-            # The same error type (code catching it still does), saying what to do.
-            raise type(e)(e.node_def, None, _summary_failure(self._summary_op, e)) from e
-        return summary, services.step_value(step)
-
-    def _write_summary(self, summary, step):
-        """The summary service's summary, unless the step has one (training paused, or the
-        restored step): one point per step, as the eager backend writes them."""
-        if self._complete_curves and step is not None and step == self._summary_step:
-            return
-        self._summary_writer.add_summary(summary, step)
-        self._summary_step = step
-        self._report_summary(summary, step, self._summary_generation)
-
-    def _write_last_summary(self, failed: bool) -> None:
-        """The summary service stopped: a summary of the session's last step, unless its newest
-        one is of that step. A summary op that reads the input cannot run once the input ended
-        (or, after a failure, in a broken session): then the session ends without it."""
-        sess, self._summarized = self._summarized, None
-        if not self._complete_curves or sess is None or getattr(sess, "_closed", False) or \
-                not self._summary_writer:
-            return
-        try:
-            step = self._read_step_quietly()
-            if step is not None and step == self._summary_step:
-                return  # without computing it
-            summary, step = self._compute_summary(sess)
-        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
-            logger.debug("No last summary: the summary op reads the input, which ended.",
-                         exc_info=True)
-            return
-        except tf.errors.OpError:
-            if not failed:
-                raise
-            logger.debug("No last summary: the session failed.", exc_info=True)
-            return
-        self._write_summary(summary, step)
-
-    def _report_summary(self, summary, step, generation=None):
-        """Emits SummaryWritten; when checking finiteness, the scalars are parsed here (once)
-        and their newest values kept for the check before the next checkpoint."""
-        if not self._policy.checks:
-            self._hub.emit(_summary_event, summary, step, time.time())
-            return
-        scalars = events.scalars_from_summary(summary)
-        self._scalars.observe(step, scalars, generation)
-        self._hub.emit(events.SummaryWritten, step, scalars, time.time())
 
     def prepare_or_wait_for_session(self, master="", config=None, wait_for_checkpoint=False,
                                     max_wait_secs=7200, start_standard_services=True):
@@ -695,8 +580,7 @@ class Supervisor:
             self._lock.acquire()
         self._sess = None
         self._training_thread = threading.current_thread()
-        with self._save_lock:
-            self._policy.reset()
+        self._saving.new_session()
         self._scalars.clear()
         if self._is_chief:
             sess, restored_from = self._prepare_chief_session(
@@ -704,10 +588,8 @@ class Supervisor:
             self._sess = sess
             self._write_graph()
             step = self.read_global_step(sess)
-            with self._save_lock:
-                self._save_timer.last_step = step if restored_from else None
-            # The restored step's summary is the one the session before wrote at its end.
-            self._summary_step = step if restored_from else None
+            self._saving.session_ready(step if restored_from else None)
+            self._summaries.session_ready(step if restored_from else None)
             self._hub.emit(events.SessionReady, step, restored_from, True, time.time())
             if start_standard_services:
                 logger.info("Starting standard services.")
@@ -865,86 +747,8 @@ class Supervisor:
             CheckpointWriteError: the files could not be written; the message names the
                 newest checkpoint that was.
         """
-        return self._save(sess)
-
-    def _save(self, sess=None, *, final=False) -> Optional[str]:
-        """``save_checkpoint``; ``final``: the checkpoint of a stop (no rollback: it ends).
-        Nothing is saved while a rollback is pending (the model is known to be bad)."""
-        sess = sess if sess is not None else self._sess
-        if not self._saver or not self._save_path or sess is None:
-            return None
-        with self._save_lock:
-            if self._policy.pending is not None and not final:
-                return None  # the state is bad: the training thread rolls back first
-            step = self.read_global_step(sess)
-            self._check_finite(sess, step, final=final)
-            if self._policy.pending is not None:
-                return None
-            start = time.time()
-            logger.info("Saving checkpoint to path %s", self._save_path)
-            # Eager mode is per thread: a service thread of a TF2 program must enter the graph,
-            # or the Saver takes the eager path and refuses graph variables.
-            try:
-                with self._graph.as_default():
-                    path = self._saver.save(sess, self._save_path, global_step=step)
-            except tf.errors.InvalidArgumentError as e:
-                if not finite.is_guard_failure(e):
-                    raise CheckpointWriteError(self._write_failure(step, e)) from e
-                # The guard refused what the save would have written: nothing is under the
-                # checkpoint's name (a sharded Saver's parts are in a temporary directory).
-                finite.remove_refused_save(self._save_path if step is None
-                                           else f"{self._save_path}-{step}")
-                # The step now: the values refused were read after the step read above.
-                step = self.read_global_step(sess)
-                variables = (self._finite_check.run(sess) if self._finite_check is not None
-                             else [])
-                self._on_non_finite(step, variables, self._scalars.non_finite(),
-                                    final=final, other_saved=True)
-                return None
-            except tf.errors.OpError as e:
-                raise CheckpointWriteError(self._write_failure(step, e)) from e
-            seconds = time.time() - start
-            self._save_timer.last_step = step
-            # What retention keeps now, newest first (the Saver knows; no file is re-read).
-            kept = tuple(reversed(self._saver.last_checkpoints))
-        if self._summary_writer and step is not None:
-            self._summary_writer.add_session_log(
-                _SessionLog(status=_SessionLog.CHECKPOINT, checkpoint_path=self._save_path),
-                step)
-        self._hub.emit(events.CheckpointSaved, step, path, start + seconds, seconds, kept)
-        return path
-
-    # ----------------------------------------------------------------------------- finiteness
-
-    def _check_finite(self, sess, step, *, final: bool) -> None:
-        """With ``_save_lock`` held, before a save: returns when the newest scalar summaries
-        are finite, and the variables (when the Saver is not guarded: see
-        ``_make_finite_check``), or with ``on_nan="ignore"``. Otherwise ``_on_non_finite``."""
-        if not self._policy.checks:
-            return
-        summaries = self._scalars.non_finite()
-        variables = []
-        if self._finite_check is not None and (summaries or not self._saver_guarded):
-            variables = self._finite_check.run(sess)  # guarded: only to name them
-        if variables or summaries:
-            self._on_non_finite(step, variables, summaries, final=final)
-
-    def _on_non_finite(self, step, variables, summaries, *, final: bool,
-                       other_saved: bool = False) -> None:
-        """With ``_save_lock`` held, nothing saved: the policy schedules a rollback, or raises
-        NonFiniteError, which stops the run."""
-        problem = finite.describe_problem(variables, summaries, other_saved and not variables)
-        try:
-            self._policy.refused(step, problem, self._newest_checkpoint(), final=final)
-        except finite.NonFiniteError:
-            if not final:
-                self._coord.request_stop(sys.exc_info())  # the run fails with it
-            raise
-
-    def _newest_checkpoint(self) -> Optional[str]:
-        """The newest checkpoint of this logdir (every one written was finite), or None."""
-        newest = (self._saver.last_checkpoints or [None])[-1]
-        return newest or tf.train.latest_checkpoint(self._logdir)
+        return self._saving.save(sess if sess is not None else self._sess,
+                                 self._summary_writer)
 
     def step_boundary(self, sess=None) -> bool:
         """Called by the training thread between two steps (``should_stop()`` calls it): makes
@@ -957,37 +761,7 @@ class Supervisor:
         sess = sess if sess is not None else self._sess
         if sess is None:
             return False
-        with self._save_lock:
-            rollback = self._policy.take()
-            if rollback is None:
-                return False
-            try:
-                with self._graph.as_default():
-                    self._saver.restore(sess, rollback.path)
-            except tf.errors.OpError as e:
-                try:
-                    raise self._policy.rollback_failed(rollback, e) from e
-                except finite.NonFiniteError:
-                    self._coord.request_stop(sys.exc_info())
-                return False
-            restored = self.read_global_step(sess)
-            self._save_timer.last_step = restored
-            self._scalars.clear()
-            self._policy.rolled_back(rollback, restored, self._summary_writer, self._hub)
-        return True
-
-    def _write_failure(self, step, error) -> str:
-        newest = self._newest_checkpoint()
-        where = f"{self._save_path}-{step}" if step is not None else self._save_path
-        return write_failure(self._logdir, error, f"the checkpoint {where}", newest)
-
-    def _save_if_moved(self, sess, *, final=False):
-        """Saves unless the newest checkpoint already holds the current step."""
-        step = self.read_global_step(sess)
-        with self._save_lock:
-            if not self._save_timer.moved(step):
-                return
-        self._save(sess, final=final)
+        return self._saving.roll_back(sess, self._summary_writer)
 
     def _save_final_checkpoint(self):
         sess = self._sess
@@ -996,7 +770,7 @@ class Supervisor:
         if getattr(sess, "_closed", False):
             logger.warning("No final checkpoint: the session was closed before sv.stop().")
             return
-        self._save_if_moved(sess, final=True)
+        self._saving.save_if_moved(sess, self._summary_writer, final=True)
 
     # ----------------------------------------------------------------------------- stopping
 
@@ -1005,7 +779,7 @@ class Supervisor:
 
         Joins ``threads`` (default: the services, queue runners and ``loop`` threads) for up to
         ``stop_grace_secs``. With ``complete_curves``, the summary service's last summary and
-        the step counter's last rate are of the last step (see ``_write_last_summary``); on a
+        the step counter's last rate are of the last step (see ``Summaries.write_last``); on a
         clean stop the chief then writes a final checkpoint (see ``save_on_stop``). Releases
         the logdir's lock and emits ``Stopped``.
 
@@ -1029,10 +803,11 @@ class Supervisor:
                 self._coord.join(threads, stop_grace_period_secs=self._stop_grace_secs,
                                  ignore_live_threads=ignore_live_threads)
             except BaseException as e:
-                clean_up(e, "writing the last summary",
-                         lambda: self._write_last_summary(failed=True))
+                clean_up(e, "writing the last summary", lambda: self._summaries.write_last(
+                    self._summary_writer, self._read_step_quietly, failed=True))
                 raise
-            self._write_last_summary(failed=False)
+            self._summaries.write_last(self._summary_writer, self._read_step_quietly,
+                                       failed=False)
             if self._is_chief:
                 self._save_final_checkpoint()
         except BaseException as e:
@@ -1150,7 +925,7 @@ class Supervisor:
         if global_step is None and self._global_step is not None:
             global_step = services.read_step(sess, self._global_step)
         self._summary_writer.add_summary(summary, global_step)
-        self._report_summary(summary, global_step)
+        self._summaries.report(summary, global_step)
 
     @contextlib.contextmanager
     def managed_session(self, master="", config=None, start_standard_services=True,
@@ -1198,27 +973,7 @@ class Supervisor:
             try:
                 self.stop(close_summary_writer=close_summary_writer)
             finally:
-                self._close_session(sess)
-
-    def _close_session(self, sess):
-        """Closes ``sess`` within ``stop_grace_secs``.
-
-        Closing a session on a cluster waits for every task it used; with a task gone for good
-        (a dead parameter server) that wait never ends, and the error would never reach the
-        caller. So the close runs on a daemon thread and is left to finish on its own.
-        """
-        def close():
-            try:
-                sess.close()
-            except Exception:  # pylint: disable=broad-except
-                logger.debug("Closing the session failed.", exc_info=True)
-
-        closer = threading.Thread(target=close, name="jupyter_supervisor-close", daemon=True)
-        closer.start()
-        closer.join(self._stop_grace_secs)
-        if closer.is_alive():
-            logger.warning("The session did not close within %s s (a task of the cluster is "
-                           "gone?); it will close when the task answers.", self._stop_grace_secs)
+                close_session(sess, self._stop_grace_secs)
 
     # TensorFlow's CamelCase aliases.
     PrepareSession = prepare_or_wait_for_session
@@ -1235,126 +990,4 @@ class Supervisor:
 
 def _new_file_writer(logdir):
     """A FileWriter whose event file name is unique and sorts after the earlier ones."""
-    return _v1.summary.FileWriter(logdir, filename_suffix=services.event_file_suffix())
-
-
-def _summary_event(summary, step, wall_time):
-    return events.SummaryWritten(step, events.scalars_from_summary(summary), wall_time)
-
-
-def _summary_failure(summary_op, error) -> str:
-    """Which summaries of ``summary_op`` depend on the op that failed, and what to do."""
-    failed = getattr(error, "op", None)
-    summaries = list(summary_op.op.inputs) if summary_op.op.type == "MergeSummary" \
-        else [summary_op]
-    culprits = [s.op.name for s in summaries if failed is not None and _depends_on(s.op, failed)]
-    named = ", ".join(repr(name) for name in (culprits or [s.op.name for s in summaries]))
-    return (f"The summary op failed in the summary service ({describe_error(error)}): "
-            f"{'the summary' if len(culprits) == 1 else 'summaries'} {named}. A summary that "
-            "needs a feed (a placeholder) or a value only the training loop has cannot run on "
-            "its own: run with --save-summaries-secs 0 (Supervisor(summary_op=None)) and write "
-            "it from the loop with sv.summary_computed(sess, sess.run(summary, feed_dict=...)).")
-
-
-def _depends_on(op, target, limit: int = 100_000) -> bool:
-    """True when ``target`` is ``op`` or among its inputs, transitively."""
-    seen, stack = set(), [op]
-    while stack and len(seen) < limit:
-        current = stack.pop()
-        if current is target:
-            return True
-        if current in seen:
-            continue
-        seen.add(current)
-        stack.extend(t.op for t in current.inputs)
-        stack.extend(current.control_inputs)
-    return False
-
-
-def mismatch_message(what: str, path: str, problem: str, logdir: str, warm_start: str) -> str:
-    """Why the checkpoint ``path`` (``what``: how the message names it) cannot be restored into
-    the graph (``problem``, from ``checkpoint_misfit``), and what to do: a new ``logdir`` (how
-    the caller names that option), or ``warm_start`` (how the caller passes an init_fn)."""
-    return (f"{what} does not fit the graph: {problem}. The model changed since it was saved. "
-            f"Train it in a new {logdir}; to warm-start from this checkpoint, {warm_start}, "
-            "e.g. `def warm(sess): tf.compat.v1.train.Saver(old_vars).restore(sess, "
-            f"{path!r})`.")
-
-
-def global_step_by_name(graph):
-    """The variable or tensor named 'global_step' of ``graph``, or None (how TensorFlow's
-    Supervisor finds a global step outside the GLOBAL_STEP collection)."""
-    for var in graph.get_collection(_GraphKeys.GLOBAL_VARIABLES):
-        # A TF2 resource variable's "global_step:0" is its handle (dtype resource): use the
-        # variable itself, whose dtype is the value's.
-        if var.op.name == "global_step":
-            return var
-    try:
-        return graph.get_tensor_by_name("global_step:0")
-    except KeyError:
-        return None
-
-
-def counts_steps(step, shape: bool = False) -> bool:
-    """True when ``step`` can count steps: an int32 or int64 (and, with ``shape``, a scalar or
-    a one-element vector)."""
-    dtype = getattr(step, "dtype", None)
-    if dtype is None or dtype.base_dtype not in (tf.int32, tf.int64):
-        return False
-    if not shape:
-        return True
-    step_shape = getattr(step, "shape", None)
-    return step_shape is not None and (step_shape.rank is None
-                                       or step_shape.as_list() in ([], [1]))
-
-
-def checkpoint_misfit(path: str, graph, saver=None) -> Optional[str]:
-    """Why the checkpoint at ``path`` cannot restore the variables of ``graph`` that ``saver``
-    restores (default: every global variable and saveable object): the variables it has no
-    value for, and those whose shape changed. None when it fits, or when it cannot be read (its
-    restore then fails and falls back to an older checkpoint)."""
-    try:
-        stored = tf.train.load_checkpoint(path).get_variable_to_shape_map()
-    except (tf.errors.OpError, ValueError):
-        return None
-    expected = {name: _variable_shape(var)
-                for name, var in _saver_variables(saver, graph).items()}
-    expected = {name: shape for name, shape in expected.items() if shape is not False}
-    missing = sorted(set(expected) - set(stored))
-    reshaped = sorted(
-        f"{name!r} (saved {stored[name]}, graph {shape})"
-        for name, shape in expected.items()
-        if name in stored and shape is not None and shape != stored[name])
-    problems = []
-    if missing:
-        problems.append(f"it has no value for {len(missing)} variable(s) of the graph: "
-                        + ", ".join(repr(m) for m in missing[:5])
-                        + (" ..." if len(missing) > 5 else ""))
-    if reshaped:
-        problems.append("variables changed shape: " + ", ".join(reshaped[:5]))
-    return "; ".join(problems) or None
-
-
-def _saver_variables(saver, graph) -> dict:
-    """{checkpoint key: variable, variable handle or saveable} of what ``saver`` (default: a
-    Saver of every global variable and saveable object) restores."""
-    var_list = compat.saver_var_list(saver)
-    with graph.as_default():
-        if var_list is None:
-            var_list = _v1.global_variables() + graph.get_collection(_GraphKeys.SAVEABLE_OBJECTS)
-        return compat.saveables_by_key(var_list)
-
-
-def _variable_shape(item):
-    """The static shape (a list) of a variable the Saver restores; None if not fully known;
-    False when ``item`` is not a plain variable (tables and other saveables are not checked)."""
-    op = getattr(item, "op", None)
-    if isinstance(item, tf.Variable):
-        shape = item.shape
-    elif op is not None and op.type == "VarHandleOp":  # a resource variable's handle
-        shape = tf.TensorShape(op.get_attr("shape"))
-    elif op is not None and op.type in ("ReadVariableOp", "Variable", "VariableV2"):
-        shape = item.shape
-    else:
-        return False
-    return shape.as_list() if shape.is_fully_defined() else None
+    return _v1.summary.FileWriter(logdir, filename_suffix=events.event_file_suffix())

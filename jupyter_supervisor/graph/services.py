@@ -1,6 +1,6 @@
 """The standard services of the graph Supervisor: checkpoints, summaries and the step counter
-(the eager backend does all three at step boundaries in its training thread), and what both
-backends share to name event files and read a global step.
+(the eager backend does all three at step boundaries in its training thread), and how the graph
+side reads a global step.
 
 Each service is a TensorFlow ``LooperThread`` on the Supervisor's Coordinator: it runs once at
 start, then every ``interval`` seconds, waits on the Coordinator's stop event (never sleeps), and
@@ -8,32 +8,18 @@ an exception it raises is reported to the Coordinator, which stops the run and r
 ``join()``. A service is given only what it needs (a callable that saves, a summary writer, a step
 reader), never the Supervisor itself.
 """
-import itertools
 import logging
-import os
 import time
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 
-from . import events
+from .. import events
 
 logger = logging.getLogger("jupyter_supervisor")
 
 _Summary = tf.compat.v1.Summary
-
-_writer_numbers = itertools.count()
-
-
-def event_file_suffix() -> str:
-    """The suffix of a new event file's name: unique, and sorting after every earlier file's.
-
-    TensorFlow names event files by the second and the host; TensorBoard reads a logdir's files
-    in name order (and purges a restarted session's orphaned points by that order). A file
-    opened later in the same second, by this process or a restarted one, must sort later: the
-    wall clock in nanoseconds, zero-padded, does that (a counter's 9 -> 10 would not)."""
-    return f".{time.time_ns():020d}.{os.getpid()}.{next(_writer_numbers)}"
 
 
 def read_step(sess, step_tensor) -> int:
