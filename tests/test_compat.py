@@ -422,3 +422,32 @@ def test_shutdown_request_tables():
     assert list(tables) == ["control_handlers"]
     assert tables["control_handlers"]["shutdown_request"] is handler
     assert compat.shutdown_request_tables(object()) == {}
+
+
+def test_session_closed_reads_a_session_s_close():
+    with tf.Graph().as_default():
+        sess = v1.Session()
+        assert not compat.session_closed(sess)
+        sess.close()
+        assert compat.session_closed(sess)
+    assert not compat.session_closed(object())
+
+
+def test_session_interface_is_what_tf_sessions_derive_from():
+    assert issubclass(v1.Session, compat.session_interface())
+    assert issubclass(v1.InteractiveSession, compat.session_interface())
+
+
+def test_meta_graph_def_holds_the_graph_and_the_saver():
+    with tf.Graph().as_default() as graph:
+        v1.Variable(1.0, name="w")
+        saver = v1.train.Saver()
+        meta = compat.meta_graph_def(graph, saver)
+    assert any(node.name == "w" for node in meta.graph_def.node)
+    assert meta.saver_def.filename_tensor_name == saver.saver_def.filename_tensor_name
+    assert compat.meta_graph_def(graph, None).saver_def.filename_tensor_name == ""
+
+
+def test_deprecations_silenced_is_a_context():
+    with compat.deprecations_silenced():
+        pass

@@ -57,6 +57,36 @@ def stop_event_is_set(coord) -> Callable[[], bool]:
     return getattr(event, "is_set", coord.should_stop)
 
 
+def session_closed(sess) -> bool:
+    """``BaseSession._closed``: True once ``sess.close()`` ran (a session offers no public way to
+    ask); False for a session without it (a user's wrapper), which is then used as open."""
+    return bool(getattr(sess, "_closed", False))
+
+
+def session_interface() -> type:
+    """``tensorflow.python.client.session.SessionInterface``: the base class of what a graph
+    body may take for a session (the bound ``sess`` derives from it, as TF's own wrappers do)."""
+    from tensorflow.python.client import session  # pylint: disable=import-outside-toplevel
+    return session.SessionInterface
+
+
+def meta_graph_def(graph, saver):
+    """``meta_graph.create_meta_graph_def``: the MetaGraphDef TF's Supervisor writes beside its
+    event file (the graph with its shapes, and ``saver``'s SaverDef), without the collections
+    that ``tf.compat.v1.train.export_meta_graph`` adds and warns about."""
+    from tensorflow.python.framework import meta_graph  # pylint: disable=import-outside-toplevel
+    return meta_graph.create_meta_graph_def(
+        graph_def=graph.as_graph_def(add_shapes=True),
+        saver_def=saver.saver_def if saver else None)
+
+
+def deprecations_silenced():
+    """``deprecation.silence()``: a context in which TensorFlow logs no deprecation warning (a
+    Saver's ``recover_last_checkpoints`` calls a deprecated helper of its own)."""
+    from tensorflow.python.util import deprecation  # pylint: disable=import-outside-toplevel
+    return deprecation.silence()
+
+
 def add_control_input(op, control) -> None:
     """``Operation._add_control_input``: makes ``op`` (a checkpoint's merge, already built by
     the Saver or ``Checkpoint.write``) wait for ``control`` (the finiteness check), which no

@@ -11,7 +11,6 @@ import contextlib
 from typing import Callable, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.client import session as tf_session
 
 from .. import compat, finite
 from ..backend import StopBody
@@ -204,7 +203,7 @@ class GraphBackend:
             compat.unfinalize(self._graph)
 
 
-class _BoundSession(tf_session.SessionInterface):
+class _BoundSession(compat.session_interface()):
     """The managed session as the body sees it.
 
     Once a stop was requested, its next ``run`` raises ``StopBody`` unless the body saw the

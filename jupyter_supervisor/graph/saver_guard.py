@@ -9,7 +9,6 @@ import contextlib
 from typing import List, Optional, Sequence
 
 import tensorflow as tf
-from tensorflow.python.framework import tensor_util
 
 from .. import compat
 from ..finite import (FLOAT_TYPES, GUARD_TEXT, VariableCheck, finite_flags, float_variables,
@@ -101,8 +100,8 @@ def guard_saver(saver, graph, names: Sequence[str]) -> set:
     save_tensor_op = graph.get_tensor_by_name(saver.saver_def.save_tensor_name).op
     merges = _ops_before(save_tensor_op, "MergeV2Checkpoints")
     for op in _ops_before(save_tensor_op, "SaveV2"):
-        keys = tensor_util.constant_value(op.inputs[1])  # prefix, keys, slices, tensors...
-        slices = tensor_util.constant_value(op.inputs[2])
+        keys = tf.get_static_value(op.inputs[1])  # prefix, keys, slices, tensors...
+        slices = tf.get_static_value(op.inputs[2])
         if keys is None or slices is None:
             continue
         chosen = {}

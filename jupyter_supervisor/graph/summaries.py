@@ -17,7 +17,7 @@ from typing import Callable, List, Mapping, Optional
 
 import tensorflow as tf
 
-from .. import events
+from .. import compat, events
 from ..checkpoints import describe_error
 from ..finite import NonFiniteScalar
 from . import services
@@ -83,7 +83,7 @@ class Summaries:
         one is of that step. A summary op that reads the input cannot run once the input ended
         (or, after a failure, in a broken session): then the session ends without it."""
         sess, self._summarized = self._summarized, None
-        if not self._complete_curves or sess is None or getattr(sess, "_closed", False) or \
+        if not self._complete_curves or sess is None or compat.session_closed(sess) or \
                 not writer:
             return
         try:

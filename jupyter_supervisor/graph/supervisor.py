@@ -39,10 +39,8 @@ try:
     import tensorflow as tf
 except ImportError as error:  # TensorFlow comes through an extra: say which
     raise ImportError(
-        "jupyter_supervisor needs TensorFlow >= 2.16. Install it with "
+        "jupyter_supervisor needs TensorFlow >= 2.19. Install it with "
         "`pip install 'jupyter-supervisor[cpu]'` (or `[gpu]`, or your own tensorflow).") from error
-from tensorflow.python.framework import meta_graph
-from tensorflow.python.util import deprecation
 
 from .. import compat, events, finite, names
 from .._validate import check_basename, check_checkpoint_path, check_number, invalid
@@ -210,9 +208,7 @@ class Supervisor:
             # Before the meta graph is taken: the check's op is part of the graph written.
             finite_check, saver_guarded = make_finite_check(self._saver, graph, on_nan,
                                                             is_chief, logdir)
-            self._meta_graph_def = meta_graph.create_meta_graph_def(
-                graph_def=graph.as_graph_def(add_shapes=True),
-                saver_def=self._saver.saver_def if self._saver else None)
+            self._meta_graph_def = compat.meta_graph_def(graph, self._saver)
 
         self._is_chief = is_chief
         self._coord = StopCoordinator()
@@ -678,7 +674,7 @@ class Supervisor:
                                     basename=basename,
                                     sweep_unlisted=sweeps and self._lists_all())
         # Oldest first, existing only, so that retention goes on deleting the old ones.
-        with deprecation.silence():  # it uses a deprecated TF helper internally
+        with compat.deprecations_silenced():  # it uses a deprecated TF helper internally
             self._saver.recover_last_checkpoints(list(reversed(candidates)))
         return sess, path
 
@@ -767,7 +763,7 @@ class Supervisor:
         sess = self._sess
         if not self._save_on_stop or not self._saver or not self._save_path or sess is None:
             return
-        if getattr(sess, "_closed", False):
+        if compat.session_closed(sess):
             logger.warning("No final checkpoint: the session was closed before sv.stop().")
             return
         self._saving.save_if_moved(sess, self._summary_writer, final=True)
@@ -845,7 +841,7 @@ class Supervisor:
 
     def _read_step_quietly(self):
         sess = self._sess
-        if sess is None or getattr(sess, "_closed", False):
+        if sess is None or compat.session_closed(sess):
             return None
         try:
             return self.read_global_step(sess)
