@@ -120,10 +120,10 @@ def unload_ipython_extension(ipython):
                   "cell body must return once sv.should_stop() is True.", file=sys.stderr)
         if late:
             return  # leave the magics and the output routing to the runs still stopping
-    from .notebook import output  # pylint: disable=import-outside-toplevel
+    from .notebook import routing  # pylint: disable=import-outside-toplevel
     from .view import panel  # pylint: disable=import-outside-toplevel
     panel.close_all()
-    output.uninstall()
+    routing.uninstall()
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):
         magics[kind].pop("supervise", None)

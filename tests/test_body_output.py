@@ -1,5 +1,5 @@
 """The body is a cell: IPython's syntax works in it, and what it and its threads print or display
-goes to its run's panel, never into another cell (notebook/output.py, notebook/magics.py,
+goes to its run's panel, never into another cell (notebook/routing.py, notebook/magics.py,
 view/output_area.py).
 
 The kernel-level test drives a real kernel through jupyter_client and reads every iopub message:

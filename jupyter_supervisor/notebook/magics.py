@@ -1,12 +1,12 @@
 """The ``%%supervise`` cell magic and the ``%supervise`` line magic.
 
 They parse (IPython's magic_arguments: ``%%supervise?`` lists every option, a bad option is a
-UsageError) and delegate to ``run.py``; the panel shows the run. TensorFlow is imported with
+UsageError) and delegate: ``options.py`` makes the run's configuration of the arguments,
+``run.py`` runs it; the panel shows the run. TensorFlow is imported with
 the first run, not when the extension is loaded.
 """
 import argparse
 import ast
-import dataclasses
 import functools
 import re
 import shlex
@@ -18,10 +18,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .. import capabilities, names, tf_config
+from .. import capabilities, names
 from ..config import RunConfig
 from ..view import panel, text
 from .body import compile_python
+from .options import one_line, option_message, run_config
 
 COMMANDS = ("list", "stop", "resume", "save", "wait", "show", "compare", "versions")
 
@@ -38,20 +39,9 @@ class RunFailedError(RuntimeError):
         return (self.run.error_text or str(self)).rstrip("\n").splitlines()
 
 
-def _short(error: BaseException) -> BaseException:
-    """Makes IPython show ``error`` as one line (type and message), without our frames."""
-    error._render_traceback_ = lambda: [f"{type(error).__name__}: {error}"]
-    return error
-
-
 def _run_module():
     from . import run  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
     return run
-
-
-def _cluster_module():
-    from ..graph import cluster  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
-    return cluster
 
 
 def _user_errors(run):
@@ -71,7 +61,7 @@ def _checked(flag: str, kind: type, check):
             try:
                 check(flag, value)
             except ValueError as e:
-                raise argparse.ArgumentTypeError(_option_message(str(e))) from None
+                raise argparse.ArgumentTypeError(option_message(str(e))) from None
         return value
     parse.__name__ = kind.__name__
     return parse
@@ -219,76 +209,9 @@ class SuperviseMagics(Magics):
         if not cell.strip():
             raise UsageError("%%supervise needs a cell body: the training loop, e.g.\n"
                              "    while not sv.should_stop():\n        sess.run(train_op)")
-        task = self._cluster_task(args)
-        is_chief, session_config = args.chief, None
-        replica = None if task is not None or args.master else self._tf_config_replica(args)
-        if task is not None:
-            cluster = _cluster_module()
-            try:
-                if is_chief is None:
-                    is_chief = cluster.is_chief_task(*task)
-                session_config = cluster.session_config(task[1], task[2])
-            except (ValueError, TypeError) as e:
-                raise UsageError(_option_message(str(e))) from None
-        try:
-            config = RunConfig(
-                **{name: getattr(args, name) for name, *_ in RunConfig.options()},
-                init_fn=self._init_fn(args.init_fn), is_chief=is_chief,
-                session_config=session_config)
-            if replica is not None:
-                config = dataclasses.replace(config, is_chief=replica.is_chief,
-                                             task_index=replica.index, workers=replica.workers)
-            if task is not None:
-                # Last, once every option is known to be good: a server cannot be stopped.
-                server = _cluster_module().task_server(*task)
-                config = dataclasses.replace(config, master=server.target)
-        except (ValueError, TypeError) as e:
-            raise UsageError(_option_message(str(e))) from None
-        except RuntimeError as e:  # the port is taken, or another cluster is served
-            raise _short(e)
-        training = run.TrainingRun(config, cell, self.shell.user_ns,
-                                   transform_source=functools.partial(transform_body,
-                                                                      self.shell),
-                                   compile_source=self._compile_body,
-                                   format_exception=format_exception)
-        try:
-            training.start()
-        except _user_errors(run) as e:
-            if type(e) in (ValueError, TypeError):  # pylint: disable=unidiomatic-typecheck
-                raise _short(type(e)(_option_message(str(e)))) from None
-            raise _short(e)
-        if training.status == names.FAILED and isinstance(training.exception, SyntaxError):
-            raise RunFailedError(training)  # the body does not compile: nothing ran
-        if config.logdir is None and config.is_chief:
-            print(f"No --logdir: run {config.name!r} saves nothing (no checkpoints, no "
-                  "summaries) and cannot be resumed.")
-        _print_notes(training)
-        _show(training)
+        training = _start(run, run_config(args, self.shell.user_ns), cell, self.shell)
         if args.wait:
             _wait(training, stop_on_interrupt=True)
-
-    @staticmethod
-    def _tf_config_replica(args):
-        """This task of a TensorFlow 2 multi-worker run (TF_CONFIG names several training
-        tasks), or None. Its role is TF_CONFIG's: --chief, --no-chief and --task-index may
-        repeat it, not contradict it (MultiWorkerMirroredStrategy takes the chief's initial
-        values and the cell's checkpoints from the same task)."""
-        try:
-            replica = tf_config.from_environ()
-        except ValueError as e:  # an environment variable, not an option: named as it is
-            raise UsageError(str(e)) from None
-        if replica is None:
-            return None
-        if args.chief is not None and args.chief != replica.is_chief:
-            raise UsageError(
-                f"--{'' if args.chief else 'no-'}chief contradicts TF_CONFIG, which makes this "
-                f"task ({replica.task}) {'the chief' if replica.is_chief else 'not the chief'}. "
-                "Leave the option out: under TF_CONFIG the role is TensorFlow's.")
-        if args.task_index not in (0, replica.index):
-            raise UsageError(
-                f"--task-index {args.task_index} contradicts TF_CONFIG ({replica.task}, "
-                f"training task {replica.index} of {replica.workers}). Leave it out.")
-        return replica
 
     @magic_arguments("supervise")
     @argument("command", nargs="?", default="list", choices=COMMANDS,
@@ -351,68 +274,41 @@ class SuperviseMagics(Magics):
                 training.resume()
                 _show(training)
         except _user_errors(run) as e:
-            raise _short(e)
+            raise one_line(e)
 
-    # ----------------------------------------------------------------------------- helpers
+# ----------------------------------------------------------------------------- starting
 
-    def _init_fn(self, name):
-        if name is None:
-            return None
-        fn = self.shell.user_ns.get(name)
-        if not callable(fn):
-            kind = type(fn).__name__
-            found = "is not defined" if name not in self.shell.user_ns else \
-                f"is {'an' if kind[:1] in 'aeiouAEIOU' else 'a'} {kind}, not a function"
-            raise UsageError(
-                f"Invalid value for argument `--init-fn`. Received: --init-fn={name}, which "
-                f"{found}. Expected the name of a function of the notebook: taking the session "
-                "for graph code, e.g. `def warm_start(sess): saver.restore(sess, path)`; "
-                "taking no argument in eager mode.")
-        return fn
+def _start(run, config, cell, shell):
+    """Starts the run of ``cell`` (the ``run`` module's ``TrainingRun`` under ``config``),
+    says what it does differently from what its options suggest, shows its panel and returns
+    it. What the user can fix is one line; a body that does not compile is the cell's error."""
+    training = run.TrainingRun(config, cell, shell.user_ns,
+                               transform_source=functools.partial(transform_body, shell),
+                               compile_source=functools.partial(_compile_body, shell),
+                               format_exception=format_exception)
+    try:
+        training.start()
+    except _user_errors(run) as e:
+        if type(e) in (ValueError, TypeError):  # pylint: disable=unidiomatic-typecheck
+            raise one_line(type(e)(option_message(str(e)))) from None
+        raise one_line(e)
+    if training.status == names.FAILED and isinstance(training.exception, SyntaxError):
+        raise RunFailedError(training)  # the body does not compile: nothing ran
+    if config.logdir is None and config.is_chief:
+        print(f"No --logdir: run {config.name!r} saves nothing (no checkpoints, no "
+              "summaries) and cannot be resumed.")
+    _print_notes(training)
+    _show(training)
+    return training
 
-    def _cluster_task(self, args):
-        """(cluster spec, job, task index) of ``--cluster``/``--job``/``--task-index``, or None
-        without ``--cluster``; raises UsageError for what cannot work."""
-        if args.cluster is None:
-            if args.job is not None:
-                raise UsageError("--job names this task's job in a cluster: give the cluster "
-                                 "too, e.g. --cluster CLUSTER --job worker --task-index 1.")
-            return None
-        if args.master:
-            raise UsageError("--master and --cluster exclude each other: with --cluster the "
-                             "master is this task's own server. Leave out --master.")
-        if args.job is None:
-            raise UsageError("--cluster needs --job NAME (and --task-index N): which task of "
-                             "the cluster this notebook runs, e.g. --job worker --task-index 1.")
-        cluster = _cluster_module()
-        value = args.cluster
-        if value.isidentifier():
-            if value not in self.shell.user_ns:
-                raise UsageError(
-                    f"Invalid value for argument `--cluster`. Received: --cluster={value}, "
-                    "which is not defined. Expected the name of a notebook variable holding "
-                    "the cluster, e.g. CLUSTER = {'ps': ['host0:2222'], 'worker': "
-                    "['host1:2222', 'host2:2222']}, or that dict as quoted JSON.")
-            value = self.shell.user_ns[value]
-        try:
-            spec = cluster.cluster_spec(value)
-        except (ValueError, TypeError) as e:
-            raise UsageError(_option_message(str(e))) from None
-        if args.job == cluster.PS_JOB and cluster.PS_JOB in spec.jobs:
-            raise UsageError(
-                f"--job {cluster.PS_JOB}: a parameter server runs no training cell. Serve it "
-                "from a plain cell of its own notebook instead: server = "
-                f"jupyter_supervisor.cluster.start_server(CLUSTER, {cluster.PS_JOB!r}, "
-                f"{args.task_index}). The kernel serves the task for as long as it lives.")
-        return spec, args.job, args.task_index
 
-    def _compile_body(self, python, run_name):
-        # Cached under the cell's number, one line down (the %%supervise line), so that
-        # tracebacks say "Cell In[N], line L" with L the line in the notebook cell.
-        del run_name
-        text = "\n" + python
-        filename = self.shell.compile.cache(text, _cell_number(self.shell), raw_code=text)
-        return compile_python(text, filename)
+def _compile_body(shell, python, run_name):
+    # Cached under the cell's number, one line down (the %%supervise line), so that
+    # tracebacks say "Cell In[N], line L" with L the line in the notebook cell.
+    del run_name
+    text = "\n" + python
+    filename = shell.compile.cache(text, _cell_number(shell), raw_code=text)
+    return compile_python(text, filename)
 
 
 # Magics that cannot work in a background run's body, and why (a UsageError when the cell runs).
@@ -513,21 +409,6 @@ def _print_notes(training) -> None:
     """What a run that started does differently from what its options suggest."""
     for note in training.notes:
         print(note)
-
-
-# The one form of a bad-argument message (``_validate.invalid``), naming a Python argument.
-_PYTHON_ARGUMENT = re.compile(r"argument `(\w+)`\. Received: \1=")
-# Python arguments whose option has another name.
-_OPTION_NAMES = {"cluster_spec": "--cluster"}
-
-
-def _option_message(message: str) -> str:
-    """An error of the Python API (RunConfig, the Supervisor, the cluster helpers) as the
-    options the user typed: `save_model_secs` becomes `--save-model-secs`."""
-    def option(match):
-        flag = _OPTION_NAMES.get(match.group(1), "--" + match.group(1).replace("_", "-"))
-        return f"argument `{flag}`. Received: {flag}="
-    return _PYTHON_ARGUMENT.sub(option, message).replace(", or None.", ".")
 
 
 # ------------------------------------------------------------------------------ display

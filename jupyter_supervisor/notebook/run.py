@@ -50,7 +50,7 @@ from ..names import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING,
                      STOPPED, STOPPING, checkpoint_step)
 from ..view import eventfiles
 from ..view.history import RunHistory
-from . import output, shutdown
+from . import routing, shutdown
 from .body import Body, default_compile, default_format, unchanged
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -382,7 +382,7 @@ class TrainingRun:
         # What the run's threads still send to the frontend goes as the output of the request
         # that started it (this cell, or the Resume button's message).
         self._thread = threading.Thread(target=self._train,
-                                        args=(backend, output.current_parent()),
+                                        args=(backend, routing.current_parent()),
                                         name=f"jupyter_supervisor-run-{self.name}", daemon=True)
         self._thread.start()
 
@@ -391,8 +391,8 @@ class TrainingRun:
     def _train(self, backend: Backend, parent: Optional[dict]) -> None:
         error = None
         try:
-            with output.routed_to(self.history.outputs, parent), \
-                    output.threads_routed_to(backend.owns_thread, self.history.outputs):
+            with routing.routed_to(self.history.outputs, parent), \
+                    routing.threads_routed_to(backend.owns_thread, self.history.outputs):
                 try:
                     self._load_earlier_history()
                     noted = len(backend.notes())  # the cell printed these when it returned

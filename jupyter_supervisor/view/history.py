@@ -26,15 +26,15 @@ says how many steps were lost.
 
 A stall (``stall_secs``): while the run is running, no step for max(10 x the recent median
 step time, ``stall_secs``) (before the session's first step time is known, for
-``FIRST_STEP_STALL`` x ``stall_secs``: the first step traces the model and reads the first
-batch). ``note_step``, which the run calls every half second while its body runs, notices it;
-the timeline records when it was raised and when the steps came again.
+``stall.FIRST_STEP_STALL`` x ``stall_secs``: the first step traces the model and reads the first
+batch); ``stall.StallDetector`` decides it. ``note_step``, which the run calls every half second
+while its body runs, notices it; the timeline records when it was raised and when the steps
+came again.
 """
 import collections
 import dataclasses
 import logging
 import os
-import statistics
 import threading
 import time
 import traceback
@@ -46,6 +46,7 @@ from .._validate import check_number, invalid
 from . import eventfiles
 from .output_area import OutputLog
 from .series import ScalarSeries, Series
+from .stall import StallDetector, Stalled
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -56,11 +57,6 @@ MAX_TIMELINE = 64
 # Samples of (clock, step) for the step-rate estimate: one per second at most, about 10 s.
 _RATE_SAMPLE_SECS = 1.0
 _RATE_SAMPLES = 11
-# A stall: no step for max(STALL_FACTOR x the median of the newest STEP_TIMES step times,
-# stall_secs); before a session's first step time is known, for FIRST_STEP_STALL x stall_secs.
-STALL_FACTOR = 10
-STEP_TIMES = 32
-FIRST_STEP_STALL = 10
 
 
 class StatusChanged(NamedTuple):
@@ -77,20 +73,6 @@ class SessionStarted(NamedTuple):
     step: Optional[int]
     restored_from: Optional[str]
     lost: Optional[int]
-    wall_time: float
-
-
-class Stalled(NamedTuple):
-    """No step since ``since`` (epoch seconds), at ``step``; raised at ``wall_time``."""
-    step: Optional[int]
-    since: float
-    wall_time: float
-
-
-class StallEnded(NamedTuple):
-    """Steps came again at ``wall_time``, at ``step``, after ``secs`` without one."""
-    step: Optional[int]
-    secs: float
     wall_time: float
 
 
@@ -172,11 +154,8 @@ class RunHistory:
                                      "an even integer >= 4 (old points are merged in pairs)"))
         self._max_points = max_points
         max_output_chars = _check_int("max_output_chars", max_output_chars, 0)
-        check_number("stall_secs", stall_secs)
-        self._stall_secs = float(stall_secs)
-        if not callable(clock):
-            raise TypeError(invalid("clock", clock,
-                                    "a callable returning seconds, like time.monotonic"))
+        # The detector checks stall_secs, then the clock (its clock is the history's).
+        self._stall = StallDetector(stall_secs, clock, wall_clock)
         self._clock = clock
         self._wall_clock = wall_clock
         self._format_error = format_error
@@ -212,13 +191,6 @@ class RunHistory:
         # The step from which the current session records: a step rate at or before it
         # measured the start-up, not training.
         self._records_from: Optional[int] = None
-        # Stalls: when the step last rose (clock) and to what, how many rises this session,
-        # the newest step times (seconds per step), and the stall raised (None: none).
-        self._moved_at: Optional[float] = None
-        self._moved_step: Optional[int] = None
-        self._moves = 0
-        self._step_times: "collections.deque[float]" = collections.deque(maxlen=STEP_TIMES)
-        self._stalled: Optional[Stalled] = None
         self._rollbacks: "collections.deque[events.RolledBack]" = collections.deque(
             maxlen=MAX_CHECKPOINTS)
         self._watchers: Tuple[Callable[[str], None], ...] = ()
@@ -310,7 +282,7 @@ class RunHistory:
         self._steps_per_sec = None
         self._positioned = False
         self._reached = None
-        self._restart_stall_clock(event.step)
+        self._stall.restart(event.step)
         if event.step is None:
             return
         self._restart_at(int(event.step), self._records_from)
@@ -337,7 +309,7 @@ class RunHistory:
         self._restart_at(int(event.restored_step),
                          int(event.restored_step) + events.START_AFTER)
         self._rate_samples.clear()
-        self._restart_stall_clock(event.restored_step)
+        self._stall.restart(event.restored_step)
 
     def _restart_at(self, step: int, purge_from: Optional[int]) -> None:
         # Training starts (again) at `step`, recording from `purge_from`: what was recorded
@@ -368,7 +340,9 @@ class RunHistory:
         now = self._clock()
         if self._reached is None or step > self._reached:
             self._reached = step
-        self._observe_step(step, now)
+        ended = self._stall.observe(step, now)
+        if ended is not None:
+            self._timeline.append(ended)
         if not header:
             return
         if self._step is None or step > self._step:
@@ -388,56 +362,14 @@ class RunHistory:
         the steps/sec estimate, and raises or clears a stall."""
         step = _check_int("step", step, 0)
         with self._lock:
-            before = (self._step, self._steps_per_sec, self._stalled)
+            before = (self._step, self._steps_per_sec, self._stall.stalled)
             self._note_step(step, header=not self._positioned)
-            self._check_stall()
-            if (self._step, self._steps_per_sec, self._stalled) != before:
+            if self._ready and self._status == names.RUNNING:
+                stalled = self._stall.check()
+                if stalled is not None:
+                    self._timeline.append(stalled)
+            if (self._step, self._steps_per_sec, self._stall.stalled) != before:
                 self._version += 1
-
-    # -- stalls ------------------------------------------------------------------------------
-
-    def _restart_stall_clock(self, step: Optional[int]) -> None:
-        self._moved_at = self._clock()
-        self._moved_step = None if step is None else int(step)
-        self._moves = 0
-        self._step_times.clear()
-        self._end_stall(None)
-
-    def _observe_step(self, step: int, now: float) -> None:
-        if self._moved_step is not None and step <= self._moved_step:
-            return
-        if self._moved_step is not None and self._moves and now > self._moved_at:
-            self._step_times.append((now - self._moved_at) / (step - self._moved_step))
-        if self._moved_step is not None:
-            self._moves += 1
-        self._moved_at, self._moved_step = now, step
-        self._end_stall(step)
-
-    def _stall_limit(self) -> Optional[float]:
-        """Seconds without a step that make a stall now (None: none is looked for)."""
-        if not self._stall_secs:
-            return None
-        if not self._step_times:
-            return FIRST_STEP_STALL * self._stall_secs
-        return max(STALL_FACTOR * statistics.median(self._step_times), self._stall_secs)
-
-    def _check_stall(self) -> None:
-        limit = self._stall_limit()
-        if (limit is None or self._stalled is not None or self._moved_at is None
-                or not self._ready or self._status != names.RUNNING):
-            return
-        idle = self._clock() - self._moved_at
-        if idle >= limit:
-            wall = self._wall_clock()
-            self._stalled = Stalled(self._moved_step, wall - idle, wall)
-            self._timeline.append(self._stalled)
-
-    def _end_stall(self, step: Optional[int]) -> None:
-        """Steps came again (at ``step``; None: the session or the status changed)."""
-        stalled, self._stalled = self._stalled, None
-        if stalled is not None and step is not None:
-            wall = self._wall_clock()
-            self._timeline.append(StallEnded(step, wall - stalled.since, wall))
 
     # -- status ------------------------------------------------------------------------------
 
@@ -494,9 +426,9 @@ class RunHistory:
         self._status = status
         self._active = bool(active)
         if status == names.RUNNING:
-            self._restart_stall_clock(self._moved_step)
+            self._stall.resume()
         else:
-            self._end_stall(None)
+            self._stall.clear()
         self._timeline.append(StatusChanged(status, self._step if step is None else step,
                                             self._wall_clock()))
         self._version += 1
@@ -592,7 +524,7 @@ class RunHistory:
                 restoring=self._restoring,
                 checkpoint_count=self._checkpoint_count,
                 timeline=tuple(self._timeline),
-                stalled=self._stalled,
+                stalled=self._stall.stalled,
                 best=self._best,
             )
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from .. import events, names
 from ..finite import NonFiniteError
-from .history import SessionStarted, StallEnded, Stalled, StatusChanged
+from .history import SessionStarted, StatusChanged
+from .stall import StallEnded, Stalled
 
 ERROR_MAX_CHARS = 20_000
 KEPT_SHOWN = 8
