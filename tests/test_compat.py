@@ -98,6 +98,22 @@ def test_update_checkpoint_state(tmp_path):
     assert 'model_checkpoint_path: "m-2"' in text  # relative, as CheckpointManager writes
 
 
+def test_event_file_writer_writes_events_as_they_are(tmp_path):
+    """In eager mode (where TF1's FileWriter refuses), a SessionLog and a summary, read back
+    in order from the one file whose name ends in the suffix."""
+    log = v1.SessionLog
+    summary = v1.Summary(value=[v1.Summary.Value(tag="loss", simple_value=0.5)])
+    writer = compat.event_file_writer(str(tmp_path), ".jsv-test")
+    writer.add_event(v1.Event(step=3, wall_time=1.0, session_log=log(status=log.START)))
+    writer.add_event(v1.Event(step=4, wall_time=2.0, summary=summary))
+    writer.close()
+    [name] = [p.name for p in tmp_path.iterdir()]
+    assert name.startswith("events.out.tfevents.") and name.endswith(".jsv-test")
+    read = [e for e in v1.train.summary_iterator(str(tmp_path / name)) if e.step]
+    assert [(e.step, e.WhichOneof("what")) for e in read] == [(3, "session_log"), (4, "summary")]
+    assert read[0].session_log.status == log.START and read[1].summary == summary
+
+
 def test_report_error_to_cluster_exists():
     # Its effect needs a multi-worker cluster: tests/test_tf_replicas.py runs one.
     from tensorflow.python.eager import context  # pylint: disable=C0415

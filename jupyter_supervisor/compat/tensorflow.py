@@ -114,6 +114,17 @@ def update_checkpoint_state(logdir: str, newest: str, kept) -> None:
         save_relative_paths=True, all_model_checkpoint_timestamps=None)
 
 
+def event_file_writer(logdir: str, suffix: str):
+    """TensorFlow's ``EventFileWriter`` (``tensorflow/python/summary/writer``): a new event file
+    in ``logdir`` whose name ends in ``suffix``, to which ``add_event`` queues ``Event`` protos
+    as they are (written by a thread of its own; ``close``). The public writers cannot serve:
+    TF1's ``tf.compat.v1.summary.FileWriter``, which wraps this one, refuses eager mode, and
+    TF2's ``tf.summary`` writers write summaries only (no ``SessionLog``: a session's start and
+    stop)."""
+    from tensorflow.python.summary.writer import event_file_writer  # pylint: disable=C0415
+    return event_file_writer.EventFileWriter(logdir, filename_suffix=suffix)
+
+
 def report_error_to_cluster(message: str) -> None:
     """Tells the other workers of a multi-worker run, through the coordination service, that
     this one failed (``context.report_error_to_cluster``), which aborts their collectives."""
