@@ -9,12 +9,11 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 from google.protobuf import message
 from tensorflow.core.protobuf import trackable_object_graph_pb2
-from tensorflow.python.util import object_identity
 
 from .. import checkpoints
 from ..checkpoints import CheckpointMismatchError
-from .variables import (LEARNING_RATE, RANDOM_STATE, STATE_NAME, base_variable, is_variable,
-                        live_variables, variable_name)
+from .variables import (LEARNING_RATE, RANDOM_STATE, STATE_NAME, IdentityMap, base_variable,
+                        is_variable, live_variables, variable_name)
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -47,8 +46,8 @@ def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
     graph = graph if graph is not None else object_graph(reader)
     shapes = reader.get_variable_to_shape_map()
     view = tf.train.TrackableView(root)
-    matched = object_identity.ObjectIdentityDictionary()  # variable -> checkpoint key
-    seen = object_identity.ObjectIdentitySet()
+    matched = IdentityMap()  # variable -> checkpoint key
+    seen = IdentityMap()
     optimizers = []  # their node ids
     queue = [(0, root)]
     while queue:
