@@ -89,6 +89,18 @@ def test_saves_own_tensors():
     assert not compat.saves_own_tensors(tf.Module())
 
 
+def test_checkpoint_object_graph(tmp_path):
+    from google.protobuf import message  # pylint: disable=C0415
+    path = tf.train.Checkpoint(v=tf.Variable([1.0])).write(str(tmp_path / "c"))
+    graph = compat.checkpoint_object_graph(
+        tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    [child] = [c for c in graph.nodes[0].children if c.local_name == "v"]
+    assert [(a.name, a.checkpoint_key) for a in graph.nodes[child.node_id].attributes] == [
+        ("VARIABLE_VALUE", "v/.ATTRIBUTES/VARIABLE_VALUE")]
+    with pytest.raises(message.DecodeError):
+        compat.checkpoint_object_graph(b"\xff not a graph")
+
+
 def test_update_checkpoint_state(tmp_path):
     logdir = str(tmp_path)
     compat.update_checkpoint_state(logdir, f"{logdir}/m-2", [f"{logdir}/m-1", f"{logdir}/m-2"])

@@ -14,8 +14,8 @@ TensorFlow-free layers (``%load_ext``, ``view/``) too. Callers use the entries t
 package (``compat.fit_argument``), which is why it names them all.
 """
 from .registry import CompatError, Probe
-from .tensorflow import (add_control_input, call_flat, checkpoint_tensors, event_file_writer,
-                         global_seed, random_nodes, report_error_to_cluster, reshuffling_nodes,
+from .tensorflow import (add_control_input, call_flat, checkpoint_object_graph,
+                         checkpoint_tensors, event_file_writer, global_seed, random_nodes, report_error_to_cluster, reshuffling_nodes,
                          saveables_by_key, saver_var_list, saves_own_tensors,
                          session_manager_steps, stop_event_is_set, unfinalize,
                          update_checkpoint_state)

@@ -104,6 +104,19 @@ def saves_own_tensors(obj) -> bool:
     return own is not None and own is not base_method
 
 
+def checkpoint_object_graph(serialized: bytes):
+    """The object graph a TF2 checkpoint stores (under ``_CHECKPOINTABLE_OBJECT_GRAPH``), parsed
+    from ``serialized``: a ``TrackableObjectGraph`` proto (``tensorflow/core/protobuf/
+    trackable_object_graph.proto``), each node with its children by name and its attributes'
+    checkpoint keys. TensorFlow gives the message no public name, and its public reader of it
+    (``tf.train.CheckpointView``) no attributes. Raises protobuf's DecodeError when
+    ``serialized`` is not one."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=C0415
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(serialized)
+    return graph
+
+
 def update_checkpoint_state(logdir: str, newest: str, kept) -> None:
     """Writes the ``checkpoint`` state file (atomically) naming ``newest`` and ``kept``, with
     relative paths, as ``CheckpointManager`` does (``update_checkpoint_state_internal``: the

@@ -8,9 +8,8 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 from google.protobuf import message
-from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from .. import checkpoints
+from .. import checkpoints, compat
 from ..checkpoints import CheckpointMismatchError
 from .variables import (LEARNING_RATE, RANDOM_STATE, STATE_NAME, IdentityMap, base_variable,
                         is_variable, live_variables, variable_name)
@@ -27,9 +26,7 @@ UNREADABLE = (tf.errors.OpError, IndexError, message.DecodeError)
 
 def object_graph(reader):
     """The object graph a TF2 checkpoint stores (raises when it cannot be read)."""
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
-    return graph
+    return compat.checkpoint_object_graph(reader.get_tensor(OBJECT_GRAPH_KEY))
 
 
 def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
