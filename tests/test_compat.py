@@ -83,6 +83,25 @@ def test_call_flat_calls_a_traced_function_with_its_inputs_as_given():
     assert first.numpy().tolist() == [1.0, 2.0] and int(second) == 4
 
 
+def test_is_trackable():
+    import keras  # pylint: disable=C0415
+    for value in (tf.Variable(1.0), tf.Module(), keras.optimizers.SGD(), keras.Variable(1.0),
+                  tf.train.Checkpoint(), iter(tf.data.Dataset.range(2)),
+                  tf.function(lambda: 1)):  # trackable, holding nothing (eager/supervisor)
+        assert compat.is_trackable(value), value
+    for value in (3, tf.constant(1.0), types.SimpleNamespace(), lambda: 1):
+        assert not compat.is_trackable(value), value
+
+
+def test_serializes_to_tensors_tells_a_keras_variable():
+    import keras  # pylint: disable=C0415
+    assert "_serialize_to_tensors" in vars(tf.__internal__.tracking.Trackable)
+    variable = keras.Variable([1.0, 2.0])
+    assert isinstance(variable.value, tf.Variable)  # what eager/variables relies on too
+    assert compat.serializes_to_tensors(variable) and compat.serializes_to_tensors(tf.Module())
+    assert not compat.serializes_to_tensors(types.SimpleNamespace(value=variable.value))
+
+
 def test_saves_own_tensors():
     iterator = iter(tf.data.Dataset.range(3))
     assert compat.saves_own_tensors(iterator)
@@ -370,6 +389,21 @@ def test_fit_callbacks_and_data_spec_read_the_running_fit():
     assert probe in seen["callbacks"].callbacks
     assert seen["spec"][0].shape.as_list()[-1] == 2
     assert compat.fit_callbacks(model) is None and compat.fit_data_spec(model) is None
+
+
+def test_learning_rate_name_is_a_variable_for_a_number_and_absent_for_a_schedule(tmp_path):
+    import keras  # pylint: disable=C0415
+    name = compat.learning_rate_name()
+    number = keras.optimizers.Adam(0.01)
+    schedule = keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9))
+    for optimizer in (number, schedule):
+        optimizer.build([keras.Variable([1.0])])
+    child = tf.train.TrackableView(number).children(number).get(name)
+    assert isinstance(getattr(child, "value", None), tf.Variable)
+    assert float(child.numpy()) == pytest.approx(0.01)
+    assert name not in tf.train.TrackableView(schedule).children(schedule)
+    path = tf.train.Checkpoint(optimizer=number).write(str(tmp_path / "c"))
+    assert any(key.startswith(f"optimizer/{name}/") for key, _ in tf.train.list_variables(path))
 
 
 def test_callback_state_attributes_are_the_callbacks():

@@ -87,6 +87,14 @@ def callback_state_attributes() -> dict:
             and names_used(getattr(keras.callbacks, name), *names)}
 
 
+def learning_rate_name() -> str:
+    """The name under which a Keras optimizer tracks its learning rate, its attribute
+    ``BaseOptimizer._learning_rate``: in its object graph, and in a checkpoint's, a variable of
+    that name when the rate is a number, none when it is a schedule (which holds no variable;
+    the optimizer's other variables are then numbered one lower)."""
+    return "_learning_rate"
+
+
 def symbolic_build(model, data_batch) -> None:
     """``Trainer._symbolic_build(data_batch=...)``: makes the variables of ``model``, its
     compiled metrics and loss and its optimizer from symbolic inputs (``KerasTensor``s shaped

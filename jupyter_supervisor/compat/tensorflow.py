@@ -93,6 +93,28 @@ def call_flat(function, args: list) -> list:
     return method(args, function.captured_inputs)
 
 
+def is_trackable(value) -> bool:
+    """True for what a TF2 checkpoint can hold: an instance of TensorFlow's base ``Trackable``
+    (a tf.Variable, a tf.Module, a Keras model, layer, optimizer or variable, a
+    tf.train.Checkpoint), which TensorFlow names only as ``tf.__internal__.tracking.Trackable``
+    (``tf.Module`` and ``tf.Variable``, the public ones, are subclasses: a Keras 3 optimizer
+    or variable is neither)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    try:
+        base = tf.__internal__.tracking.Trackable
+    except AttributeError as error:
+        raise _missing("tf.__internal__.tracking.Trackable", "TensorFlow") from error
+    return isinstance(value, base)
+
+
+def serializes_to_tensors(obj) -> bool:
+    """True when ``obj`` has ``_serialize_to_tensors``, the method through which a checkpoint
+    asks a trackable for its tensors (``Trackable``'s, or its class's own): what tells a Keras 3
+    variable, which a checkpoint saves through it and which holds a tf.Variable in ``value``,
+    from another object that holds one there."""
+    return hasattr(obj, "_serialize_to_tensors")
+
+
 def saves_own_tensors(obj) -> bool:
     """True for a trackable whose class overrides ``Trackable._serialize_to_tensors`` (a
     dataset iterator, a lookup table): it saves tensors that are not variables."""

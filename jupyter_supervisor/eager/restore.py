@@ -11,8 +11,8 @@ from google.protobuf import message
 
 from .. import checkpoints, compat
 from ..checkpoints import CheckpointMismatchError
-from .variables import (LEARNING_RATE, RANDOM_STATE, STATE_NAME, IdentityMap, base_variable,
-                        is_variable, live_variables, variable_name)
+from .variables import (RANDOM_STATE, STATE_NAME, IdentityMap, base_variable, is_variable,
+                        live_variables, variable_name)
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -55,8 +55,9 @@ def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
         node = graph.nodes[node_id]
         if hasattr(obj, "apply_gradients"):
             optimizers.append(node_id)
-            saved_rate = any(c.local_name == LEARNING_RATE for c in node.children)
-            number = is_variable(view.children(obj).get(LEARNING_RATE))
+            rate = compat.learning_rate_name()
+            saved_rate = any(c.local_name == rate for c in node.children)
+            number = is_variable(view.children(obj).get(rate))
             if rate_changed is not None and saved_rate != number:
                 rate_changed.append((getattr(obj, "name", None) or type(obj).__name__, number))
         if is_variable(obj):

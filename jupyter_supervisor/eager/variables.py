@@ -15,9 +15,6 @@ RANDOM_STATE = "random_state"
 # The record of fit's input in it (data_position): a checkpoint written before it restores
 # without (the resume then says it may not be exact).
 INPUT_STATE = "input"
-# Where a Keras optimizer keeps its learning rate: a variable for a number, none for a schedule
-# (and then its other variables are numbered one lower).
-LEARNING_RATE = "_learning_rate"
 
 
 class IdentityMap:
@@ -59,7 +56,7 @@ class IdentityMap:
 def is_variable(obj) -> bool:
     """A tf.Variable, or a Keras 3 variable (which wraps one in ``.value``)."""
     return isinstance(obj, tf.Variable) or isinstance(getattr(obj, "value", None), tf.Variable) \
-        and hasattr(obj, "_serialize_to_tensors")
+        and compat.serializes_to_tensors(obj)
 
 
 def base_variable(obj) -> tf.Variable:
