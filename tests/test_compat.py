@@ -178,6 +178,31 @@ def test_set_initial_epoch_makes_fit_start_there():
     assert model.fit(x, y, epochs=2, verbose=0).epoch == [0, 1]
 
 
+def test_is_fit_validation_tells_fits_evaluate_from_a_users():
+    model = _tiny_model()
+    x, y = np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")
+    original, calls = model.evaluate, []
+
+    def evaluate(*args, **kwargs):  # as eager/keras_callback wraps it
+        calls.append(compat.is_fit_validation(kwargs))
+        return original(*args, **kwargs)
+
+    model.evaluate = evaluate
+    model.fit(x, y, epochs=2, validation_data=(x, y), verbose=0)
+    model.evaluate(x, y, verbose=0)
+    assert calls == [True, True, False]
+
+
+def test_constants_used_sees_keyword_names_and_keys_also_nested():
+    from jupyter_supervisor.compat.registry import constants_used  # pylint: disable=C0415
+
+    def function(call, kwargs):
+        return call(_flag=True), kwargs.pop("key", None), [call(other=1) for _ in range(1)]
+
+    assert constants_used(function, "_flag", "key", "other")
+    assert not constants_used(function, "_flag", "absent")
+
+
 def test_fit_argument_reads_the_running_fit():
     import keras  # pylint: disable=C0415
     model = _tiny_model()

@@ -23,9 +23,9 @@ from .tensorflow import (add_control_input, call_flat, checkpoint_object_graph, 
 from .keras import (adapter_dataset, array_samples, callback_state_attributes, compiled_unbuilt,
                     count_drawn, count_iterators, current_iterator, drain_generator, epoch_dataset,
                     fit_argument, fit_callbacks, fit_data_spec, fit_epoch_iterator, input_kind,
-                    keras_seed_set, learning_rate_name, make_iterators, py_dataset_shuffles,
-                    rebuilt_dataset, set_epoch_dataset, set_initial_epoch, shuffle_batch_indices,
-                    shuffles_arrays, symbolic_build)
+                    is_fit_validation, keras_seed_set, learning_rate_name, make_iterators,
+                    py_dataset_shuffles, rebuilt_dataset, set_epoch_dataset, set_initial_epoch,
+                    shuffle_batch_indices, shuffles_arrays, symbolic_build)
 from .kernel import (PollerOs, is_inline_flush, kernel_display_publisher, parent_poller_module,
                      post_execute_callbacks, pyplot_figure_managers, shutdown_request_tables)
 from . import keras as _keras, kernel as _kernel, tensorflow as _tensorflow

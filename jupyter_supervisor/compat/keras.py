@@ -6,7 +6,7 @@ whether the running Keras has what each feature needs.
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from .registry import Probe, local_names, missing as _missing, names_used
+from .registry import Probe, constants_used, local_names, missing as _missing, names_used
 
 
 # ---------------------------------------------------------------------------- Keras
@@ -57,6 +57,13 @@ def fit_data_spec(model):
     if not hasattr(iterator, "_distributed_dataset"):
         raise _missing("keras TFEpochIterator._distributed_dataset", "Keras")
     return iterator._distributed_dataset.element_spec  # pylint: disable=protected-access
+
+
+def is_fit_validation(evaluate_kwargs: dict) -> bool:
+    """True for the keyword arguments of the ``model.evaluate`` call that ``fit`` makes for its
+    validation: it passes ``_use_cached_eval_dataset=True`` (evaluate then iterates the
+    validation data fit adapted once), which a user's own call does not."""
+    return bool(evaluate_kwargs.get("_use_cached_eval_dataset"))
 
 
 def compiled_unbuilt(model) -> bool:
@@ -307,6 +314,9 @@ PROBES = (
                               arguments=True)
           and local_names(_trainer().fit, "callbacks", "epoch_iterator")
           and names_used(_trainer(), "_initial_epoch")),
+    Probe("fit", "keras", "fit's validation as evaluate(_use_cached_eval_dataset=True)", _FIT,
+          lambda: constants_used(_trainer().fit, "_use_cached_eval_dataset")
+          and constants_used(_trainer().evaluate, "_use_cached_eval_dataset")),
     Probe("data order", "keras", "TFEpochIterator's _get_iterator, _current_iterator, "
           "_steps_seen and _distributed_dataset", _FIT,
           lambda: names_used(_epoch_iterator(), "data_adapter", "_get_iterator",
