@@ -120,6 +120,35 @@ def test_checkpoint_object_graph(tmp_path):
         compat.checkpoint_object_graph(b"\xff not a graph")
 
 
+def test_save_parts_is_where_tensorflows_sharded_saves_write_their_parts(tmp_path):
+    """A v1 sharded Saver whose merge is refused leaves its parts at ``save_parts``; a traced
+    TF2 Checkpoint.write holds the same suffixes (its parts are merged before it returns)."""
+    import os  # pylint: disable=C0415
+    path = str(tmp_path / "model.ckpt-7")
+    parts = compat.save_parts(path)
+    assert parts == (path + "_temp/part", path + "_temp", path + ".part")
+    assert compat.save_parts("s3://bucket/m-7").prefix == "s3://bucket/m-7.part"
+    with tf.Graph().as_default() as graph:
+        variable = v1.Variable([1.0, 2.0])
+        saver = v1.train.Saver(sharded=True)
+        merge = next(op for op in graph.get_operations() if op.type == "MergeV2Checkpoints")
+        compat.add_control_input(merge, v1.Assert(tf.reduce_all(variable < 0), ["no"]))
+        with v1.Session() as sess:
+            sess.run(variable.initializer)
+            with pytest.raises(tf.errors.InvalidArgumentError):
+                saver.save(sess, path)
+    assert os.listdir(parts.directory) and all(
+        os.path.join(parts.directory, name).startswith(parts.prefix + "-")
+        for name in os.listdir(parts.directory))
+    checkpoint = tf.train.Checkpoint(v=tf.Variable([1.0]))
+    write = tf.function(checkpoint.write).get_concrete_function(tf.TensorSpec([], tf.string))
+    strings = {tf.make_ndarray(op.get_attr("value")).item() for op in
+               write.graph.get_operations()
+               if op.type == "Const" and op.get_attr("dtype") == tf.string}
+    suffix = compat.save_parts("p")
+    assert {suffix.prefix[1:].encode(), suffix.s3_prefix[1:].encode()} <= strings
+
+
 def test_update_checkpoint_state(tmp_path):
     logdir = str(tmp_path)
     compat.update_checkpoint_state(logdir, f"{logdir}/m-2", [f"{logdir}/m-1", f"{logdir}/m-2"])

@@ -14,12 +14,12 @@ TensorFlow-free layers (``%load_ext``, ``view/``) too. Callers use the entries t
 package (``compat.fit_argument``), which is why it names them all.
 """
 from .registry import CompatError, Probe
-from .tensorflow import (add_control_input, call_flat, checkpoint_object_graph, checkpoint_tensors,
-                         event_file_writer, global_seed, is_trackable, random_nodes,
-                         report_error_to_cluster, reshuffling_nodes, saveables_by_key,
-                         saver_var_list, saves_own_tensors, serializes_to_tensors,
-                         session_manager_steps, stop_event_is_set, unfinalize,
-                         update_checkpoint_state)
+from .tensorflow import (SaveParts, add_control_input, call_flat, checkpoint_object_graph,
+                         checkpoint_tensors, event_file_writer, global_seed, is_trackable,
+                         random_nodes, report_error_to_cluster, reshuffling_nodes, save_parts,
+                         saveables_by_key, saver_var_list, saves_own_tensors,
+                         serializes_to_tensors, session_manager_steps, stop_event_is_set,
+                         unfinalize, update_checkpoint_state)
 from .keras import (adapter_dataset, array_samples, callback_state_attributes, compiled_unbuilt,
                     count_drawn, count_iterators, current_iterator, drain_generator, epoch_dataset,
                     fit_argument, fit_callbacks, fit_data_spec, fit_epoch_iterator, input_kind,

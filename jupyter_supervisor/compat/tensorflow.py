@@ -4,7 +4,7 @@ See ``compat/__init__.py`` for what this package is; ``PROBES`` (at the end) che
 whether the running TensorFlow has what each feature needs.
 """
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from .registry import Probe, missing as _missing, names_used
 
@@ -173,6 +173,35 @@ def global_seed() -> Optional[int]:
     ``set_random_seed`` sets), or None: ``context.global_seed()``."""
     from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
     return context.global_seed()
+
+
+# ---------------------------------------------------------------------------- checkpoint files
+
+class SaveParts(NamedTuple):
+    """Where a sharded save of one checkpoint writes its parts (``save_parts``).
+
+    Attributes:
+      prefix: the basename TensorFlow gives ``ShardedFilename`` for them (the parts are
+        ``<prefix>-00000-of-00001``...): ``<directory>/part``, or ``s3_prefix`` on s3://.
+      directory: ``<path>_temp``, which holds them until the merge deletes it.
+      s3_prefix: ``<path>.part``: on s3:// the parts lie beside the checkpoints, in no
+        directory.
+    """
+    prefix: str
+    directory: str
+    s3_prefix: str
+
+
+def save_parts(path: str) -> SaveParts:
+    """Where a sharded save of the checkpoint ``path`` (every TF2 ``Checkpoint.write``, a
+    sharded ``Saver``) writes its parts before it merges them under ``path``: a convention of
+    TensorFlow's savers (``functional_saver`` and ``saver._AddShardedSaveOpsForV2`` append
+    ``_temp/part``, or ``.part`` on s3://) that no API names, which a snapshot's write follows
+    and which tells the parts a save cut short or refused left. ``path`` may be a glob pattern
+    of checkpoints: the fields are then patterns of theirs."""
+    directory, s3_prefix = path + "_temp", path + ".part"
+    return SaveParts(s3_prefix if path.startswith("s3://") else directory + "/part",
+                     directory, s3_prefix)
 
 
 # ---------------------------------------------------------------------------- tf.data

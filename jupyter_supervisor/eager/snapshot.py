@@ -472,7 +472,7 @@ class Snapshot:
             with tf.device("CPU:0"):
                 # TensorFlow's sharded protocol: the parts, then the merge under the name.
                 parts = tf.raw_ops.ShardedFilename(
-                    basename=path + (".part" if path.startswith("s3://") else "_temp/part"),
+                    basename=compat.save_parts(path).prefix,
                     shard=0, num_shards=1)
                 tf.raw_ops.SaveV2(prefix=parts, tensor_names=plan.names,
                                   shape_and_slices=plan.slices, tensors=tensors)
