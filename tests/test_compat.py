@@ -538,3 +538,19 @@ def test_shutdown_request_tables():
     assert list(tables) == ["control_handlers"]
     assert tables["control_handlers"]["shutdown_request"] is handler
     assert compat.shutdown_request_tables(object()) == {}
+
+
+def test_widget_display_data_of_ipywidgets_and_anywidget():
+    import anywidget  # pylint: disable=C0415
+    import ipywidgets  # pylint: disable=C0415
+
+    class View(anywidget.AnyWidget):
+        _esm = "export default { render() {} };"
+
+    for widget in (ipywidgets.HTML("x"), View()):
+        data = compat.widget_display_data(widget)
+        view = data["application/vnd.jupyter.widget-view+json"]
+        assert view["model_id"] == widget.model_id and "text/plain" in data
+        data["text/plain"] = "changed"
+        assert compat.widget_display_data(widget)["text/plain"] != "changed"
+        widget.close()

@@ -1,7 +1,7 @@
 """Every use of another library's private API, in one place.
 
-TensorFlow, Keras and ipykernel offer no public way to do these things; each is a small
-function in this package, one module per library (``tensorflow``, ``keras``, ``kernel``),
+TensorFlow, Keras, ipykernel and ipywidgets offer no public way to do these things; each is a
+small function in this package, one module per library (``tensorflow``, ``keras``, ``kernel``),
 saying what it reaches into, why, and the versions it was checked against, so that an upgrade
 means reading these files and ``tests/test_compat.py``, which has a test per entry that fails
 loudly, naming the entry, when what it reaches into is gone. Each module ends with its
@@ -27,7 +27,8 @@ from .keras import (adapter_dataset, array_samples, callback_state_attributes, c
                     py_dataset_shuffles, rebuilt_dataset, set_epoch_dataset, set_initial_epoch,
                     shuffle_batch_indices, shuffles_arrays, symbolic_build)
 from .kernel import (PollerOs, is_inline_flush, kernel_display_publisher, parent_poller_module,
-                     post_execute_callbacks, pyplot_figure_managers, shutdown_request_tables)
+                     post_execute_callbacks, pyplot_figure_managers, shutdown_request_tables,
+                     widget_display_data)
 from . import keras as _keras, kernel as _kernel, tensorflow as _tensorflow
 
 PROBES = (*_tensorflow.PROBES, *_keras.PROBES, *_kernel.PROBES)
