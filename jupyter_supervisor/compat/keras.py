@@ -1,7 +1,8 @@
 """Keras' private API: fit's frames, its epoch iterator and data adapters, callbacks' counters.
 
 See ``compat/__init__.py`` for what this package is; ``PROBES`` (at the end) checks once
-whether the running Keras has what each feature needs.
+whether the running Keras has what each feature needs. Every entry was checked on Keras 3.10
+and 3.15 (``_FIT``: ``tests/test_compat.py`` on each).
 """
 import sys
 from typing import Callable, List, Optional, Tuple

@@ -103,7 +103,7 @@ def widget_display_data(widget) -> dict:
     own (``display(data, raw=True)``). It comes from the widget's ``_repr_mimebundle_()``, the
     hook of IPython's display protocol, which ipywidgets implements returning the data and
     anywidget a (data, metadata) pair; IPython's public way to it, its display formatter, needs
-    a shell."""
+    a shell. Checked on ipywidgets 8.1 and anywidget 0.11."""
     method = getattr(widget, "_repr_mimebundle_", None)
     if method is None:
         raise _missing(f"{type(widget).__qualname__}._repr_mimebundle_", "ipywidgets")

@@ -1,7 +1,8 @@
 """TensorFlow's private API: the graph runtime, eager checkpoints, tf.data pipelines.
 
 See ``compat/__init__.py`` for what this package is; ``PROBES`` (at the end) checks once
-whether the running TensorFlow has what each feature needs.
+whether the running TensorFlow has what each feature needs. Every entry was checked on
+TensorFlow 2.19 and 2.21 (``_TF``: ``tests/test_compat.py`` on each).
 """
 import sys
 from typing import Callable, List, NamedTuple, Optional, Tuple
