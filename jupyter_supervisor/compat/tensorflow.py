@@ -98,8 +98,8 @@ def is_trackable(value) -> bool:
     """True for what a TF2 checkpoint can hold: an instance of TensorFlow's base ``Trackable``
     (a tf.Variable, a tf.Module, a Keras model, layer, optimizer or variable, a
     tf.train.Checkpoint), which TensorFlow names only as ``tf.__internal__.tracking.Trackable``
-    (``tf.Module`` and ``tf.Variable``, the public ones, are subclasses: a Keras 3 optimizer
-    or variable is neither)."""
+    (``tf.Module`` and ``tf.Variable``, the public ones, are subclasses: a Keras 3 model,
+    layer, optimizer or variable is neither)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     try:
         base = tf.__internal__.tracking.Trackable
@@ -196,10 +196,10 @@ class SaveParts(NamedTuple):
 def save_parts(path: str) -> SaveParts:
     """Where a sharded save of the checkpoint ``path`` (every TF2 ``Checkpoint.write``, a
     sharded ``Saver``) writes its parts before it merges them under ``path``: a convention of
-    TensorFlow's savers (``functional_saver`` and ``saver._AddShardedSaveOpsForV2`` append
-    ``_temp/part``, or ``.part`` on s3://) that no API names, which a snapshot's write follows
-    and which tells the parts a save cut short or refused left. ``path`` may be a glob pattern
-    of checkpoints: the fields are then patterns of theirs."""
+    TensorFlow's savers (``functional_saver`` and ``BaseSaverBuilder._AddShardedSaveOpsForV2``
+    append ``_temp/part``, or ``.part`` on s3://) that no API names, which a snapshot's write
+    follows and which tells the parts a save cut short or refused left. ``path`` may be a glob
+    pattern of checkpoints: the fields are then patterns of theirs."""
     directory, s3_prefix = path + "_temp", path + ".part"
     return SaveParts(s3_prefix if path.startswith("s3://") else directory + "/part",
                      directory, s3_prefix)
