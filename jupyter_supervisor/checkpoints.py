@@ -20,7 +20,7 @@ from typing import Callable, List, Optional, Set, Tuple, TypeVar
 
 import tensorflow as tf
 
-from . import names
+from . import compat, names
 from ._validate import invalid
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -282,7 +282,8 @@ def remove_partial_saves(prefix: str) -> None:
     (as the lock)."""
     pattern = glob.escape(prefix)
     atomic = [path for path in glob.glob(pattern + "-*.tmp*") if _ATOMIC_TEMP.search(path)]
-    for path in glob.glob(pattern + "-*.tempstate*") + glob.glob(pattern + "-*_temp*") + atomic:
+    temp = compat.save_parts(pattern + "-*").directory + "*"
+    for path in glob.glob(pattern + "-*.tempstate*") + glob.glob(temp) + atomic:
         logger.info("Removing %s, left by a checkpoint write that was cut short.", path)
         with contextlib.suppress(FileNotFoundError):
             if os.path.isdir(path):

@@ -197,15 +197,14 @@ def scalars_from_summary(summary) -> Mapping[str, float]:
 
     Both forms of scalar are read: TF1's ``simple_value`` and TF2's scalar tensors.
     """
-    from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
-    from tensorflow.python.framework import tensor_util  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     if isinstance(summary, (bytes, bytearray, np.bytes_)):
-        proto = summary_pb2.Summary()
+        proto = tf.compat.v1.Summary()
         proto.ParseFromString(bytes(summary))
     else:
         proto = summary
-    return types.MappingProxyType(dict(scalar_values(proto, tensor_util.MakeNdarray)))
+    return types.MappingProxyType(dict(scalar_values(proto, tf.make_ndarray)))
 
 
 class EventHub:

@@ -45,7 +45,7 @@ import time
 import weakref
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
-from . import events
+from . import compat, events
 from ._validate import check_number, invalid
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -373,7 +373,7 @@ def remove_refused_save(checkpoint_path: str) -> None:
     ``s3://``, where TensorFlow makes no temporary directory, the ``<checkpoint_path>.part-*``
     files next to the checkpoints."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    temp = checkpoint_path + "_temp"
+    temp = compat.save_parts(checkpoint_path).directory
     # What failed is the model, not this. A leftover _temp goes at the next start
     # (remove_partial_saves, local disks); a leftover part on s3:// stays.
     with contextlib.suppress(tf.errors.OpError, OSError):
@@ -381,7 +381,7 @@ def remove_refused_save(checkpoint_path: str) -> None:
             tf.io.gfile.rmtree(temp)
     parts = []
     with contextlib.suppress(tf.errors.OpError, OSError):
-        parts = tf.io.gfile.glob(glob.escape(checkpoint_path) + ".part-*")
+        parts = tf.io.gfile.glob(compat.save_parts(glob.escape(checkpoint_path)).s3_prefix + "-*")
     for part in parts:
         with contextlib.suppress(tf.errors.OpError, OSError):
             tf.io.gfile.remove(part)

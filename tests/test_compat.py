@@ -83,10 +83,70 @@ def test_call_flat_calls_a_traced_function_with_its_inputs_as_given():
     assert first.numpy().tolist() == [1.0, 2.0] and int(second) == 4
 
 
+def test_is_trackable():
+    import keras  # pylint: disable=C0415
+    for value in (tf.Variable(1.0), tf.Module(), keras.optimizers.SGD(), keras.Variable(1.0),
+                  tf.train.Checkpoint(), iter(tf.data.Dataset.range(2)),
+                  tf.function(lambda: 1)):  # trackable, holding nothing (eager/supervisor)
+        assert compat.is_trackable(value), value
+    for value in (3, tf.constant(1.0), types.SimpleNamespace(), lambda: 1):
+        assert not compat.is_trackable(value), value
+
+
+def test_serializes_to_tensors_tells_a_keras_variable():
+    import keras  # pylint: disable=C0415
+    assert "_serialize_to_tensors" in vars(tf.__internal__.tracking.Trackable)
+    variable = keras.Variable([1.0, 2.0])
+    assert isinstance(variable.value, tf.Variable)  # what eager/variables relies on too
+    assert compat.serializes_to_tensors(variable) and compat.serializes_to_tensors(tf.Module())
+    assert not compat.serializes_to_tensors(types.SimpleNamespace(value=variable.value))
+
+
 def test_saves_own_tensors():
     iterator = iter(tf.data.Dataset.range(3))
     assert compat.saves_own_tensors(iterator)
     assert not compat.saves_own_tensors(tf.Module())
+
+
+def test_checkpoint_object_graph(tmp_path):
+    from google.protobuf import message  # pylint: disable=C0415
+    path = tf.train.Checkpoint(v=tf.Variable([1.0])).write(str(tmp_path / "c"))
+    graph = compat.checkpoint_object_graph(
+        tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    [child] = [c for c in graph.nodes[0].children if c.local_name == "v"]
+    assert [(a.name, a.checkpoint_key) for a in graph.nodes[child.node_id].attributes] == [
+        ("VARIABLE_VALUE", "v/.ATTRIBUTES/VARIABLE_VALUE")]
+    with pytest.raises(message.DecodeError):
+        compat.checkpoint_object_graph(b"\xff not a graph")
+
+
+def test_save_parts_is_where_tensorflows_sharded_saves_write_their_parts(tmp_path):
+    """A v1 sharded Saver whose merge is refused leaves its parts at ``save_parts``; a traced
+    TF2 Checkpoint.write holds the same suffixes (its parts are merged before it returns)."""
+    import os  # pylint: disable=C0415
+    path = str(tmp_path / "model.ckpt-7")
+    parts = compat.save_parts(path)
+    assert parts == (path + "_temp/part", path + "_temp", path + ".part")
+    assert compat.save_parts("s3://bucket/m-7").prefix == "s3://bucket/m-7.part"
+    with tf.Graph().as_default() as graph:
+        variable = v1.Variable([1.0, 2.0])
+        saver = v1.train.Saver(sharded=True)
+        merge = next(op for op in graph.get_operations() if op.type == "MergeV2Checkpoints")
+        compat.add_control_input(merge, v1.Assert(tf.reduce_all(variable < 0), ["no"]))
+        with v1.Session() as sess:
+            sess.run(variable.initializer)
+            with pytest.raises(tf.errors.InvalidArgumentError):
+                saver.save(sess, path)
+    assert os.listdir(parts.directory) and all(
+        os.path.join(parts.directory, name).startswith(parts.prefix + "-")
+        for name in os.listdir(parts.directory))
+    checkpoint = tf.train.Checkpoint(v=tf.Variable([1.0]))
+    write = tf.function(checkpoint.write).get_concrete_function(tf.TensorSpec([], tf.string))
+    strings = {tf.make_ndarray(op.get_attr("value")).item() for op in
+               write.graph.get_operations()
+               if op.type == "Const" and op.get_attr("dtype") == tf.string}
+    suffix = compat.save_parts("p")
+    assert {suffix.prefix[1:].encode(), suffix.s3_prefix[1:].encode()} <= strings
 
 
 def test_update_checkpoint_state(tmp_path):
@@ -96,6 +156,22 @@ def test_update_checkpoint_state(tmp_path):
     assert state.model_checkpoint_path.endswith("m-2")
     text = (tmp_path / "checkpoint").read_text()
     assert 'model_checkpoint_path: "m-2"' in text  # relative, as CheckpointManager writes
+
+
+def test_event_file_writer_writes_events_as_they_are(tmp_path):
+    """In eager mode (where TF1's FileWriter refuses), a SessionLog and a summary, read back
+    in order from the one file whose name ends in the suffix."""
+    log = v1.SessionLog
+    summary = v1.Summary(value=[v1.Summary.Value(tag="loss", simple_value=0.5)])
+    writer = compat.event_file_writer(str(tmp_path), ".jsv-test")
+    writer.add_event(v1.Event(step=3, wall_time=1.0, session_log=log(status=log.START)))
+    writer.add_event(v1.Event(step=4, wall_time=2.0, summary=summary))
+    writer.close()
+    [name] = [p.name for p in tmp_path.iterdir()]
+    assert name.startswith("events.out.tfevents.") and name.endswith(".jsv-test")
+    read = [e for e in v1.train.summary_iterator(str(tmp_path / name)) if e.step]
+    assert [(e.step, e.WhichOneof("what")) for e in read] == [(3, "session_log"), (4, "summary")]
+    assert read[0].session_log.status == log.START and read[1].summary == summary
 
 
 def test_report_error_to_cluster_exists():
@@ -129,6 +205,31 @@ def test_set_initial_epoch_makes_fit_start_there():
     assert history.epoch == [2]
     compat.set_initial_epoch(model, None)
     assert model.fit(x, y, epochs=2, verbose=0).epoch == [0, 1]
+
+
+def test_is_fit_validation_tells_fits_evaluate_from_a_users():
+    model = _tiny_model()
+    x, y = np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")
+    original, calls = model.evaluate, []
+
+    def evaluate(*args, **kwargs):  # as eager/keras_callback wraps it
+        calls.append(compat.is_fit_validation(kwargs))
+        return original(*args, **kwargs)
+
+    model.evaluate = evaluate
+    model.fit(x, y, epochs=2, validation_data=(x, y), verbose=0)
+    model.evaluate(x, y, verbose=0)
+    assert calls == [True, True, False]
+
+
+def test_constants_used_sees_keyword_names_and_keys_also_nested():
+    from jupyter_supervisor.compat.registry import constants_used  # pylint: disable=C0415
+
+    def function(call, kwargs):
+        return call(_flag=True), kwargs.pop("key", None), [call(other=1) for _ in range(1)]
+
+    assert constants_used(function, "_flag", "key", "other")
+    assert not constants_used(function, "_flag", "absent")
 
 
 def test_fit_argument_reads_the_running_fit():
@@ -344,6 +445,21 @@ def test_fit_callbacks_and_data_spec_read_the_running_fit():
     assert compat.fit_callbacks(model) is None and compat.fit_data_spec(model) is None
 
 
+def test_learning_rate_name_is_a_variable_for_a_number_and_absent_for_a_schedule(tmp_path):
+    import keras  # pylint: disable=C0415
+    name = compat.learning_rate_name()
+    number = keras.optimizers.Adam(0.01)
+    schedule = keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9))
+    for optimizer in (number, schedule):
+        optimizer.build([keras.Variable([1.0])])
+    child = tf.train.TrackableView(number).children(number).get(name)
+    assert isinstance(getattr(child, "value", None), tf.Variable)
+    assert float(child.numpy()) == pytest.approx(0.01)
+    assert name not in tf.train.TrackableView(schedule).children(schedule)
+    path = tf.train.Checkpoint(optimizer=number).write(str(tmp_path / "c"))
+    assert any(key.startswith(f"optimizer/{name}/") for key, _ in tf.train.list_variables(path))
+
+
 def test_callback_state_attributes_are_the_callbacks():
     import keras  # pylint: disable=C0415
     made = {keras.callbacks.ModelCheckpoint: lambda: keras.callbacks.ModelCheckpoint("m.keras"),
@@ -451,3 +567,19 @@ def test_meta_graph_def_holds_the_graph_and_the_saver():
 def test_deprecations_silenced_is_a_context():
     with compat.deprecations_silenced():
         pass
+
+
+def test_widget_display_data_of_ipywidgets_and_anywidget():
+    import anywidget  # pylint: disable=C0415
+    import ipywidgets  # pylint: disable=C0415
+
+    class View(anywidget.AnyWidget):
+        _esm = "export default { render() {} };"
+
+    for widget in (ipywidgets.HTML("x"), View()):
+        data = compat.widget_display_data(widget)
+        view = data["application/vnd.jupyter.widget-view+json"]
+        assert view["model_id"] == widget.model_id and "text/plain" in data
+        data["text/plain"] = "changed"
+        assert compat.widget_display_data(widget)["text/plain"] != "changed"
+        widget.close()

@@ -11,6 +11,7 @@ from tensorflow.python.checkpoint import save_util
 
 from jupyter_supervisor import events
 from jupyter_supervisor.eager.snapshot import Snapshot
+from jupyter_supervisor.eager.variables import IdentityMap
 
 from eager_models import data, make_model
 from helpers import FakeClock, before_each_write, training_waits_for_a_write, wait_for
@@ -391,3 +392,15 @@ def test_slots_that_come_after_a_copy_in_the_same_object_graph_stop_the_next_cop
         assert "slot variables" in snapshot.why_not
     finally:
         snapshot.release()
+
+
+def test_an_identity_map_keys_the_objects_themselves():
+    """What the snapshot's and the restore's walks of the object graph key by: unhashable
+    variables, and objects that compare equal without being one."""
+    a, b = tf.Variable(1.0), tf.Variable(1.0)
+    first, second = [1], [1]
+    found = IdentityMap([a])
+    assert a in found and b not in found and found.get(a) is None
+    found[b], found[first] = "b", "first"
+    assert found[b] == "b" and second not in found and found.get(second, 0) == 0
+    assert found.values() == [None, "b", "first"]

@@ -1,12 +1,13 @@
 """Keras' private API: fit's frames, its epoch iterator and data adapters, callbacks' counters.
 
 See ``compat/__init__.py`` for what this package is; ``PROBES`` (at the end) checks once
-whether the running Keras has what each feature needs.
+whether the running Keras has what each feature needs. Every entry was checked on Keras 3.10
+and 3.15 (``_FIT``: ``tests/test_compat.py`` on each).
 """
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from .registry import Probe, local_names, missing as _missing, names_used
+from .registry import Probe, constants_used, local_names, missing as _missing, names_used
 
 
 # ---------------------------------------------------------------------------- Keras
@@ -59,6 +60,13 @@ def fit_data_spec(model):
     return iterator._distributed_dataset.element_spec  # pylint: disable=protected-access
 
 
+def is_fit_validation(evaluate_kwargs: dict) -> bool:
+    """True for the keyword arguments of the ``model.evaluate`` call that ``fit`` makes for its
+    validation: it passes ``_use_cached_eval_dataset=True`` (evaluate then iterates the
+    validation data fit adapted once), which a user's own call does not."""
+    return bool(evaluate_kwargs.get("_use_cached_eval_dataset"))
+
+
 def compiled_unbuilt(model) -> bool:
     """True when ``model``'s compiled metrics or loss (``Trainer._compile_metrics``,
     ``_compile_loss``) have not made their variables yet (Keras makes them at the first step)."""
@@ -85,6 +93,14 @@ def callback_state_attributes() -> dict:
     return {getattr(keras.callbacks, name): names for name, names in wanted.items()
             if hasattr(keras.callbacks, name)
             and names_used(getattr(keras.callbacks, name), *names)}
+
+
+def learning_rate_name() -> str:
+    """The name under which a Keras optimizer tracks its learning rate, its attribute
+    ``BaseOptimizer._learning_rate``: in its object graph, and in a checkpoint's, a variable of
+    that name when the rate is a number, none when it is a schedule (which holds no variable;
+    the optimizer's other variables are then numbered one lower)."""
+    return "_learning_rate"
 
 
 def symbolic_build(model, data_batch) -> None:
@@ -293,6 +309,9 @@ PROBES = (
                               arguments=True)
           and local_names(_trainer().fit, "callbacks", "epoch_iterator")
           and names_used(_trainer(), "_initial_epoch")),
+    Probe("fit", "keras", "fit's validation as evaluate(_use_cached_eval_dataset=True)", _FIT,
+          lambda: constants_used(_trainer().fit, "_use_cached_eval_dataset")
+          and constants_used(_trainer().evaluate, "_use_cached_eval_dataset")),
     Probe("data order", "keras", "TFEpochIterator's _get_iterator, _current_iterator, "
           "_steps_seen and _distributed_dataset", _FIT,
           lambda: names_used(_epoch_iterator(), "data_adapter", "_get_iterator",

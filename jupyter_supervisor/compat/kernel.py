@@ -1,4 +1,5 @@
-"""ipykernel's, IPython's and matplotlib's private API: the kernel's hooks and displays.
+"""ipykernel's, IPython's, ipywidgets' and matplotlib's private API: the kernel's hooks and
+displays.
 
 See ``compat/__init__.py`` for what this package is.
 """
@@ -92,6 +93,22 @@ def pyplot_figure_managers() -> dict:
     if figs is None:
         raise _missing("matplotlib._pylab_helpers.Gcf.figs", "matplotlib")
     return figs
+
+
+# ---------------------------------------------------------------------------- ipywidgets
+
+def widget_display_data(widget) -> dict:
+    """The display data of an ipywidgets or anywidget ``widget`` ({mime type: data}, a copy to
+    change): what ``display(widget)`` sends, for a caller that sends it with a text form of its
+    own (``display(data, raw=True)``). It comes from the widget's ``_repr_mimebundle_()``, the
+    hook of IPython's display protocol, which ipywidgets implements returning the data and
+    anywidget a (data, metadata) pair; IPython's public way to it, its display formatter, needs
+    a shell. Checked on ipywidgets 8.1 and anywidget 0.11."""
+    method = getattr(widget, "_repr_mimebundle_", None)
+    if method is None:
+        raise _missing(f"{type(widget).__qualname__}._repr_mimebundle_", "ipywidgets")
+    bundle = method()
+    return dict(bundle[0] if isinstance(bundle, tuple) else bundle)
 
 
 # ---------------------------------------------------------------------------- probes

@@ -71,3 +71,21 @@ def local_names(function, *names: str, arguments: bool = False) -> bool:
     pool = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] if arguments \
         else code.co_varnames
     return all(name in pool for name in names)
+
+
+def constants_used(function, *values: str) -> bool:
+    """True when each of ``values`` is a string constant of ``function`` (unwrapped from its
+    decorators) or of a function or comprehension in it, alone or in a tuple (the keyword
+    names of a call): how a probe sees the keyword argument a call passes, or the key a
+    function reads, without running it."""
+    import inspect  # pylint: disable=import-outside-toplevel
+    seen, stack = set(), [inspect.unwrap(function).__code__]
+    while stack:
+        for constant in stack.pop().co_consts:
+            if hasattr(constant, "co_consts"):
+                stack.append(constant)
+            elif isinstance(constant, tuple):
+                seen.update(c for c in constant if isinstance(c, str))
+            elif isinstance(constant, str):
+                seen.add(constant)
+    return all(value in seen for value in values)

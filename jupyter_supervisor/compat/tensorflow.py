@@ -1,10 +1,11 @@
 """TensorFlow's private API: the graph runtime, eager checkpoints, tf.data pipelines.
 
 See ``compat/__init__.py`` for what this package is; ``PROBES`` (at the end) checks once
-whether the running TensorFlow has what each feature needs.
+whether the running TensorFlow has what each feature needs. Every entry was checked on
+TensorFlow 2.19 and 2.21 (``_TF``: ``tests/test_compat.py`` on each).
 """
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from .registry import Probe, missing as _missing, names_used
 
@@ -123,6 +124,28 @@ def call_flat(function, args: list) -> list:
     return method(args, function.captured_inputs)
 
 
+def is_trackable(value) -> bool:
+    """True for what a TF2 checkpoint can hold: an instance of TensorFlow's base ``Trackable``
+    (a tf.Variable, a tf.Module, a Keras model, layer, optimizer or variable, a
+    tf.train.Checkpoint), which TensorFlow names only as ``tf.__internal__.tracking.Trackable``
+    (``tf.Module`` and ``tf.Variable``, the public ones, are subclasses: a Keras 3 model,
+    layer, optimizer or variable is neither)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    try:
+        base = tf.__internal__.tracking.Trackable
+    except AttributeError as error:
+        raise _missing("tf.__internal__.tracking.Trackable", "TensorFlow") from error
+    return isinstance(value, base)
+
+
+def serializes_to_tensors(obj) -> bool:
+    """True when ``obj`` has ``_serialize_to_tensors``, the method through which a checkpoint
+    asks a trackable for its tensors (``Trackable``'s, or its class's own): what tells a Keras 3
+    variable, which a checkpoint saves through it and which holds a tf.Variable in ``value``,
+    from another object that holds one there."""
+    return hasattr(obj, "_serialize_to_tensors")
+
+
 def saves_own_tensors(obj) -> bool:
     """True for a trackable whose class overrides ``Trackable._serialize_to_tensors`` (a
     dataset iterator, a lookup table): it saves tensors that are not variables."""
@@ -134,6 +157,19 @@ def saves_own_tensors(obj) -> bool:
     return own is not None and own is not base_method
 
 
+def checkpoint_object_graph(serialized: bytes):
+    """The object graph a TF2 checkpoint stores (under ``_CHECKPOINTABLE_OBJECT_GRAPH``), parsed
+    from ``serialized``: a ``TrackableObjectGraph`` proto (``tensorflow/core/protobuf/
+    trackable_object_graph.proto``), each node with its children by name and its attributes'
+    checkpoint keys. TensorFlow gives the message no public name, and its public reader of it
+    (``tf.train.CheckpointView``) no attributes. Raises protobuf's DecodeError when
+    ``serialized`` is not one."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=C0415
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(serialized)
+    return graph
+
+
 def update_checkpoint_state(logdir: str, newest: str, kept) -> None:
     """Writes the ``checkpoint`` state file (atomically) naming ``newest`` and ``kept``, with
     relative paths, as ``CheckpointManager`` does (``update_checkpoint_state_internal``: the
@@ -142,6 +178,17 @@ def update_checkpoint_state(logdir: str, newest: str, kept) -> None:
     checkpoint_management.update_checkpoint_state_internal(
         save_dir=logdir, model_checkpoint_path=newest, all_model_checkpoint_paths=kept,
         save_relative_paths=True, all_model_checkpoint_timestamps=None)
+
+
+def event_file_writer(logdir: str, suffix: str):
+    """TensorFlow's ``EventFileWriter`` (``tensorflow/python/summary/writer``): a new event file
+    in ``logdir`` whose name ends in ``suffix``, to which ``add_event`` queues ``Event`` protos
+    as they are (written by a thread of its own; ``close``). The public writers cannot serve:
+    TF1's ``tf.compat.v1.summary.FileWriter``, which wraps this one, refuses eager mode, and
+    TF2's ``tf.summary`` writers write summaries only (no ``SessionLog``: a session's start and
+    stop)."""
+    from tensorflow.python.summary.writer import event_file_writer  # pylint: disable=C0415
+    return event_file_writer.EventFileWriter(logdir, filename_suffix=suffix)
 
 
 def report_error_to_cluster(message: str) -> None:
@@ -157,6 +204,35 @@ def global_seed() -> Optional[int]:
     ``set_random_seed`` sets), or None: ``context.global_seed()``."""
     from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
     return context.global_seed()
+
+
+# ---------------------------------------------------------------------------- checkpoint files
+
+class SaveParts(NamedTuple):
+    """Where a sharded save of one checkpoint writes its parts (``save_parts``).
+
+    Attributes:
+      prefix: the basename TensorFlow gives ``ShardedFilename`` for them (the parts are
+        ``<prefix>-00000-of-00001``...): ``<directory>/part``, or ``s3_prefix`` on s3://.
+      directory: ``<path>_temp``, which holds them until the merge deletes it.
+      s3_prefix: ``<path>.part``: on s3:// the parts lie beside the checkpoints, in no
+        directory.
+    """
+    prefix: str
+    directory: str
+    s3_prefix: str
+
+
+def save_parts(path: str) -> SaveParts:
+    """Where a sharded save of the checkpoint ``path`` (every TF2 ``Checkpoint.write``, a
+    sharded ``Saver``) writes its parts before it merges them under ``path``: a convention of
+    TensorFlow's savers (``functional_saver`` and ``BaseSaverBuilder._AddShardedSaveOpsForV2``
+    append ``_temp/part``, or ``.part`` on s3://) that no API names, which a snapshot's write
+    follows and which tells the parts a save cut short or refused left. ``path`` may be a glob
+    pattern of checkpoints: the fields are then patterns of theirs."""
+    directory, s3_prefix = path + "_temp", path + ".part"
+    return SaveParts(s3_prefix if path.startswith("s3://") else directory + "/part",
+                     directory, s3_prefix)
 
 
 # ---------------------------------------------------------------------------- tf.data

@@ -285,7 +285,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         self._original_evaluate = original = model.evaluate
 
         def evaluate(*args, **kwargs):
-            if not kwargs.get("_use_cached_eval_dataset") or not self.sv.trains_here():
+            if not compat.is_fit_validation(kwargs) or not self.sv.trains_here():
                 return original(*args, **kwargs)  # not fit's validation
             self._batches_done()
             if self._half:

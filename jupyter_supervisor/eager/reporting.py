@@ -31,15 +31,14 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.util import event_pb2
-from tensorflow.python.summary.writer.event_file_writer import EventFileWriter
 
-from .. import events, names
+from .. import compat, events, names
 from ..timer import Timer
 
 logger = logging.getLogger("jupyter_supervisor")
 
 _Summary = tf.compat.v1.Summary
+_Event = tf.compat.v1.Event
 _SessionLog = tf.compat.v1.SessionLog
 # What makes TensorBoard show a string tensor in its Text tab (the text plugin's name).
 _TEXT = tf.compat.v1.SummaryMetadata(
@@ -75,23 +74,22 @@ class _EventFile:
     dispatcher converts. TF1's FileWriter refuses eager mode; its file writer does not."""
 
     def __init__(self, logdir: str, hub: events.EventHub):
-        self._writer = EventFileWriter(logdir, filename_suffix=events.event_file_suffix())
+        self._writer = compat.event_file_writer(logdir, events.event_file_suffix())
         self._hub = hub
 
     def add_summary(self, summary, step) -> None:
-        self._hub.run(self._writer.add_event, event_pb2.Event(
+        self._hub.run(self._writer.add_event, _Event(
             summary=summary, wall_time=time.time(), step=int(step)))
 
     def add_session_log(self, session_log, step=None) -> None:
-        event = event_pb2.Event(session_log=session_log, wall_time=time.time())
+        event = _Event(session_log=session_log, wall_time=time.time())
         if step is not None:
             event.step = int(step)
         self._hub.run(self._writer.add_event, event)
 
     def write_now(self, summary, step: int, wall_time: float) -> None:
         """Writes from the dispatcher thread itself (its queue's order is kept)."""
-        self._writer.add_event(event_pb2.Event(summary=summary, wall_time=wall_time,
-                                               step=int(step)))
+        self._writer.add_event(_Event(summary=summary, wall_time=wall_time, step=int(step)))
 
     def close(self) -> None:
         """Writes what is queued (waiting at most FLUSH_SECS for it), then closes the file."""

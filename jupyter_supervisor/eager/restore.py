@@ -8,12 +8,10 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 from google.protobuf import message
-from tensorflow.core.protobuf import trackable_object_graph_pb2
-from tensorflow.python.util import object_identity
 
-from .. import checkpoints
+from .. import checkpoints, compat
 from ..checkpoints import CheckpointMismatchError
-from .variables import (LEARNING_RATE, RANDOM_STATE, STATE_NAME, base_variable, is_variable,
+from .variables import (RANDOM_STATE, STATE_NAME, IdentityMap, base_variable, is_variable,
                         live_variables, variable_name)
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -28,9 +26,7 @@ UNREADABLE = (tf.errors.OpError, IndexError, message.DecodeError)
 
 def object_graph(reader):
     """The object graph a TF2 checkpoint stores (raises when it cannot be read)."""
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
-    return graph
+    return compat.checkpoint_object_graph(reader.get_tensor(OBJECT_GRAPH_KEY))
 
 
 def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
@@ -47,8 +43,8 @@ def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
     graph = graph if graph is not None else object_graph(reader)
     shapes = reader.get_variable_to_shape_map()
     view = tf.train.TrackableView(root)
-    matched = object_identity.ObjectIdentityDictionary()  # variable -> checkpoint key
-    seen = object_identity.ObjectIdentitySet()
+    matched = IdentityMap()  # variable -> checkpoint key
+    seen = IdentityMap()
     optimizers = []  # their node ids
     queue = [(0, root)]
     while queue:
@@ -59,8 +55,9 @@ def misfit(reader, root, graph=None, unseeded: Optional[list] = None,
         node = graph.nodes[node_id]
         if hasattr(obj, "apply_gradients"):
             optimizers.append(node_id)
-            saved_rate = any(c.local_name == LEARNING_RATE for c in node.children)
-            number = is_variable(view.children(obj).get(LEARNING_RATE))
+            rate = compat.learning_rate_name()
+            saved_rate = any(c.local_name == rate for c in node.children)
+            number = is_variable(view.children(obj).get(rate))
             if rate_changed is not None and saved_rate != number:
                 rate_changed.append((getattr(obj, "name", None) or type(obj).__name__, number))
         if is_variable(obj):

@@ -29,10 +29,9 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.util import object_identity
 
 from .. import compat, finite
-from .variables import base_variable, has_slot_variables, is_variable
+from .variables import IdentityMap, base_variable, has_slot_variables, is_variable
 
 
 class _Traced:
@@ -351,7 +350,7 @@ class Snapshot:
     def copies_of(self, variables) -> list:
         """The newest copies of ``variables`` (tf.Variables), in their order; None for one
         without a copy (not saved, or before the first ``copy()``)."""
-        by_base = object_identity.ObjectIdentityDictionary()
+        by_base = IdentityMap()
         for obj, copy in zip(self._variables, self._copies):
             by_base[base_variable(obj)] = copy
         return [by_base.get(variable) for variable in variables]
@@ -473,7 +472,7 @@ class Snapshot:
             with tf.device("CPU:0"):
                 # TensorFlow's sharded protocol: the parts, then the merge under the name.
                 parts = tf.raw_ops.ShardedFilename(
-                    basename=path + (".part" if path.startswith("s3://") else "_temp/part"),
+                    basename=compat.save_parts(path).prefix,
                     shard=0, num_shards=1)
                 tf.raw_ops.SaveV2(prefix=parts, tensor_names=plan.names,
                                   shape_and_slices=plan.slices, tensors=tensors)
@@ -487,7 +486,7 @@ class Snapshot:
         of them has no copy (it is not saved: the caller checks the live variables
         instead)."""
         floats = finite.float_variables(checked)
-        index = object_identity.ObjectIdentityDictionary()
+        index = IdentityMap()
         for number, obj in enumerate(self._variables):
             index[base_variable(obj)] = number
         chosen = [index.get(variable) for variable in floats]
@@ -502,7 +501,7 @@ class Snapshot:
         objects, and their object graph, as TensorFlow's saver gathers them; None (``why_not``
         says why) when a saved tensor is not a copy's."""
         serialized, registered = compat.checkpoint_tensors(self.writer)
-        index = object_identity.ObjectIdentityDictionary()
+        index = IdentityMap()
         for number, obj in enumerate(self._variables):
             index[obj] = number
         names, slices, order, graph = [], [], [], None
@@ -531,7 +530,7 @@ def _object_graph(root) -> Tuple[list, list]:
     """What a checkpoint of ``root`` saves: the objects it reaches, breadth first (as
     ``tf.train.TrackableView.descendants``), and every edge between them, (parent's index,
     name, child's index), also a second name of an object."""
-    objects, index, edges = [root], object_identity.ObjectIdentityDictionary(), []
+    objects, index, edges = [root], IdentityMap(), []
     index[root] = 0
     for number, obj in enumerate(objects):  # grows while it is walked
         for name, child in tf.train.TrackableView.children(obj).items():

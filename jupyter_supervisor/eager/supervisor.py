@@ -46,7 +46,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
 
-from .. import capabilities, events, finite
+from .. import capabilities, compat, events, finite
 from ..backend import StopBody, clean_up
 from ..config import RunConfig
 from ..checkpoints import prepare_logdir, remove_partial_saves
@@ -76,10 +76,6 @@ class FitStart(NamedTuple):
     was, (fit index, epoch, batches done in it), or None."""
     index: int
     restored: Optional[tuple]
-
-
-def _trackable(value) -> bool:
-    return isinstance(value, tf.__internal__.tracking.Trackable)
 
 
 def _scalar(name: str, value) -> object:
@@ -153,7 +149,7 @@ def _check_objects(objects: Dict[str, object]) -> None:
         if name == STATE_NAME:
             raise ValueError(invalid(name, value, f"another name: {STATE_NAME!r} is the "
                                      "run's own entry in the checkpoint", shown=_short(value)))
-        if not _trackable(value) or _holds_no_variables(value):
+        if not compat.is_trackable(value) or _holds_no_variables(value):
             raise ValueError(invalid(
                 name, value, "a trackable TensorFlow object that holds variables (a Keras "
                 "model, layer or optimizer, a tf.Variable, a tf.Module, a "

@@ -4,7 +4,6 @@ what holds state, how users name them, and the names of the run's own entries in
 from typing import List
 
 import tensorflow as tf
-from tensorflow.python.util import object_identity
 
 from .. import compat
 
@@ -16,15 +15,48 @@ RANDOM_STATE = "random_state"
 # The record of fit's input in it (data_position): a checkpoint written before it restores
 # without (the resume then says it may not be exact).
 INPUT_STATE = "input"
-# Where a Keras optimizer keeps its learning rate: a variable for a number, none for a schedule
-# (and then its other variables are numbered one lower).
-LEARNING_RATE = "_learning_rate"
+
+
+class IdentityMap:
+    """A mapping keyed by the objects themselves, not by their equality (a tf.Variable has no
+    hash, and equal objects are not one): ``m[obj] = value``, ``m[obj]``, ``m.get(obj)``,
+    ``obj in m``, ``values()``; ``add(obj)`` for its use as a set. It holds its keys, so that
+    no id in it is reused while it lives."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, keys=()):
+        self._items: dict = {}   # id(key) -> (key, value)
+        for key in keys:
+            self.add(key)
+
+    def __setitem__(self, key, value) -> None:
+        self._items[id(key)] = (key, value)
+
+    def __getitem__(self, key):
+        return self._items[id(key)][1]
+
+    def __contains__(self, key) -> bool:
+        return id(key) in self._items
+
+    def get(self, key, default=None):
+        """The value of ``key``, or ``default``."""
+        found = self._items.get(id(key))
+        return default if found is None else found[1]
+
+    def add(self, key) -> None:
+        """Adds ``key`` (with the value None)."""
+        self._items[id(key)] = (key, None)
+
+    def values(self) -> list:
+        """The values, in the order their keys were first set."""
+        return [value for _, value in self._items.values()]
 
 
 def is_variable(obj) -> bool:
     """A tf.Variable, or a Keras 3 variable (which wraps one in ``.value``)."""
     return isinstance(obj, tf.Variable) or isinstance(getattr(obj, "value", None), tf.Variable) \
-        and hasattr(obj, "_serialize_to_tensors")
+        and compat.serializes_to_tensors(obj)
 
 
 def base_variable(obj) -> tf.Variable:
@@ -58,7 +90,7 @@ def live_variables(root) -> List[tuple]:
     """[(path in the object graph, variable)] of everything ``root`` saves, each variable once,
     by its first (breadth-first) path, as TensorFlow names it."""
     view = tf.train.TrackableView(root)
-    seen = object_identity.ObjectIdentitySet([root])
+    seen = IdentityMap([root])
     queue = [("", root)]
     found = []
     while queue:

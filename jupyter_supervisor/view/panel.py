@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .. import names
+from .. import compat, names
 from . import plots
 from .output_area import OutputArea
 from .text import (PALETTE, VALUE_DIGITS, best_values, image_tags, panel_state, record_heading,
@@ -109,10 +109,8 @@ def _panel_box_class():
 
 
 def _widget_bundle(widget, text: str) -> dict:
-    """The widget's display data with ``text`` as its text form (ipywidgets returns the data,
-    anywidget a (data, metadata) pair)."""
-    bundle = widget._repr_mimebundle_()  # pylint: disable=protected-access
-    data = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+    """The widget's display data with ``text`` as its text form."""
+    data = compat.widget_display_data(widget)
     data["text/plain"] = text
     return data
 
