@@ -407,6 +407,30 @@ def test_a_metric_that_never_came_is_said(tmp_path, backends):
         "sv.step(...)'s scalars."]
 
 
+def test_a_metric_missing_from_the_first_epoch_end_is_said_at_once(tmp_path, backends, caplog):
+    """Keras 3 logs val_accuracy: --keep-best val_acc is said at the first epoch end, once,
+    with the closest name, not only when the session ends."""
+    caplog.set_level("WARNING", logger="jupyter_supervisor")
+    model, arguments = overfitting()
+    model.compile(model.optimizer, "mse", metrics=["accuracy"])
+    said = []
+
+    class Watch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            said.append([r.getMessage() for r in caplog.records if "--keep-best" in r.getMessage()])
+
+    sv = backends(tmp_path, keep_best="val_acc", keep_best_mode="max")
+    with sv.session():
+        model.fit(**arguments, epochs=3, verbose=0, callbacks=[sv.callback, Watch()])
+    expected = ("--keep-best val_acc: the metrics that came (accuracy, loss, val_accuracy, "
+                "val_loss) have no val_acc: did you mean val_accuracy?; no checkpoint is kept "
+                "as its best until a value of val_acc comes.")
+    # Said at the first epoch's end (the boundary after every callback's on_epoch_end),
+    # before the second epoch begins, and only once.
+    assert said == [[], [expected], [expected]]
+    assert sv.notes()[-1].startswith("--keep-best val_acc: no value of val_acc came")
+
+
 # -- the option ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("options, message", [

@@ -13,12 +13,16 @@ checkpoint at nearly every step. The newest decision (``decided``) is what a che
 written now records; ``best`` is the newest one whose checkpoint is complete on disk (what
 retention keeps, the panel shows, ``restore_best`` restores).
 """
+import difflib
+import logging
 import math
 from typing import Mapping, NamedTuple, Optional
 
 from ..events import describe_best
 from ..names import MAX, MIN, checkpoint_step
 from .reporting import to_float
+
+logger = logging.getLogger("jupyter_supervisor")
 
 
 class Best(NamedTuple):
@@ -71,6 +75,7 @@ class BestKeeper:
         self.seen = False                     # a value of the metric came in this session
         self.offered: set = set()             # the names of every value that came
         self._noted: Optional[tuple] = None   # (step, value) of the newest sv.step value
+        self._missing_said = False            # its absence from the first metrics is said
 
     def better(self, value: float) -> bool:
         """True when ``value`` beats the decided best (a NaN or an infinity never does)."""
@@ -145,6 +150,22 @@ class BestKeeper:
     def _value(self, values: Mapping[str, object]) -> Optional[float]:
         self.offered.update(values)
         if self.metric not in values:
+            self._say_missing(values)
             return None
         self.seen = True
         return to_float(values[self.metric])
+
+    def _say_missing(self, values: Mapping[str, object]) -> None:
+        """Once, at the first metrics measured on a state (a fit's first epoch end, the first
+        ``sv.report``) that lack the metric: which came, and the closest name. A loop's step
+        scalars are not such metrics (its metric may come by ``report`` later): a metric that
+        never came is said at the session's end (``offered``, ``seen``)."""
+        if self._missing_said or self.seen or not values:
+            return
+        self._missing_said = True
+        names = sorted(values)
+        close = difflib.get_close_matches(self.metric, names, n=1, cutoff=0.6)
+        logger.warning(
+            "--keep-best %s: the metrics that came (%s) have no %s%s; no checkpoint is kept as "
+            "its best until a value of %s comes.", self.metric, ", ".join(names), self.metric,
+            f": did you mean {close[0]}?" if close else "", self.metric)
