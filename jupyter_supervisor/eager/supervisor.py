@@ -20,10 +20,10 @@ looks at raises ``backend.StopBody``. ``sv.callback`` does all that for ``model.
 better value of METRIC there, at a fit's epoch end, or at a checkpoint of the loop's
 ``step(METRIC=...)`` makes that checkpoint the best, which retention keeps (``best``).
 
-This module is the adapter: the Backend interface, ``track``/``step``, the step boundary and
-the fit side that ``keras_callback`` talks to (``fit_begin`` ... ``fit_end``). A checkpoint is
-taken only at a step boundary in the training thread, so it never holds half of a step
-(``checkpointer``); the training thread waits for the copy of the variables to host memory
+This module is the adapter: the Backend interface, ``track``/``step`` and the step boundary;
+``fit_state`` is the fit side that ``keras_callback`` talks to (the seam: ``fit_seam``). A
+checkpoint is taken only at a step boundary in the training thread, so it never holds half of a
+step (``checkpointer``); the training thread waits for the copy of the variables to host memory
 (``snapshot``), a writer thread writes the files (``writer``). Everything is reported as
 ``events`` records and in the event file (``reporting``).
 
@@ -42,7 +42,7 @@ import numbers
 import os
 import threading
 import weakref
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 
@@ -50,13 +50,13 @@ from .. import capabilities, events, finite
 from ..backend import StopBody, clean_up
 from ..config import RunConfig
 from ..checkpoints import prepare_logdir, remove_partial_saves
-from .._validate import check_checkpoint_path, invalid
+from .._validate import check_checkpoint_path, invalid, named, short
 from ..lockfile import LogdirLock
 from . import claims
 from . import restore as restoring
 from .variables import holds_state
 from .checkpointer import STATE_NAME, Checkpointer, Where
-from .data_position import SavedInput
+from .fit_state import FitState
 from .replicas import Replicas
 from .reporting import Reporter
 
@@ -68,14 +68,6 @@ KERAS_MULTI_WORKER = (
     "(https://github.com/keras-team/keras/issues/20585). Train with a custom loop instead: "
     "strategy.run(train_step, ...) with sv.track(model=model, optimizer=optimizer) and "
     "sv.step(loss=loss), which runs on every worker (see docs/replicas.md).")
-
-
-class FitStart(NamedTuple):
-    """What a fit starting under ``sv.callback`` is told (``EagerSupervisor.fit_begin``):
-    its index among the fit calls of the body (0, 1, ...), and where the restored checkpoint
-    was, (fit index, epoch, batches done in it), or None."""
-    index: int
-    restored: Optional[tuple]
 
 
 def _trackable(value) -> bool:
@@ -92,16 +84,7 @@ def _scalar(name: str, value) -> object:
             getattr(getattr(value, "dtype", None), "is_bool", False) is False:
         return value
     raise ValueError(invalid(name, value, "a number or a scalar tensor, such as the step's loss",
-                             shown=_short(value)))
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _named(objects: Dict[str, object]) -> str:
-    return ", ".join(f"{n}={_short(v)}" for n, v in objects.items())
+                             shown=short(value)))
 
 
 def _callable_without_arguments(fn) -> bool:
@@ -118,7 +101,7 @@ def _check_config(config) -> None:
     """Raises for what the eager backend cannot do with ``config``."""
     if not isinstance(config, RunConfig):
         raise TypeError(invalid("config", config, "a jupyter_supervisor.config.RunConfig",
-                                shown=_short(config)))
+                                shown=short(config)))
     if not tf.executing_eagerly():
         raise RuntimeError(
             "The eager backend needs eager execution, and it is off here (graph mode: "
@@ -140,7 +123,7 @@ def _check_config(config) -> None:
         raise ValueError(invalid(
             "init_fn", config.init_fn, "a function taking no argument: in eager mode it "
             "runs after sv.track(...) (or at the start of fit) when there is no checkpoint, "
-            "with no session to pass", shown=_short(config.init_fn)))
+            "with no session to pass", shown=short(config.init_fn)))
 
 
 def _check_objects(objects: Dict[str, object]) -> None:
@@ -152,13 +135,13 @@ def _check_objects(objects: Dict[str, object]) -> None:
     for name, value in objects.items():
         if name == STATE_NAME:
             raise ValueError(invalid(name, value, f"another name: {STATE_NAME!r} is the "
-                                     "run's own entry in the checkpoint", shown=_short(value)))
+                                     "run's own entry in the checkpoint", shown=short(value)))
         if not _trackable(value) or _holds_no_variables(value):
             raise ValueError(invalid(
                 name, value, "a trackable TensorFlow object that holds variables (a Keras "
                 "model, layer or optimizer, a tf.Variable, a tf.Module, a "
                 "tf.random.Generator, a tf.train.Checkpoint): a function or a number holds no "
-                "state to checkpoint", shown=_short(value)))
+                "state to checkpoint", shown=short(value)))
 
 
 def _holds_no_variables(value) -> bool:
@@ -182,7 +165,7 @@ def _build_for_restore(objects) -> None:
             raise ValueError(invalid(
                 name, model, "a built model: its variables must exist to be restored. "
                 "Build it first (model.build(input_shape), or call it on a batch)",
-                shown=_short(model)))
+                shown=short(model)))
     for value in objects.values():
         if hasattr(value, "apply_gradients") and hasattr(value, "build") and \
                 getattr(value, "built", True) is False:
@@ -197,7 +180,7 @@ class EagerSupervisor:
     Built in the kernel's main thread: checks the config, takes the logdir's lock (a second
     writer gets ``LogdirLockedError``). In the run's thread, ``session()`` yields ``{"sv":
     self}`` for the body; the body calls ``track()``/``step()`` or passes ``callback`` to fit,
-    which talks to it through the fit side (``fit_begin`` ... ``fit_end``).
+    which talks to the session through its fit side (``fit_state.FitState``).
     """
 
     def __init__(self, config: RunConfig, *, async_save: bool = True):
@@ -234,27 +217,24 @@ class EagerSupervisor:
         self._active = False
         self._ready = False                        # restored or initialized
         self._restored_from: Optional[str] = None
-        self._restored_position: Optional[tuple] = None
-        self._restored_input: Optional[SavedInput] = None
         self._attached: Optional[str] = None       # "track" or "callback"
         self._where = Where()                      # the step, fit's position, the scalars
         self._looked = False                       # should_stop() was called in this session
         self._stop_pending_at_last_step = False
-        self._fits = 0                             # fit calls started in this session
-        self._in_fit = False                       # a fit with sv.callback runs
         # What the session tracked, by weak reference: restore_best() loads into it after the
         # session (a run's record must not keep a model alive).
         self._tracked: Dict[str, "weakref.ref"] = {}
-        # (epoch, logs) of the epoch whose end runs: offered to --keep-best at the boundary
-        # after every callback's on_epoch_end (fit_paused).
-        self._epoch_values: Optional[tuple] = None
         self._reporter = Reporter(self._hub, config.save_summaries_secs)
         self._checkpointer = Checkpointer(config, self._where, self._reporter,
                                           self.request_stop, async_save=async_save,
                                           sweeps=self._lock is not None)
         self._last_progress: Optional[tuple] = None  # fit's position at the last boundary
-        self._callback = None
-        self._finalizing: list = []   # the optimizers whose finalize_variable_values is ours
+        # The fit side: the one thing of this session that sv.callback talks to.
+        self._fit = FitState(self._checkpointer, self._where, self._reporter,
+                             check_active=self._check_active, trains_here=self._trains_here,
+                             track=self._track, boundary=self._boundary,
+                             stopping=lambda: self._stop_requested,
+                             max_steps_only=lambda: self._max_steps_only)
         self._notes: List[str] = []
         self._closed = False
 
@@ -292,11 +272,6 @@ class EagerSupervisor:
     def restored_from(self) -> Optional[str]:
         """The checkpoint this session restored, or None."""
         return self._restored_from
-
-    @property
-    def restored_input(self) -> Optional[SavedInput]:
-        """The restored checkpoint's record of its fit's input (``data_position``), or None."""
-        return self._restored_input
 
     @property
     def logdir(self) -> Optional[str]:
@@ -404,12 +379,10 @@ class EagerSupervisor:
                 f"sv.callback needs what this Keras lacks: {why}. Install keras>="
                 f"{capabilities.FLOORS['keras']}, or train in a custom loop with sv.track(...) "
                 "and sv.step(...) (docs/versions.md).")
-        if self._callback is None:
-            from .keras_callback import SupervisorCallback  # pylint: disable=import-outside-toplevel
-            self._callback = SupervisorCallback(self)
+        callback = self._fit.callback()
         if self._replicas is not None:
             raise RuntimeError(KERAS_MULTI_WORKER)
-        return self._callback
+        return callback
 
     def track(self, **objects) -> Optional[str]:
         """Names what to checkpoint and restores the newest checkpoint of the logdir into it;
@@ -533,7 +506,7 @@ class EagerSupervisor:
                 sv.report(val_loss=evaluate(model, val_data))
         """
         self._check_active("sv.report()")
-        if self._in_fit:
+        if self._fit.in_fit:
             raise RuntimeError(
                 "sv.report() is for custom loops, between steps. In model.fit the metrics are "
                 "its epoch-end logs (validation included): a callback of yours adds a value by "
@@ -572,112 +545,11 @@ class EagerSupervisor:
         restoring.restore(tf.train.Checkpoint(**objects), path)
         return path
 
-    # ------------------------------------------------------------- the fit side (keras_callback)
+    # ------------------------------------------------------------------------- internals
 
-    def trains_here(self) -> bool:
+    def _trains_here(self) -> bool:
         """True in the training thread while the session runs (a fit elsewhere is not ours)."""
         return self._active and threading.current_thread() is self._thread
-
-    def fit_begin(self, model) -> FitStart:
-        """A fit with ``callback`` starts: in the training thread, it tracks the model and its
-        optimizer (restoring them) unless ``track()`` named them, and raises StopBody when the
-        run is stopping already (the body did not look). Its steps are step boundaries from
-        now on, until ``fit_end``."""
-        self._check_active("model.fit(..., callbacks=[sv.callback])")
-        self._fits += 1
-        if self._checkpointer.items is None:
-            optimizer = model.optimizer
-            if getattr(optimizer, "built", True) is False and model.trainable_variables:
-                optimizer.build(model.trainable_variables)
-            self._track({"model": model, "optimizer": optimizer}, "callback")
-        elif not any(value is model for value in self._checkpointer.items.values()):
-            raise ValueError(invalid(
-                "model", model, "the model this session tracks already ("
-                + _named(self._checkpointer.items) + "): one session checkpoints one set of "
-                "objects. Fit that model, or train this one in another run (another logdir)",
-                shown=_short(model)))
-        if self._stop_requested:
-            raise StopBody()
-        self._checkpointer.set_stepping(True)
-        self._in_fit = True
-        self._epoch_values = None
-        return FitStart(self._fits - 1, self._restored_position)
-
-    def fit_at(self, epoch: int, batch: int) -> None:
-        """Where the fit is now: ``batch`` batches of ``epoch`` done (0-based epoch; a
-        checkpoint records it, a resume continues from it)."""
-        self._where.fit = (self._fits - 1, epoch, batch)
-
-    def fit_input(self, record) -> None:
-        """``record(epoch, batch)``: what a checkpoint of the running fit records of its input
-        (``data_position.FitInput.saved``), until ``fit_end``."""
-        self._where.input = record
-
-    def fit_batches(self, count: int, logs, progress: tuple, due: bool = True) -> bool:
-        """``count`` batches of fit ended (a step boundary; ``logs``: their scalars,
-        ``progress``: (epoch, epochs, batch, batches); not ``due``: a due checkpoint waits for
-        the next boundary, the epoch's validation or end). True: fit must stop."""
-        self._where.step += count
-        self._where.scalars = logs
-        return self._boundary(progress, due)
-
-    def fit_paused(self, moved: bool = False) -> bool:
-        """A boundary of fit where no batch ended (in its validation; after an epoch's end,
-        ``moved``: the training state moved on without a step): a checkpoint asked for, or
-        due, is written. True: fit must stop."""
-        if moved:
-            self._checkpointer.state_changed()
-        rolled_back = self._checkpointer.at_boundary()
-        if moved and self._epoch_values is not None:
-            # --keep-best: the epoch's values, measured on the state here (every callback's
-            # on_epoch_end ran), unless a rollback just put an older state in its place.
-            (epoch, logs), self._epoch_values = self._epoch_values, None
-            if not rolled_back:
-                self._checkpointer.offer(logs, epoch)
-        self._checkpointer.save_at_boundary()
-        return self._stop_requested
-
-    def stop_is_max_steps(self) -> bool:
-        """True when the run stops only because it reached max_steps (nobody asked)."""
-        return self._max_steps_only
-
-    def fit_final_save(self) -> None:
-        """A stop cut fit inside an epoch: the checkpoint that ends the fit, now."""
-        self._checkpointer.save_if_moved()
-
-    def fit_part(self, part) -> None:
-        """``part()`` gives the running fit's state (plain JSON) to every checkpoint."""
-        self._checkpointer.parts["fit"] = part
-
-    def restored_part(self, key: str) -> dict:
-        """The state of ``key`` in the restored checkpoint ({}: none)."""
-        return self._checkpointer.restored_parts.get(key) or {}
-
-    def keep_arrays(self, name: str, arrays: list) -> None:
-        """At a save: ``arrays`` go into the checkpoint under ``name`` (``Checkpointer``)."""
-        self._checkpointer.keep_arrays(name, arrays)
-
-    def restored_arrays(self, name: str) -> Optional[list]:
-        """The arrays the restored checkpoint holds under ``name``, or None."""
-        return self._checkpointer.restored_arrays(name)
-
-    def fit_epoch_end(self, epoch: int, logs) -> None:
-        """Epoch ``epoch`` (0-based) ended: its ``logs`` are written as ``epoch_<name>``
-        scalars. Called for a complete epoch only (a stop cuts a half epoch before its end:
-        ``keras_callback``), so this is where "the epoch is complete, and these are its values"
-        is known; ``--keep-best`` weighs them at the boundary after every callback's
-        ``on_epoch_end`` (``fit_paused``), whose state the best checkpoint then holds."""
-        self._reporter.scalars(logs, self._where.step, prefix="epoch_")
-        self._epoch_values = (epoch, dict(logs))
-
-    def fit_end(self) -> None:
-        """The fit ended: the checkpoint that ends it (unless this step is saved)."""
-        self._in_fit = False
-        self._checkpointer.save_if_moved()
-        self._checkpointer.set_stepping(False)
-        self._where.input = None  # it holds the fit's input; a resume after it needs none
-
-    # ------------------------------------------------------------------------- internals
 
     def _check_active(self, what: str) -> None:
         if not self._active:
@@ -699,9 +571,9 @@ class EagerSupervisor:
             if set(items) != set(objects) or any(items[n] is not objects[n] for n in objects):
                 raise ValueError(invalid(
                     "objects", objects, f"the objects tracked first in this session "
-                    f"({_named(items)}): sv.track() is called once per run (with everything at "
+                    f"({named(items)}): sv.track() is called once per run (with everything at "
                     "once), and a checkpoint always holds the same objects",
-                    shown=_named(objects)))
+                    shown=named(objects)))
             return self._restored_from
         # Before anything is restored into them: another live run may be training them.
         claims.claim(self, self._config.name, objects)
@@ -712,15 +584,12 @@ class EagerSupervisor:
             replicas.attach(objects)
         restored = self._checkpointer.track(objects, newest=replicas is None or
                                             replicas.is_chief)
-        self._hook_finalize(objects)
+        self._fit.hook_finalize(objects)
         if replicas is not None:
             step = replicas.chief_restored(self._where.step if restored else None)
             if step is not None and not replicas.is_chief:
                 restored = self._checkpointer.restore(step)
-        if restored is not None:
-            self._restored_position = self._checkpointer.restored_position
-            self._restored_input = self._checkpointer.restored_input
-        elif self._config.init_fn is not None:
+        if restored is None and self._config.init_fn is not None:
             self._config.init_fn()
         self._tracked = {name: weakref.ref(value) for name, value in objects.items()}
         self._make_ready(restored)
@@ -728,31 +597,6 @@ class EagerSupervisor:
         if best is not None and best.best is not None:  # the best the restored state names
             self._reporter.best(best.best, self._checkpointer.writer.best, self._where.step)
         return restored
-
-    def _hook_finalize(self, objects: Dict[str, object]) -> None:
-        """The checkpoint that ends training is written before a tracked optimizer's
-        ``finalize_variable_values`` (which fit calls after its last epoch, and a loop may
-        call): that may swap values into the model (the averages of ``use_ema=True``), and the
-        checkpoint must hold the training state (the raw weights, the averages beside)."""
-        for obj in objects.values():
-            original = getattr(obj, "finalize_variable_values", None)
-            if original is None or not hasattr(obj, "apply_gradients"):
-                continue
-
-            def finalize(var_list, _original=original):
-                if self.trains_here():
-                    if self._callback is not None:
-                        self._callback.before_final_save()
-                    self._checkpointer.save_if_moved()
-                return _original(var_list)
-
-            obj.finalize_variable_values = finalize
-            self._finalizing.append(obj)
-
-    def _unhook_finalize(self) -> None:
-        for obj in self._finalizing:
-            vars(obj).pop("finalize_variable_values", None)
-        self._finalizing = []
 
     def _make_ready(self, restored: Optional[str]) -> None:
         self._ready = True
@@ -813,10 +657,7 @@ class EagerSupervisor:
             else:
                 lost.__cause__ = raised
                 error = lost
-        if self._callback is not None:  # a fit that raised leaves its train_function wrapped
-            self._callback.uninstall()
-        self._unhook_finalize()
-        self._in_fit = False
+        self._fit.session_ends()
         try:
             self._checkpointer.set_stepping(False, error)
             if error is None:
@@ -840,7 +681,8 @@ class EagerSupervisor:
                 f"{secs:g}: the next one was taken {secs:g} s after that write ended, so "
                 f"checkpoints came about every {longest + secs:.3g} s. Set --save-model-secs "
                 "above a write's time for checkpoints at the interval you set.")
-        if self._attached is None and self._logdir and error is None and self._callback is None:
+        if self._attached is None and self._logdir and error is None and \
+                not self._fit.has_callback:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
             # Shown once: the run prints its notes into its output (a log record would be a
@@ -877,8 +719,7 @@ class EagerSupervisor:
             self._checkpointer.close()
         except BaseException as e:  # pylint: disable=broad-except
             error = error or e
-        if self._callback is not None:
-            self._callback.set_model(None)
+        self._fit.release()
         step = self._where.step if self._ready else None
         error = clean_up(error, "closing the event file",
                          lambda: self._reporter.end_session(step, self._stop_why or ""))
