@@ -254,6 +254,21 @@ class Checkpointer:
                     f"The last checkpoint was not written within "
                     f"{self._config.stop_grace_secs:g} s (stop_grace_secs); it may be missing.")
 
+    def end_notes(self) -> List[str]:
+        """After ``close``: what the checkpoints did differently from what the options
+        suggest (written synchronously, further apart than the interval)."""
+        notes = [self.sync_reason] if self.sync_reason else []
+        longest, secs = self.longest_write, self.timer.secs
+        # An interval under a second asks for checkpoints as often as they can be written
+        # (the tutorials' 0.000001: one at every step): nothing to say.
+        if longest is not None and secs >= 1:
+            notes.append(
+                f"A checkpoint took up to {longest:.3g} s to write, longer than --save-model-secs "
+                f"{secs:g}: the next one was taken {secs:g} s after that write ended, so "
+                f"checkpoints came about every {longest + secs:.3g} s. Set --save-model-secs "
+                "above a write's time for checkpoints at the interval you set.")
+        return notes
+
     def restore(self, step: int) -> str:
         """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
         returns its path. RuntimeError when this process cannot read it."""

@@ -4,8 +4,8 @@ It holds what a ``model.fit`` under ``sv.callback`` changes in the session (whic
 runs, whether one runs, the epoch whose values ``--keep-best`` weighs next), builds the callback
 on first use (Keras is imported then) and holds it through ``fit_seam.FitHooks``, and calls the
 checkpointer itself for what the callback asks: its position (``Where``), its part of the
-checkpoint, the restored state. The step boundary, the tracking of the model and the stop are
-the session's: it gets them as callables.
+checkpoint, the restored state. The step boundary and the tracking of the model are the
+session's: it gets them as callables; the stop is the session's ``stops.Stops``, read here.
 
 The final save is one method, ``final_save``: at a stop inside an epoch, before a tracked
 optimizer's ``finalize_variable_values`` (which fit calls after its last epoch), at a fit's end
@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, Optional
 
 from .._validate import invalid, named, short
 from ..backend import StopBody
+from ..stops import Stops
 from .checkpointer import Checkpointer, Where
 from .fit_seam import FitHooks, FitStart
 from .reporting import Reporter
@@ -27,20 +28,19 @@ class FitState:
     ``check_active(what)`` raises outside the session's training thread; ``trains_here()``
     says whether this is it; ``track(objects, kind)`` tracks and restores ``objects`` as
     ``sv.track`` does; ``boundary(progress, due)`` is the session's step boundary, True when
-    training must stop; ``stopping()``: a stop takes effect; ``max_steps_only()``: the stop
-    is max_steps' only.
+    training must stop.
     """
 
-    def __init__(self, checkpointer: Checkpointer, where: Where, reporter: Reporter, *,
-                 check_active: Callable[[str], None], trains_here: Callable[[], bool],
+    def __init__(self, checkpointer: Checkpointer, where: Where, reporter: Reporter,
+                 stops: Stops, *, check_active: Callable[[str], None],
+                 trains_here: Callable[[], bool],
                  track: Callable[[Dict[str, object], str], Optional[str]],
-                 boundary: Callable[[Optional[tuple], bool], bool],
-                 stopping: Callable[[], bool], max_steps_only: Callable[[], bool]):
-        # What it calls itself: the session's parts, and the session's own steps and stop.
+                 boundary: Callable[[Optional[tuple], bool], bool]):
+        # What it calls itself: the session's parts, and the session's own steps.
         self._checkpointer, self._where, self._reporter = checkpointer, where, reporter
+        self._stops = stops
         self._check_active, self._trains_here = check_active, trains_here
         self._track, self._boundary = track, boundary
-        self._stopping, self.stop_is_max_steps = stopping, max_steps_only
         self._fits = 0                    # fit calls started in this session
         self.in_fit = False               # a fit with sv.callback runs
         # (epoch, logs) of the epoch whose end runs: offered to --keep-best at the boundary
@@ -120,6 +120,11 @@ class FitState:
         """The arrays the restored checkpoint holds under ``name``, or None."""
         return self._checkpointer.restored_arrays(name)
 
+    def stop_is_max_steps(self) -> bool:
+        """True when the run stops only because it reached max_steps (nobody asked)."""
+        record = self._stops.record
+        return record is not None and record.max_steps_only
+
     # ------------------------------------------------------------------- FitSide: told
 
     def fit_begin(self, model) -> FitStart:
@@ -140,7 +145,7 @@ class FitState:
                 "model", model, "the model this session tracks already (" + named(items)
                 + "): one session checkpoints one set of objects. Fit that model, or train "
                 "this one in another run (another logdir)", shown=short(model)))
-        if self._stopping():
+        if self._stops.requested:
             raise StopBody()
         self._checkpointer.set_stepping(True)
         self.in_fit = True
@@ -188,7 +193,7 @@ class FitState:
             if not rolled_back:
                 checkpointer.offer(logs, epoch)
         checkpointer.save_at_boundary()
-        return self._stopping()
+        return self._stops.requested
 
     def fit_epoch_end(self, epoch: int, logs) -> None:
         """Epoch ``epoch`` (0-based) ended: its ``logs`` are written as ``epoch_<name>``

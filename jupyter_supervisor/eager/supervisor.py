@@ -46,7 +46,7 @@ from typing import Dict, List, Optional
 
 import tensorflow as tf
 
-from .. import capabilities, events, finite
+from .. import capabilities, events, finite, stops
 from ..backend import StopBody, clean_up
 from ..config import RunConfig
 from ..checkpoints import prepare_logdir, remove_partial_saves
@@ -201,26 +201,18 @@ class EagerSupervisor:
         self._replicas = (Replicas(config.task_index, config.workers, bool(config.is_chief))
                           if config.workers > 1 else None)
 
-        # Guards the stop fields (read and written by other threads).
-        self._mutex = threading.Lock()
-        self._stop_asked = False                   # by this worker (a replica: not agreed yet)
-        self._stopped_by_peer: Optional[str] = None
-        self._stop_requested = False
-        self._stop_reason: Optional[str] = None
-        self._stop_exception: Optional[BaseException] = None
-        self._stop_why: Optional[str] = None
-        self._max_steps_only = False               # the stop is max_steps', nobody asked
+        # The session's stop, asked from any thread (the one record of it: ``stops``).
+        self._stops = stops.Stops(agreed=self._replicas is None)
 
         # Written by the training thread only.
         self._thread: Optional[threading.Thread] = None
         self._entered = False
         self._active = False
         self._ready = False                        # restored or initialized
-        self._restored_from: Optional[str] = None
         self._attached: Optional[str] = None       # "track" or "callback"
         self._where = Where()                      # the step, fit's position, the scalars
         self._looked = False                       # should_stop() was called in this session
-        self._stop_pending_at_last_step = False
+        self._stop_pending_at_last_step = False    # the body looked at the stop: one step more
         # What the session tracked, by weak reference: restore_best() loads into it after the
         # session (a run's record must not keep a model alive).
         self._tracked: Dict[str, "weakref.ref"] = {}
@@ -230,11 +222,9 @@ class EagerSupervisor:
                                           sweeps=self._lock is not None)
         self._last_progress: Optional[tuple] = None  # fit's position at the last boundary
         # The fit side: the one thing of this session that sv.callback talks to.
-        self._fit = FitState(self._checkpointer, self._where, self._reporter,
+        self._fit = FitState(self._checkpointer, self._where, self._reporter, self._stops,
                              check_active=self._check_active, trains_here=self._trains_here,
-                             track=self._track, boundary=self._boundary,
-                             stopping=lambda: self._stop_requested,
-                             max_steps_only=lambda: self._max_steps_only)
+                             track=self._track, boundary=self._boundary)
         self._notes: List[str] = []
         self._closed = False
 
@@ -266,12 +256,18 @@ class EagerSupervisor:
     def stopped_by_peer(self) -> Optional[str]:
         """Why another worker of a multi-worker run stopped this one ("a stop on worker 1"),
         or None: it was not (or this run has no other workers)."""
-        return self._stopped_by_peer
+        record = self._stops.record
+        return record.why if record is not None and record.by[0] == stops.PEER else None
+
+    @property
+    def stop_record(self) -> Optional[stops.StopRecord]:
+        """The session's stop as asked so far (``stops.StopRecord``), or None."""
+        return self._stops.record
 
     @property
     def restored_from(self) -> Optional[str]:
         """The checkpoint this session restored, or None."""
-        return self._restored_from
+        return self._checkpointer.restored_path
 
     @property
     def logdir(self) -> Optional[str]:
@@ -285,32 +281,20 @@ class EagerSupervisor:
     def should_stop(self) -> bool:
         """True once a stop was requested, max_steps reached, or the input ran out."""
         self._looked = True
-        return self._stop_requested
+        return self._stops.requested
 
-    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None) -> None:
+    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None, *,
+                     by: str = stops.SESSION, step: Optional[int] = None) -> None:
         """Ends the session at the next step boundary; ``ex`` fails the run (re-raised when the
         session ends), except OutOfRangeError, the normal end of the input. ``why`` (the first
-        one given) is the msg of the event file's SessionLog.STOP and the Stopped's ``why``."""
-        self._ask_stop(ex, why, max_steps=False)
-
-    def _ask_stop(self, ex: Optional[BaseException], why: Optional[str], max_steps: bool) -> None:
-        with self._mutex:
-            # A stop of max_steps only lets fit end the epoch whose batches are all trained.
-            self._max_steps_only = max_steps and (self._max_steps_only or not self._stop_asked)
-            if why is not None and self._stop_why is None:
-                self._stop_why = str(why)
-            if self._stop_asked:
-                return
-            self._stop_asked = True
-            # A replica stops when every worker knows, at the step boundary (_boundary).
-            self._stop_requested = self._replicas is None
-            if ex is None:
-                self._stop_reason = events.REQUESTED
-            elif isinstance(ex, tf.errors.OutOfRangeError):
-                self._stop_reason = events.OUT_OF_RANGE
-            else:
-                self._stop_reason = events.ERROR
-                self._stop_exception = ex
+        one given) is the msg of the event file's SessionLog.STOP and the Stopped's ``why``.
+        ``by``: who asks (``stops``); ``step``: where it was asked (by default the step now)."""
+        reason = (events.REQUESTED if ex is None else events.OUT_OF_RANGE
+                  if isinstance(ex, tf.errors.OutOfRangeError) else events.ERROR)
+        if step is None and self._ready:
+            step = self._where.step
+        # A replica's stop takes effect when every worker knows, at the step boundary.
+        self._stops.ask(by, why=why, reason=reason, error=ex, step=step)
 
     def save_now(self, timeout: Optional[float] = None) -> Optional[str]:
         """Writes a checkpoint and returns its path once its files are written (None: no logdir,
@@ -574,7 +558,7 @@ class EagerSupervisor:
                     f"({named(items)}): sv.track() is called once per run (with everything at "
                     "once), and a checkpoint always holds the same objects",
                     shown=named(objects)))
-            return self._restored_from
+            return self._checkpointer.restored_path
         # Before anything is restored into them: another live run may be training them.
         claims.claim(self, self._config.name, objects)
         _build_for_restore(objects)
@@ -600,15 +584,13 @@ class EagerSupervisor:
 
     def _make_ready(self, restored: Optional[str]) -> None:
         self._ready = True
-        self._restored_from = restored
         self._checkpointer.timer.restart()
         self._reporter.started(self._where.step, restored)
         if self._config.max_steps is not None and self._where.step >= self._config.max_steps:
             logger.info("The restored step %d is at or past max_steps=%d: nothing to train.",
                         self._where.step, self._config.max_steps)
-            self._ask_stop(None, None, max_steps=True)
-            with self._mutex:  # every worker restored this step, and stops at it
-                self._stop_requested = True
+            self.request_stop(by=stops.MAX_STEPS)
+            self._stops.take_effect()  # every worker restored this step, and stops at it
 
     def _boundary(self, progress: Optional[tuple] = None, due: bool = True) -> bool:
         """The step boundary (training thread): max_steps, the curves' points, progress, due
@@ -628,28 +610,26 @@ class EagerSupervisor:
         if max_steps is not None and self._where.step >= max_steps:
             self._checkpointer.settle()
             if self._where.step >= max_steps:
-                self._ask_stop(None, None, max_steps=True)
+                self.request_stop(by=stops.MAX_STEPS)
         if self._replicas is not None:
             self._agree_on_stop()
-        return self._stop_requested
+        return self._stops.requested
 
     def _agree_on_stop(self) -> None:
         """A replica's boundary: stops when any worker asked (each ends at this step)."""
-        asked = self._replicas.stops(self._stop_asked)
-        if asked and not self._stop_requested:
+        asked = self._replicas.stops(self._stops.asked)
+        if asked and not self._stops.requested:
             others = [i for i in asked if i != self._replicas.index]
-            if others and not self._stop_asked:
-                why = "a stop on worker " + ", ".join(map(str, others))
-                self._stopped_by_peer = why
-                self.request_stop(why=why)
-            with self._mutex:
-                self._stop_requested = True
+            if others and not self._stops.asked:
+                self.request_stop(why="a stop on worker " + ", ".join(map(str, others)),
+                                  by=stops.PEER)
+            self._stops.take_effect()
 
     def _end(self, error: Optional[BaseException]) -> None:
-        """Leaving the session: final checkpoint, services stopped, files closed, Stopped."""
+        """Leaving the session: the final checkpoint, the teardown (``_release``), Stopped."""
         raised = error  # what ended the block (an agreed stop ended every worker's already)
-        if self._stop_exception is not None and error is None:
-            error = self._stop_exception
+        if error is None:
+            error = self._stops.error
         if raised is not None and self._replicas is not None:
             lost = self._replicas.lost(raised, self._where.step if self._ready else None)
             if lost is None:
@@ -661,27 +641,14 @@ class EagerSupervisor:
         try:
             self._checkpointer.set_stepping(False, error)
             if error is None:
-                self._checkpointer.save_if_moved()
+                self._fit.final_save()
         except BaseException as e:  # pylint: disable=broad-except
             error = error or e
         self._where.input = None  # a fit that raised left it: it holds the fit's input
-        try:
-            self._checkpointer.close()   # the final checkpoint written (or past the grace)
-        except BaseException as e:  # pylint: disable=broad-except
-            error = error or e
-        sync_reason = self._checkpointer.sync_reason
-        if sync_reason:
-            self._notes.append(sync_reason)
-        longest, secs = self._checkpointer.longest_write, self._checkpointer.timer.secs
-        # An interval under a second asks for checkpoints as often as they can be written
-        # (the tutorials' 0.000001: one at every step): nothing to say.
-        if longest is not None and secs >= 1:
-            self._notes.append(
-                f"A checkpoint took up to {longest:.3g} s to write, longer than --save-model-secs "
-                f"{secs:g}: the next one was taken {secs:g} s after that write ended, so "
-                f"checkpoints came about every {longest + secs:.3g} s. Set --save-model-secs "
-                "above a write's time for checkpoints at the interval you set.")
-        if self._attached is None and self._logdir and error is None and \
+        ended = error  # before the teardown's own failures
+        error = self._release(error, session_ran=True)
+        self._notes.extend(self._checkpointer.end_notes())
+        if self._attached is None and self._logdir and ended is None and \
                 not self._fit.has_callback:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
@@ -690,39 +657,37 @@ class EagerSupervisor:
             logger.debug(note)
             self._notes.append(note)
         best = self._checkpointer.best
-        if best is not None and best.offered and not best.seen:
-            self._notes.append(
-                f"--keep-best {best.metric}: no value of {best.metric} came in this session "
-                f"(the metrics were: {', '.join(sorted(best.offered))}), so no checkpoint was "
-                "kept as its best. It comes from fit's epoch-end logs (validation_data gives "
-                "val_loss...), from sv.report(...) in a loop, or from sv.step(...)'s scalars.")
-        step = self._where.step if self._ready else None
-        # Whatever ended the session, its last step is on the curves (and in the event file),
-        # with where training really ended, not the last throttled Progress.
-        self._reporter.end(step, self._where.scalars, self._last_progress)
-        error = self._release(error)
-        reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED
-        self._reporter.stopped(reason, error, step, self._stop_why or "")
+        if best is not None and best.end_note():
+            self._notes.append(best.end_note())
+        reason = events.ERROR if error is not None else self._stops.reason
+        self._reporter.stopped(reason, error, self._where.step if self._ready else None,
+                               self._stops.why)
         if error is not None:
             raise error
 
-    def _release(self, error: Optional[BaseException] = None) -> Optional[BaseException]:
-        """Gives back what the session holds, once (``_end``, then ``close``; or ``close``
-        alone): the checkpointer (the write in flight waited for, within ``stop_grace_secs``;
-        the tracked objects dropped), the callback's model, the event file (the session's end
-        marked), the claims on the objects, the logdir's lock. Returns the error that ends the
-        run: ``error``, else the first failure here."""
+    def _release(self, error: Optional[BaseException] = None,
+                 session_ran: bool = False) -> Optional[BaseException]:
+        """The one teardown, run once (by ``_end``; or by ``close`` when no session ran): the
+        checkpointer closed (the write in flight waited for, within ``stop_grace_secs``; the
+        tracked objects dropped), the callback's model forgotten, the session's last step on
+        the curves (``session_ran``), the event file closed (the session's end marked), the
+        claims on the objects and the logdir's lock given back. Returns the error that ends
+        the run: ``error``, else the first failure here."""
         if self._closed:
             return error
         self._closed = True
         try:
-            self._checkpointer.close()
+            self._checkpointer.close()   # the final checkpoint written (or past the grace)
         except BaseException as e:  # pylint: disable=broad-except
             error = error or e
         self._fit.release()
         step = self._where.step if self._ready else None
+        if session_ran:
+            # Whatever ended the session, its last step is on the curves (and in the event
+            # file), with where training really ended, not the last throttled Progress.
+            self._reporter.end(step, self._where.scalars, self._last_progress)
         error = clean_up(error, "closing the event file",
-                         lambda: self._reporter.end_session(step, self._stop_why or ""))
+                         lambda: self._reporter.end_session(step, self._stops.why))
         claims.release(self)
         if self._lock is not None:
             error = clean_up(error, "releasing the logdir's lock", self._lock.release)
