@@ -17,6 +17,17 @@ def invalid(name: str, value, expected: str, *, shown: Optional[str] = None) -> 
     return f"Invalid value for argument `{name}`. Received: {name}={shown}. Expected {expected}."
 
 
+def short(value) -> str:
+    """``value`` as a message shows it (``shown``): its repr, cut at 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def named(objects) -> str:
+    """``name=value, ...`` of the dict ``objects``, each value ``short``."""
+    return ", ".join(f"{n}={short(v)}" for n, v in objects.items())
+
+
 # What TensorFlow's file layer reads as a glob pattern (its kGlobbingChars; a backslash only
 # where it is not the path separator).
 PATTERN_CHARACTERS = "*?[" + ("\\" if os.sep == "/" else "")

@@ -13,10 +13,13 @@ then, in its own thread::
 
 and from any thread ``request_stop()``, ``save_now()``, ``read_step()``. Everything a backend
 reports reaches the run's listeners as the records of ``events``; the run's history is fed only
-by them.
+by them. A session's stop is recorded once, in the backend (``stops``): the run asks it there
+and reads it back (``stop_record``).
 """
 import logging
 from typing import Callable, ContextManager, Dict, List, Optional, Protocol
+
+from . import stops
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -76,9 +79,16 @@ class Backend(Protocol):
     def should_stop(self) -> bool:
         """True once a stop was requested (or max_steps reached, or the input ran out)."""
 
-    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None) -> None:
+    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None, *,
+                     by: str = stops.SESSION, step: Optional[int] = None) -> None:
         """Asks the session to end at the next step boundary; ``ex`` fails the run. ``why``
-        (the first one given) goes to the event file's SessionLog.STOP and the Stopped record."""
+        (the first one given) goes to the event file's SessionLog.STOP and the Stopped record.
+        Recorded in ``stop_record``, with who asked (``by``) and at which ``step``. A stop
+        asked before the session is ready holds for it."""
+
+    @property
+    def stop_record(self) -> Optional[stops.StopRecord]:
+        """The session's stop as asked so far, or None (none asked)."""
 
     def save_now(self) -> Optional[str]:
         """Writes a checkpoint now, from any thread; returns its path (None: nothing to save).

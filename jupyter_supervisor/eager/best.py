@@ -77,6 +77,16 @@ class BestKeeper:
         self._noted: Optional[tuple] = None   # (step, value) of the newest sv.step value
         self._missing_said = False            # its absence from the first metrics is said
 
+    def end_note(self) -> Optional[str]:
+        """At the session's end: why no checkpoint was kept as the best, when values came but
+        none of the metric; else None."""
+        if not self.offered or self.seen:
+            return None
+        return (f"--keep-best {self.metric}: no value of {self.metric} came in this session "
+                f"(the metrics were: {', '.join(sorted(self.offered))}), so no checkpoint was "
+                "kept as its best. It comes from fit's epoch-end logs (validation_data gives "
+                "val_loss...), from sv.report(...) in a loop, or from sv.step(...)'s scalars.")
+
     def better(self, value: float) -> bool:
         """True when ``value`` beats the decided best (a NaN or an infinity never does)."""
         if not math.isfinite(value):

@@ -163,7 +163,11 @@ class Checkpointer:
         # checkpoint held ({} when nothing, or a checkpoint written before it was saved).
         self.parts: Dict[str, Callable[[], object]] = {}
         self.restored_parts: Dict[str, object] = {}
-        self._restored_path: Optional[str] = None
+        # The checkpoint restored, and where its fit and the fit's input were (read at the
+        # restore: the run's state moves on from there).
+        self.restored_path: Optional[str] = None
+        self.restored_position: Optional[tuple] = None   # (fit index, epoch, batch)
+        self.restored_input: Optional[SavedInput] = None
         self._arrays: Dict[str, tuple] = {}        # keep_arrays: name -> (arrays, variables)
         # --keep-best: the best value of the metric and its checkpoint (None: not kept).
         self.best: Optional[BestKeeper] = (
@@ -179,7 +183,7 @@ class Checkpointer:
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
         """Names what is saved (``items``, and the run's own state) and restores the newest
         readable checkpoint into it; returns its path (None: none, or no logdir). Where the
-        checkpoint was is then in ``where`` (``restored_position``). ``newest=False`` (a
+        checkpoint was is then in ``where`` and ``restored_position``. ``newest=False`` (a
         worker of a multi-worker run): restores nothing; ``restore`` then restores the
         checkpoint its chief restored."""
         self.items = dict(items)
@@ -250,6 +254,21 @@ class Checkpointer:
                     f"The last checkpoint was not written within "
                     f"{self._config.stop_grace_secs:g} s (stop_grace_secs); it may be missing.")
 
+    def end_notes(self) -> List[str]:
+        """After ``close``: what the checkpoints did differently from what the options
+        suggest (written synchronously, further apart than the interval)."""
+        notes = [self.sync_reason] if self.sync_reason else []
+        longest, secs = self.longest_write, self.timer.secs
+        # An interval under a second asks for checkpoints as often as they can be written
+        # (the tutorials' 0.000001: one at every step): nothing to say.
+        if longest is not None and secs >= 1:
+            notes.append(
+                f"A checkpoint took up to {longest:.3g} s to write, longer than --save-model-secs "
+                f"{secs:g}: the next one was taken {secs:g} s after that write ended, so "
+                f"checkpoints came about every {longest + secs:.3g} s. Set --save-model-secs "
+                "above a write's time for checkpoints at the interval you set.")
+        return notes
+
     def restore(self, step: int) -> str:
         """Restores the checkpoint of ``step`` of the logdir (the one the chief restored);
         returns its path. RuntimeError when this process cannot read it."""
@@ -272,7 +291,10 @@ class Checkpointer:
         self.timer.last_step = self._where.step
         text = self._state.training.numpy().decode("utf-8")
         self.restored_parts = json.loads(text) if text else {}
-        self._restored_path = path
+        self.restored_path = path
+        self.restored_position = (int(self._state.fit.numpy()), int(self._state.epoch.numpy()),
+                                  int(self._state.batch.numpy()))
+        self.restored_input = self._state.input.restored()
         self._rates.settle(path, self.restored_parts.get("learning_rates"))
 
     def keep_arrays(self, name: str, arrays: list) -> None:
@@ -295,9 +317,9 @@ class Checkpointer:
     def restored_arrays(self, name: str) -> Optional[list]:
         """The arrays ``keep_arrays`` saved under ``name`` in the restored checkpoint (None:
         it holds none)."""
-        if self._restored_path is None:
+        if self.restored_path is None:
             return None
-        reader = tf.train.load_checkpoint(self._restored_path)
+        reader = tf.train.load_checkpoint(self.restored_path)
         keys = reader.get_variable_to_shape_map()
         found, prefix = [], f"{STATE_NAME}/{name}/"
         while f"{prefix}{len(found)}/.ATTRIBUTES/VARIABLE_VALUE" in keys:
@@ -335,17 +357,6 @@ class Checkpointer:
         no fit keeps the fit's)."""
         return json.dumps({**self.restored_parts,
                            **{key: part() for key, part in self.parts.items()}})
-
-    @property
-    def restored_position(self) -> tuple:
-        """(fit index, epoch, batch) of the state restored by ``track``."""
-        return (int(self._state.fit.numpy()), int(self._state.epoch.numpy()),
-                int(self._state.batch.numpy()))
-
-    @property
-    def restored_input(self) -> Optional[SavedInput]:
-        """The record of fit's input in the state restored by ``track``, or None."""
-        return self._state.input.restored()
 
     # ------------------------------------------------------------------------ any thread
 

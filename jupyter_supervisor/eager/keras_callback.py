@@ -76,6 +76,7 @@ from .. import capabilities, compat
 from .._validate import invalid
 from .callback_state import CallbackStates
 from .data_position import FitInput
+from .fit_seam import FitSide
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -96,7 +97,7 @@ class _TrainFunction:
         self.logs = {}
 
     def __call__(self, iterator):
-        if not self.callback.sv.trains_here():
+        if not self.callback.side.trains_here():
             self.uninstall()  # a fit outside the session that installed it
             return self.original(iterator)
         if self.fit_input is not None:  # data_position: which iterator fit draws from
@@ -153,14 +154,15 @@ def _set_metric_values(model, values) -> bool:
 
 class SupervisorCallback(keras.callbacks.Callback):
     """Checkpoints, resumes, reports and stops a ``model.fit`` for an EagerSupervisor. Get it
-    as ``sv.callback``; see the module docstring."""
+    as ``sv.callback``; see the module docstring. ``side``: the session's ``fit_seam.FitSide``,
+    all that it asks and tells the session; the session asks it only ``fit_seam.FitHooks``."""
 
-    def __init__(self, sv):
+    def __init__(self, side: FitSide):
         super().__init__()
-        self.sv = sv
+        self.side = side
         self._function: Optional[_TrainFunction] = None
         self._input: Optional[FitInput] = None  # data_position
-        self._start = None   # the supervisor's FitStart of the running fit
+        self._start = None   # the FitStart of the running fit
         self._epoch = 0
         self._done_in_epoch = 0
         self._epochs = None
@@ -196,13 +198,13 @@ class SupervisorCallback(keras.callbacks.Callback):
         # train_function is then that run's, not to be touched), and StopBody when stopped
         # before this fit (a stop during an earlier fit, max_steps restored): the body did not
         # look, so it ends here.
-        self._start = self.sv.fit_begin(model)
+        self._start = self.side.fit_begin(model)
         if isinstance(model.train_function, _TrainFunction):  # an earlier fit raised
             model.train_function.uninstall()
         self._epochs = self.params.get("epochs")
         self._batches = self.params.get("steps")
         self._states = CallbackStates([c for c in listed if c is not self],
-                                      self.sv.keep_arrays, self.sv.restored_arrays)
+                                      self.side.keep_arrays, self.side.restored_arrays)
         self._ending = self._half = self._stopped = self._stopped_by_callback = False
         self._metrics = self._restore = None
         epoch, batch = self._resume_point()
@@ -212,9 +214,9 @@ class SupervisorCallback(keras.callbacks.Callback):
         if position is not None and index == position[0] and \
                 (self._epochs is None or epoch < self._epochs):
             first = compat.fit_argument(model, "initial_epoch") or 0
-            epoch, batch = self._input.resume(self.sv.restored_input, position[1:], epoch,
-                                              batch, first, self.sv.restored_from)
-        self.sv.fit_input(self._input.saved)
+            epoch, batch = self._input.resume(self.side.restored_input, position[1:], epoch,
+                                              batch, first, self.side.restored_from)
+        self.side.fit_input(self._input.saved)
         # --
         if epoch:
             compat.set_initial_epoch(model, epoch)
@@ -226,8 +228,8 @@ class SupervisorCallback(keras.callbacks.Callback):
         self._function = _TrainFunction(self, model, batch, self._input)
         model.train_function = self._function
         self._epoch, self._done_in_epoch = epoch, batch
-        self.sv.fit_at(epoch, batch)
-        self.sv.fit_part(self._part)
+        self.side.fit_at(epoch, batch)
+        self.side.fit_part(self._part)
         self._install(callbacks)
 
     def _resume_point(self):
@@ -240,7 +242,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         if index < position[0]:  # this fit had ended before that checkpoint
             return (self._epochs or 0), 0
         _, epoch, batch = position
-        saved = self.sv.restored_part("fit")
+        saved = self.side.restored_part("fit")
         self._restore = saved if saved.get("index") == index else {}
         # As in Keras, initial_epoch is where the first run of this fit starts: a checkpoint
         # of this fit is at or after it, and wins. One before it was written by a fit that
@@ -248,7 +250,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         if user_epoch > epoch:
             raise ValueError(invalid(
                 "initial_epoch", user_epoch,
-                f"at most {epoch}: the checkpoint {self.sv.restored_from} is at epoch {epoch} "
+                f"at most {epoch}: the checkpoint {self.side.restored_from} is at epoch {epoch} "
                 f"(0-based), batch {batch} of this fit, before the epoch it is told to start "
                 "at, so it was written by a fit that started earlier. Give the "
                 "initial_epoch that fit had (re-running it continues from the checkpoint), "
@@ -285,7 +287,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         self._original_evaluate = original = model.evaluate
 
         def evaluate(*args, **kwargs):
-            if not compat.is_fit_validation(kwargs) or not self.sv.trains_here():
+            if not compat.is_fit_validation(kwargs) or not self.side.trains_here():
                 return original(*args, **kwargs)  # not fit's validation
             self._batches_done()
             if self._half:
@@ -300,9 +302,9 @@ class SupervisorCallback(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         final = self._part()
-        self.sv.fit_part(lambda: final)  # what a save after fit holds of it
+        self.side.fit_part(lambda: final)  # what a save after fit holds of it
         self.uninstall()
-        self.sv.fit_end()
+        self.side.fit_end()
 
     def uninstall(self) -> None:
         """Gives the model its own train_function and evaluate back, fit's CallbackList its
@@ -326,6 +328,10 @@ class SupervisorCallback(keras.callbacks.Callback):
         if self._set_initial_epoch:
             compat.set_initial_epoch(self.model, None)
             self._set_initial_epoch = False
+
+    def release(self) -> None:
+        """Forgets the model (an ended run keeps none alive)."""
+        self.set_model(None)
 
     def before_final_save(self) -> None:
         """Before the checkpoint that ends this fit (the optimizer's finalize_variable_values
@@ -373,7 +379,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         if epoch != self._epoch:
             self._done_in_epoch = 0
         self._epoch = epoch
-        self.sv.fit_at(epoch, self._done_in_epoch)
+        self.side.fit_at(epoch, self._done_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         if self._list is None:  # no CallbackList of fit's to hook: the boundaries from here
@@ -381,7 +387,7 @@ class SupervisorCallback(keras.callbacks.Callback):
             if self._half:
                 return
         if logs:
-            self.sv.fit_epoch_end(epoch, logs)
+            self.side.fit_epoch_end(epoch, logs)
         if self._list is None:
             self._epoch_ended(epoch)
 
@@ -406,7 +412,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         # A checkpoint due here is written at the validation's first batch, or after the
         # epoch's end: the state of the next boundary but one, saved once.
         if self.end_batches(done, cut=False, due=False):
-            if self.sv.stop_is_max_steps():
+            if self.side.stop_is_max_steps():
                 self._stopped = True
                 self.model.stop_training = True
             else:
@@ -418,10 +424,10 @@ class SupervisorCallback(keras.callbacks.Callback):
         self._ending = False
         self._metrics = None
         self._epoch, self._done_in_epoch = epoch + 1, 0
-        self.sv.fit_at(epoch + 1, 0)
+        self.side.fit_at(epoch + 1, 0)
         if self.model.stop_training and not self._stopped:
             self._stopped_by_callback = True  # EarlyStopping: this fit is over
-        if self.sv.fit_paused(moved=True):
+        if self.side.fit_paused(moved=True):
             self._stopped = True
             self.model.stop_training = True
 
@@ -429,7 +435,7 @@ class SupervisorCallback(keras.callbacks.Callback):
         """A stop inside the epoch: the final checkpoint now; the epoch's end will not run."""
         self._half = self._stopped = True
         self.model.stop_training = True
-        self.sv.fit_final_save()
+        self.side.final_save()
 
     # ---------------------------------------------------------------------------- batches
 
@@ -440,8 +446,8 @@ class SupervisorCallback(keras.callbacks.Callback):
     def on_test_batch_begin(self, batch, logs=None):
         """A boundary of fit's validation: a checkpoint asked for is written; a stop cuts the
         validation (after this batch) and the epoch's end."""
-        if self._validating and not self._half and self.sv.fit_paused() and \
-                not self.sv.stop_is_max_steps():
+        if self._validating and not self._half and self.side.fit_paused() and \
+                not self.side.stop_is_max_steps():
             self._cut()
             self.model.stop_evaluating = True
 
@@ -455,8 +461,8 @@ class SupervisorCallback(keras.callbacks.Callback):
             count = max(1, done - function.pending)
             function.pending = None
         self._done_in_epoch = done
-        self.sv.fit_at(self._epoch, done)
-        if not self.sv.fit_batches(count, function.logs,
+        self.side.fit_at(self._epoch, done)
+        if not self.side.fit_batches(count, function.logs,
                                    (self._epoch, self._epochs, done, self._batches), due):
             return False
         self.model.stop_training = True

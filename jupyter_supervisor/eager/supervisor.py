@@ -20,10 +20,10 @@ looks at raises ``backend.StopBody``. ``sv.callback`` does all that for ``model.
 better value of METRIC there, at a fit's epoch end, or at a checkpoint of the loop's
 ``step(METRIC=...)`` makes that checkpoint the best, which retention keeps (``best``).
 
-This module is the adapter: the Backend interface, ``track``/``step``, the step boundary and
-the fit side that ``keras_callback`` talks to (``fit_begin`` ... ``fit_end``). A checkpoint is
-taken only at a step boundary in the training thread, so it never holds half of a step
-(``checkpointer``); the training thread waits for the copy of the variables to host memory
+This module is the adapter: the Backend interface, ``track``/``step`` and the step boundary;
+``fit_state`` is the fit side that ``keras_callback`` talks to (the seam: ``fit_seam``). A
+checkpoint is taken only at a step boundary in the training thread, so it never holds half of a
+step (``checkpointer``); the training thread waits for the copy of the variables to host memory
 (``snapshot``), a writer thread writes the files (``writer``). Everything is reported as
 ``events`` records and in the event file (``reporting``).
 
@@ -42,21 +42,21 @@ import numbers
 import os
 import threading
 import weakref
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 
-from .. import capabilities, compat, events, finite
+from .. import capabilities, compat, events, finite, stops
 from ..backend import StopBody, clean_up
 from ..config import RunConfig
 from ..checkpoints import prepare_logdir, remove_partial_saves
-from .._validate import check_checkpoint_path, invalid
+from .._validate import check_checkpoint_path, invalid, named, short
 from ..lockfile import LogdirLock
 from . import claims
 from . import restore as restoring
 from .variables import holds_state
 from .checkpointer import STATE_NAME, Checkpointer, Where
-from .data_position import SavedInput
+from .fit_state import FitState
 from .replicas import Replicas
 from .reporting import Reporter
 
@@ -70,12 +70,6 @@ KERAS_MULTI_WORKER = (
     "sv.step(loss=loss), which runs on every worker (see docs/replicas.md).")
 
 
-class FitStart(NamedTuple):
-    """What a fit starting under ``sv.callback`` is told (``EagerSupervisor.fit_begin``):
-    its index among the fit calls of the body (0, 1, ...), and where the restored checkpoint
-    was, (fit index, epoch, batches done in it), or None."""
-    index: int
-    restored: Optional[tuple]
 
 
 def _scalar(name: str, value) -> object:
@@ -88,16 +82,7 @@ def _scalar(name: str, value) -> object:
             getattr(getattr(value, "dtype", None), "is_bool", False) is False:
         return value
     raise ValueError(invalid(name, value, "a number or a scalar tensor, such as the step's loss",
-                             shown=_short(value)))
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _named(objects: Dict[str, object]) -> str:
-    return ", ".join(f"{n}={_short(v)}" for n, v in objects.items())
+                             shown=short(value)))
 
 
 def _callable_without_arguments(fn) -> bool:
@@ -114,7 +99,7 @@ def _check_config(config) -> None:
     """Raises for what the eager backend cannot do with ``config``."""
     if not isinstance(config, RunConfig):
         raise TypeError(invalid("config", config, "a jupyter_supervisor.config.RunConfig",
-                                shown=_short(config)))
+                                shown=short(config)))
     if not tf.executing_eagerly():
         raise RuntimeError(
             "The eager backend needs eager execution, and it is off here (graph mode: "
@@ -136,7 +121,7 @@ def _check_config(config) -> None:
         raise ValueError(invalid(
             "init_fn", config.init_fn, "a function taking no argument: in eager mode it "
             "runs after sv.track(...) (or at the start of fit) when there is no checkpoint, "
-            "with no session to pass", shown=_short(config.init_fn)))
+            "with no session to pass", shown=short(config.init_fn)))
 
 
 def _check_objects(objects: Dict[str, object]) -> None:
@@ -148,13 +133,13 @@ def _check_objects(objects: Dict[str, object]) -> None:
     for name, value in objects.items():
         if name == STATE_NAME:
             raise ValueError(invalid(name, value, f"another name: {STATE_NAME!r} is the "
-                                     "run's own entry in the checkpoint", shown=_short(value)))
+                                     "run's own entry in the checkpoint", shown=short(value)))
         if not compat.is_trackable(value) or _holds_no_variables(value):
             raise ValueError(invalid(
                 name, value, "a trackable TensorFlow object that holds variables (a Keras "
                 "model, layer or optimizer, a tf.Variable, a tf.Module, a "
                 "tf.random.Generator, a tf.train.Checkpoint): a function or a number holds no "
-                "state to checkpoint", shown=_short(value)))
+                "state to checkpoint", shown=short(value)))
 
 
 def _holds_no_variables(value) -> bool:
@@ -178,7 +163,7 @@ def _build_for_restore(objects) -> None:
             raise ValueError(invalid(
                 name, model, "a built model: its variables must exist to be restored. "
                 "Build it first (model.build(input_shape), or call it on a batch)",
-                shown=_short(model)))
+                shown=short(model)))
     for value in objects.values():
         if hasattr(value, "apply_gradients") and hasattr(value, "build") and \
                 getattr(value, "built", True) is False:
@@ -193,7 +178,7 @@ class EagerSupervisor:
     Built in the kernel's main thread: checks the config, takes the logdir's lock (a second
     writer gets ``LogdirLockedError``). In the run's thread, ``session()`` yields ``{"sv":
     self}`` for the body; the body calls ``track()``/``step()`` or passes ``callback`` to fit,
-    which talks to it through the fit side (``fit_begin`` ... ``fit_end``).
+    which talks to the session through its fit side (``fit_state.FitState``).
     """
 
     def __init__(self, config: RunConfig, *, async_save: bool = True):
@@ -214,43 +199,30 @@ class EagerSupervisor:
         self._replicas = (Replicas(config.task_index, config.workers, bool(config.is_chief))
                           if config.workers > 1 else None)
 
-        # Guards the stop fields (read and written by other threads).
-        self._mutex = threading.Lock()
-        self._stop_asked = False                   # by this worker (a replica: not agreed yet)
-        self._stopped_by_peer: Optional[str] = None
-        self._stop_requested = False
-        self._stop_reason: Optional[str] = None
-        self._stop_exception: Optional[BaseException] = None
-        self._stop_why: Optional[str] = None
-        self._max_steps_only = False               # the stop is max_steps', nobody asked
+        # The session's stop, asked from any thread (the one record of it: ``stops``).
+        self._stops = stops.Stops(agreed=self._replicas is None)
 
         # Written by the training thread only.
         self._thread: Optional[threading.Thread] = None
         self._entered = False
         self._active = False
         self._ready = False                        # restored or initialized
-        self._restored_from: Optional[str] = None
-        self._restored_position: Optional[tuple] = None
-        self._restored_input: Optional[SavedInput] = None
         self._attached: Optional[str] = None       # "track" or "callback"
         self._where = Where()                      # the step, fit's position, the scalars
         self._looked = False                       # should_stop() was called in this session
-        self._stop_pending_at_last_step = False
-        self._fits = 0                             # fit calls started in this session
-        self._in_fit = False                       # a fit with sv.callback runs
+        self._stop_pending_at_last_step = False    # the body looked at the stop: one step more
         # What the session tracked, by weak reference: restore_best() loads into it after the
         # session (a run's record must not keep a model alive).
         self._tracked: Dict[str, "weakref.ref"] = {}
-        # (epoch, logs) of the epoch whose end runs: offered to --keep-best at the boundary
-        # after every callback's on_epoch_end (fit_paused).
-        self._epoch_values: Optional[tuple] = None
         self._reporter = Reporter(self._hub, config.save_summaries_secs)
         self._checkpointer = Checkpointer(config, self._where, self._reporter,
                                           self.request_stop, async_save=async_save,
                                           sweeps=self._lock is not None)
         self._last_progress: Optional[tuple] = None  # fit's position at the last boundary
-        self._callback = None
-        self._finalizing: list = []   # the optimizers whose finalize_variable_values is ours
+        # The fit side: the one thing of this session that sv.callback talks to.
+        self._fit = FitState(self._checkpointer, self._where, self._reporter, self._stops,
+                             check_active=self._check_active, trains_here=self._trains_here,
+                             track=self._track, boundary=self._boundary)
         self._notes: List[str] = []
         self._closed = False
 
@@ -282,17 +254,18 @@ class EagerSupervisor:
     def stopped_by_peer(self) -> Optional[str]:
         """Why another worker of a multi-worker run stopped this one ("a stop on worker 1"),
         or None: it was not (or this run has no other workers)."""
-        return self._stopped_by_peer
+        record = self._stops.record
+        return record.why if record is not None and record.by[0] == stops.PEER else None
+
+    @property
+    def stop_record(self) -> Optional[stops.StopRecord]:
+        """The session's stop as asked so far (``stops.StopRecord``), or None."""
+        return self._stops.record
 
     @property
     def restored_from(self) -> Optional[str]:
         """The checkpoint this session restored, or None."""
-        return self._restored_from
-
-    @property
-    def restored_input(self) -> Optional[SavedInput]:
-        """The restored checkpoint's record of its fit's input (``data_position``), or None."""
-        return self._restored_input
+        return self._checkpointer.restored_path
 
     @property
     def logdir(self) -> Optional[str]:
@@ -306,32 +279,20 @@ class EagerSupervisor:
     def should_stop(self) -> bool:
         """True once a stop was requested, max_steps reached, or the input ran out."""
         self._looked = True
-        return self._stop_requested
+        return self._stops.requested
 
-    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None) -> None:
+    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None, *,
+                     by: str = stops.SESSION, step: Optional[int] = None) -> None:
         """Ends the session at the next step boundary; ``ex`` fails the run (re-raised when the
         session ends), except OutOfRangeError, the normal end of the input. ``why`` (the first
-        one given) is the msg of the event file's SessionLog.STOP and the Stopped's ``why``."""
-        self._ask_stop(ex, why, max_steps=False)
-
-    def _ask_stop(self, ex: Optional[BaseException], why: Optional[str], max_steps: bool) -> None:
-        with self._mutex:
-            # A stop of max_steps only lets fit end the epoch whose batches are all trained.
-            self._max_steps_only = max_steps and (self._max_steps_only or not self._stop_asked)
-            if why is not None and self._stop_why is None:
-                self._stop_why = str(why)
-            if self._stop_asked:
-                return
-            self._stop_asked = True
-            # A replica stops when every worker knows, at the step boundary (_boundary).
-            self._stop_requested = self._replicas is None
-            if ex is None:
-                self._stop_reason = events.REQUESTED
-            elif isinstance(ex, tf.errors.OutOfRangeError):
-                self._stop_reason = events.OUT_OF_RANGE
-            else:
-                self._stop_reason = events.ERROR
-                self._stop_exception = ex
+        one given) is the msg of the event file's SessionLog.STOP and the Stopped's ``why``.
+        ``by``: who asks (``stops``); ``step``: where it was asked (by default the step now)."""
+        reason = (events.REQUESTED if ex is None else events.OUT_OF_RANGE
+                  if isinstance(ex, tf.errors.OutOfRangeError) else events.ERROR)
+        if step is None and self._ready:
+            step = self._where.step
+        # A replica's stop takes effect when every worker knows, at the step boundary.
+        self._stops.ask(by, why=why, reason=reason, error=ex, step=step)
 
     def save_now(self, timeout: Optional[float] = None) -> Optional[str]:
         """Writes a checkpoint and returns its path once its files are written (None: no logdir,
@@ -400,12 +361,10 @@ class EagerSupervisor:
                 f"sv.callback needs what this Keras lacks: {why}. Install keras>="
                 f"{capabilities.FLOORS['keras']}, or train in a custom loop with sv.track(...) "
                 "and sv.step(...) (docs/versions.md).")
-        if self._callback is None:
-            from .keras_callback import SupervisorCallback  # pylint: disable=import-outside-toplevel
-            self._callback = SupervisorCallback(self)
+        callback = self._fit.callback()
         if self._replicas is not None:
             raise RuntimeError(KERAS_MULTI_WORKER)
-        return self._callback
+        return callback
 
     def track(self, **objects) -> Optional[str]:
         """Names what to checkpoint and restores the newest checkpoint of the logdir into it;
@@ -529,7 +488,7 @@ class EagerSupervisor:
                 sv.report(val_loss=evaluate(model, val_data))
         """
         self._check_active("sv.report()")
-        if self._in_fit:
+        if self._fit.in_fit:
             raise RuntimeError(
                 "sv.report() is for custom loops, between steps. In model.fit the metrics are "
                 "its epoch-end logs (validation included): a callback of yours adds a value by "
@@ -568,112 +527,11 @@ class EagerSupervisor:
         restoring.restore(tf.train.Checkpoint(**objects), path)
         return path
 
-    # ------------------------------------------------------------- the fit side (keras_callback)
+    # ------------------------------------------------------------------------- internals
 
-    def trains_here(self) -> bool:
+    def _trains_here(self) -> bool:
         """True in the training thread while the session runs (a fit elsewhere is not ours)."""
         return self._active and threading.current_thread() is self._thread
-
-    def fit_begin(self, model) -> FitStart:
-        """A fit with ``callback`` starts: in the training thread, it tracks the model and its
-        optimizer (restoring them) unless ``track()`` named them, and raises StopBody when the
-        run is stopping already (the body did not look). Its steps are step boundaries from
-        now on, until ``fit_end``."""
-        self._check_active("model.fit(..., callbacks=[sv.callback])")
-        self._fits += 1
-        if self._checkpointer.items is None:
-            optimizer = model.optimizer
-            if getattr(optimizer, "built", True) is False and model.trainable_variables:
-                optimizer.build(model.trainable_variables)
-            self._track({"model": model, "optimizer": optimizer}, "callback")
-        elif not any(value is model for value in self._checkpointer.items.values()):
-            raise ValueError(invalid(
-                "model", model, "the model this session tracks already ("
-                + _named(self._checkpointer.items) + "): one session checkpoints one set of "
-                "objects. Fit that model, or train this one in another run (another logdir)",
-                shown=_short(model)))
-        if self._stop_requested:
-            raise StopBody()
-        self._checkpointer.set_stepping(True)
-        self._in_fit = True
-        self._epoch_values = None
-        return FitStart(self._fits - 1, self._restored_position)
-
-    def fit_at(self, epoch: int, batch: int) -> None:
-        """Where the fit is now: ``batch`` batches of ``epoch`` done (0-based epoch; a
-        checkpoint records it, a resume continues from it)."""
-        self._where.fit = (self._fits - 1, epoch, batch)
-
-    def fit_input(self, record) -> None:
-        """``record(epoch, batch)``: what a checkpoint of the running fit records of its input
-        (``data_position.FitInput.saved``), until ``fit_end``."""
-        self._where.input = record
-
-    def fit_batches(self, count: int, logs, progress: tuple, due: bool = True) -> bool:
-        """``count`` batches of fit ended (a step boundary; ``logs``: their scalars,
-        ``progress``: (epoch, epochs, batch, batches); not ``due``: a due checkpoint waits for
-        the next boundary, the epoch's validation or end). True: fit must stop."""
-        self._where.step += count
-        self._where.scalars = logs
-        return self._boundary(progress, due)
-
-    def fit_paused(self, moved: bool = False) -> bool:
-        """A boundary of fit where no batch ended (in its validation; after an epoch's end,
-        ``moved``: the training state moved on without a step): a checkpoint asked for, or
-        due, is written. True: fit must stop."""
-        if moved:
-            self._checkpointer.state_changed()
-        rolled_back = self._checkpointer.at_boundary()
-        if moved and self._epoch_values is not None:
-            # --keep-best: the epoch's values, measured on the state here (every callback's
-            # on_epoch_end ran), unless a rollback just put an older state in its place.
-            (epoch, logs), self._epoch_values = self._epoch_values, None
-            if not rolled_back:
-                self._checkpointer.offer(logs, epoch)
-        self._checkpointer.save_at_boundary()
-        return self._stop_requested
-
-    def stop_is_max_steps(self) -> bool:
-        """True when the run stops only because it reached max_steps (nobody asked)."""
-        return self._max_steps_only
-
-    def fit_final_save(self) -> None:
-        """A stop cut fit inside an epoch: the checkpoint that ends the fit, now."""
-        self._checkpointer.save_if_moved()
-
-    def fit_part(self, part) -> None:
-        """``part()`` gives the running fit's state (plain JSON) to every checkpoint."""
-        self._checkpointer.parts["fit"] = part
-
-    def restored_part(self, key: str) -> dict:
-        """The state of ``key`` in the restored checkpoint ({}: none)."""
-        return self._checkpointer.restored_parts.get(key) or {}
-
-    def keep_arrays(self, name: str, arrays: list) -> None:
-        """At a save: ``arrays`` go into the checkpoint under ``name`` (``Checkpointer``)."""
-        self._checkpointer.keep_arrays(name, arrays)
-
-    def restored_arrays(self, name: str) -> Optional[list]:
-        """The arrays the restored checkpoint holds under ``name``, or None."""
-        return self._checkpointer.restored_arrays(name)
-
-    def fit_epoch_end(self, epoch: int, logs) -> None:
-        """Epoch ``epoch`` (0-based) ended: its ``logs`` are written as ``epoch_<name>``
-        scalars. Called for a complete epoch only (a stop cuts a half epoch before its end:
-        ``keras_callback``), so this is where "the epoch is complete, and these are its values"
-        is known; ``--keep-best`` weighs them at the boundary after every callback's
-        ``on_epoch_end`` (``fit_paused``), whose state the best checkpoint then holds."""
-        self._reporter.scalars(logs, self._where.step, prefix="epoch_")
-        self._epoch_values = (epoch, dict(logs))
-
-    def fit_end(self) -> None:
-        """The fit ended: the checkpoint that ends it (unless this step is saved)."""
-        self._in_fit = False
-        self._checkpointer.save_if_moved()
-        self._checkpointer.set_stepping(False)
-        self._where.input = None  # it holds the fit's input; a resume after it needs none
-
-    # ------------------------------------------------------------------------- internals
 
     def _check_active(self, what: str) -> None:
         if not self._active:
@@ -695,10 +553,10 @@ class EagerSupervisor:
             if set(items) != set(objects) or any(items[n] is not objects[n] for n in objects):
                 raise ValueError(invalid(
                     "objects", objects, f"the objects tracked first in this session "
-                    f"({_named(items)}): sv.track() is called once per run (with everything at "
+                    f"({named(items)}): sv.track() is called once per run (with everything at "
                     "once), and a checkpoint always holds the same objects",
-                    shown=_named(objects)))
-            return self._restored_from
+                    shown=named(objects)))
+            return self._checkpointer.restored_path
         # Before anything is restored into them: another live run may be training them.
         claims.claim(self, self._config.name, objects)
         _build_for_restore(objects)
@@ -708,15 +566,12 @@ class EagerSupervisor:
             replicas.attach(objects)
         restored = self._checkpointer.track(objects, newest=replicas is None or
                                             replicas.is_chief)
-        self._hook_finalize(objects)
+        self._fit.hook_finalize(objects)
         if replicas is not None:
             step = replicas.chief_restored(self._where.step if restored else None)
             if step is not None and not replicas.is_chief:
                 restored = self._checkpointer.restore(step)
-        if restored is not None:
-            self._restored_position = self._checkpointer.restored_position
-            self._restored_input = self._checkpointer.restored_input
-        elif self._config.init_fn is not None:
+        if restored is None and self._config.init_fn is not None:
             self._config.init_fn()
         self._tracked = {name: weakref.ref(value) for name, value in objects.items()}
         self._make_ready(restored)
@@ -725,42 +580,15 @@ class EagerSupervisor:
             self._reporter.best(best.best, self._checkpointer.writer.best, self._where.step)
         return restored
 
-    def _hook_finalize(self, objects: Dict[str, object]) -> None:
-        """The checkpoint that ends training is written before a tracked optimizer's
-        ``finalize_variable_values`` (which fit calls after its last epoch, and a loop may
-        call): that may swap values into the model (the averages of ``use_ema=True``), and the
-        checkpoint must hold the training state (the raw weights, the averages beside)."""
-        for obj in objects.values():
-            original = getattr(obj, "finalize_variable_values", None)
-            if original is None or not hasattr(obj, "apply_gradients"):
-                continue
-
-            def finalize(var_list, _original=original):
-                if self.trains_here():
-                    if self._callback is not None:
-                        self._callback.before_final_save()
-                    self._checkpointer.save_if_moved()
-                return _original(var_list)
-
-            obj.finalize_variable_values = finalize
-            self._finalizing.append(obj)
-
-    def _unhook_finalize(self) -> None:
-        for obj in self._finalizing:
-            vars(obj).pop("finalize_variable_values", None)
-        self._finalizing = []
-
     def _make_ready(self, restored: Optional[str]) -> None:
         self._ready = True
-        self._restored_from = restored
         self._checkpointer.timer.restart()
         self._reporter.started(self._where.step, restored)
         if self._config.max_steps is not None and self._where.step >= self._config.max_steps:
             logger.info("The restored step %d is at or past max_steps=%d: nothing to train.",
                         self._where.step, self._config.max_steps)
-            self._ask_stop(None, None, max_steps=True)
-            with self._mutex:  # every worker restored this step, and stops at it
-                self._stop_requested = True
+            self.request_stop(by=stops.MAX_STEPS)
+            self._stops.take_effect()  # every worker restored this step, and stops at it
 
     def _boundary(self, progress: Optional[tuple] = None, due: bool = True) -> bool:
         """The step boundary (training thread): max_steps, the curves' points, progress, due
@@ -780,28 +608,26 @@ class EagerSupervisor:
         if max_steps is not None and self._where.step >= max_steps:
             self._checkpointer.settle()
             if self._where.step >= max_steps:
-                self._ask_stop(None, None, max_steps=True)
+                self.request_stop(by=stops.MAX_STEPS)
         if self._replicas is not None:
             self._agree_on_stop()
-        return self._stop_requested
+        return self._stops.requested
 
     def _agree_on_stop(self) -> None:
         """A replica's boundary: stops when any worker asked (each ends at this step)."""
-        asked = self._replicas.stops(self._stop_asked)
-        if asked and not self._stop_requested:
+        asked = self._replicas.stops(self._stops.asked)
+        if asked and not self._stops.requested:
             others = [i for i in asked if i != self._replicas.index]
-            if others and not self._stop_asked:
-                why = "a stop on worker " + ", ".join(map(str, others))
-                self._stopped_by_peer = why
-                self.request_stop(why=why)
-            with self._mutex:
-                self._stop_requested = True
+            if others and not self._stops.asked:
+                self.request_stop(why="a stop on worker " + ", ".join(map(str, others)),
+                                  by=stops.PEER)
+            self._stops.take_effect()
 
     def _end(self, error: Optional[BaseException]) -> None:
-        """Leaving the session: final checkpoint, services stopped, files closed, Stopped."""
+        """Leaving the session: the final checkpoint, the teardown (``_release``), Stopped."""
         raised = error  # what ended the block (an agreed stop ended every worker's already)
-        if self._stop_exception is not None and error is None:
-            error = self._stop_exception
+        if error is None:
+            error = self._stops.error
         if raised is not None and self._replicas is not None:
             lost = self._replicas.lost(raised, self._where.step if self._ready else None)
             if lost is None:
@@ -809,34 +635,19 @@ class EagerSupervisor:
             else:
                 lost.__cause__ = raised
                 error = lost
-        if self._callback is not None:  # a fit that raised leaves its train_function wrapped
-            self._callback.uninstall()
-        self._unhook_finalize()
-        self._in_fit = False
+        self._fit.session_ends()
         try:
             self._checkpointer.set_stepping(False, error)
             if error is None:
-                self._checkpointer.save_if_moved()
+                self._fit.final_save()
         except BaseException as e:  # pylint: disable=broad-except
             error = error or e
         self._where.input = None  # a fit that raised left it: it holds the fit's input
-        try:
-            self._checkpointer.close()   # the final checkpoint written (or past the grace)
-        except BaseException as e:  # pylint: disable=broad-except
-            error = error or e
-        sync_reason = self._checkpointer.sync_reason
-        if sync_reason:
-            self._notes.append(sync_reason)
-        longest, secs = self._checkpointer.longest_write, self._checkpointer.timer.secs
-        # An interval under a second asks for checkpoints as often as they can be written
-        # (the tutorials' 0.000001: one at every step): nothing to say.
-        if longest is not None and secs >= 1:
-            self._notes.append(
-                f"A checkpoint took up to {longest:.3g} s to write, longer than --save-model-secs "
-                f"{secs:g}: the next one was taken {secs:g} s after that write ended, so "
-                f"checkpoints came about every {longest + secs:.3g} s. Set --save-model-secs "
-                "above a write's time for checkpoints at the interval you set.")
-        if self._attached is None and self._logdir and error is None and self._callback is None:
+        ended = error  # before the teardown's own failures
+        error = self._release(error, session_ran=True)
+        self._notes.extend(self._checkpointer.end_notes())
+        if self._attached is None and self._logdir and ended is None and \
+                not self._fit.has_callback:
             note = ("The body never called sv.track(...) nor passed sv.callback to model.fit "
                     "(callbacks=[sv.callback]): nothing was checkpointed.")
             # Shown once: the run prints its notes into its output (a log record would be a
@@ -844,40 +655,37 @@ class EagerSupervisor:
             logger.debug(note)
             self._notes.append(note)
         best = self._checkpointer.best
-        if best is not None and best.offered and not best.seen:
-            self._notes.append(
-                f"--keep-best {best.metric}: no value of {best.metric} came in this session "
-                f"(the metrics were: {', '.join(sorted(best.offered))}), so no checkpoint was "
-                "kept as its best. It comes from fit's epoch-end logs (validation_data gives "
-                "val_loss...), from sv.report(...) in a loop, or from sv.step(...)'s scalars.")
-        step = self._where.step if self._ready else None
-        # Whatever ended the session, its last step is on the curves (and in the event file),
-        # with where training really ended, not the last throttled Progress.
-        self._reporter.end(step, self._where.scalars, self._last_progress)
-        error = self._release(error)
-        reason = events.ERROR if error is not None else self._stop_reason or events.REQUESTED
-        self._reporter.stopped(reason, error, step, self._stop_why or "")
+        if best is not None and best.end_note():
+            self._notes.append(best.end_note())
+        reason = events.ERROR if error is not None else self._stops.reason
+        self._reporter.stopped(reason, error, self._where.step if self._ready else None,
+                               self._stops.why)
         if error is not None:
             raise error
 
-    def _release(self, error: Optional[BaseException] = None) -> Optional[BaseException]:
-        """Gives back what the session holds, once (``_end``, then ``close``; or ``close``
-        alone): the checkpointer (the write in flight waited for, within ``stop_grace_secs``;
-        the tracked objects dropped), the callback's model, the event file (the session's end
-        marked), the claims on the objects, the logdir's lock. Returns the error that ends the
-        run: ``error``, else the first failure here."""
+    def _release(self, error: Optional[BaseException] = None,
+                 session_ran: bool = False) -> Optional[BaseException]:
+        """The one teardown, run once (by ``_end``; or by ``close`` when no session ran): the
+        checkpointer closed (the write in flight waited for, within ``stop_grace_secs``; the
+        tracked objects dropped), the callback's model forgotten, the session's last step on
+        the curves (``session_ran``), the event file closed (the session's end marked), the
+        claims on the objects and the logdir's lock given back. Returns the error that ends
+        the run: ``error``, else the first failure here."""
         if self._closed:
             return error
         self._closed = True
         try:
-            self._checkpointer.close()
+            self._checkpointer.close()   # the final checkpoint written (or past the grace)
         except BaseException as e:  # pylint: disable=broad-except
             error = error or e
-        if self._callback is not None:
-            self._callback.set_model(None)
+        self._fit.release()
         step = self._where.step if self._ready else None
+        if session_ran:
+            # Whatever ended the session, its last step is on the curves (and in the event
+            # file), with where training really ended, not the last throttled Progress.
+            self._reporter.end(step, self._where.scalars, self._last_progress)
         error = clean_up(error, "closing the event file",
-                         lambda: self._reporter.end_session(step, self._stop_why or ""))
+                         lambda: self._reporter.end_session(step, self._stops.why))
         claims.release(self)
         if self._lock is not None:
             error = clean_up(error, "releasing the logdir's lock", self._lock.release)

@@ -6,13 +6,17 @@ no op is added to the graph concurrently with the user's cells. The body then se
 Supervisor) and ``sess``: the managed session behind ``_BoundSession``, which ends the body at
 a step boundary once a stop was requested that the body did not look at, and stops exactly at
 ``--max-steps`` as TensorFlow's ``StopAtStepHook`` does.
+
+A stop asked through the backend (the run's) is recorded in its ``stops.Stops`` and handed to the
+Supervisor's Coordinator; the Supervisor clears its Coordinator when it prepares the session, so
+a stop asked before that is handed over again once the session is ready.
 """
 import contextlib
 from typing import Callable, List, Optional
 
 import tensorflow as tf
 
-from .. import compat, finite
+from .. import compat, events, finite, stops
 from ..backend import StopBody
 from ..checkpoints import CheckpointMismatchError, checkpoint_paths
 from .._validate import invalid
@@ -66,6 +70,7 @@ class GraphBackend:
         if config.saves:
             _check_checkpoint_matches(config.logdir, config.checkpoint_basename, graph)
         self._sv = self._build_supervisor()
+        self._stops = stops.Stops()
         self._bound: Optional[_BoundSession] = None
         self._sess = None
 
@@ -78,6 +83,12 @@ class GraphBackend:
     def stopped_by_peer(self) -> Optional[str]:
         """None: a graph worker stops with its chief's session (``backend.Backend``)."""
         return None
+
+    @property
+    def stop_record(self) -> Optional[stops.StopRecord]:
+        """See ``backend.Backend``: the stops asked through the backend (the body's own
+        ``sv.request_stop`` and the services' go to the Supervisor's Coordinator alone)."""
+        return self._stops.record
 
     def _build_supervisor(self) -> Supervisor:
         """Builds fresh init/ready/saver/summary ops for the graph as it is now, and the
@@ -140,6 +151,8 @@ class GraphBackend:
             self._sess = sess
             self._bound = _BoundSession(sess, sv, _check_global_step(self._graph),
                                         cfg.max_steps, rollback=cfg.on_nan == finite.ROLLBACK)
+            if self._stops.asked:  # asked while the session was prepared: cleared there
+                sv.request_stop(why=self._stops.record.why)
             try:
                 yield {"sv": sv, "sess": self._bound}
             except StopBody:
@@ -154,8 +167,12 @@ class GraphBackend:
         """See ``backend.Backend``."""
         return self._sv.should_stop()
 
-    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None) -> None:
+    def request_stop(self, ex: Optional[BaseException] = None, why: Optional[str] = None, *,
+                     by: str = stops.SESSION, step: Optional[int] = None) -> None:
         """See ``backend.Backend``."""
+        reason = (events.REQUESTED if ex is None else events.OUT_OF_RANGE
+                  if isinstance(ex, tf.errors.OutOfRangeError) else events.ERROR)
+        self._stops.ask(by, why=why, reason=reason, error=ex, step=step)  # before the handover
         self._sv.request_stop(ex, why=why)
 
     def save_now(self) -> Optional[str]:

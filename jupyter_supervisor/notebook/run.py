@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
-from .. import capabilities, events
+from .. import capabilities, events, stops
 from .._validate import invalid
 from ..backend import Backend, RunConflictError, clean_up
 from ..config import RunConfig
@@ -122,9 +122,7 @@ class TrainingRun:
         self._changed = threading.Condition(self._lock)
         self._status: Optional[str] = None
         self._exception: Optional[BaseException] = None
-        self._stop_requested = False     # by stop(): the run ends 'stopped'
-        self._stop_requested_at: Optional[float] = None   # time.monotonic() of that stop()
-        self._stop_why: Optional[str] = None  # what asked for the stop, when stop() said
+        # The session's; its stop is recorded there (stop_record), and read from there.
         self._backend: Optional[Backend] = None
         self._graph = None               # what the graph backend trains (kept for resume)
         self._thread: Optional[threading.Thread] = None
@@ -161,9 +159,17 @@ class TrainingRun:
     @property
     def stop_reason(self) -> Optional[str]:
         """Why the run was stopped, when the stop said (e.g. "the kernel received SIGTERM",
-        "the kernel was restarted"); None otherwise. Also the msg of the event file's
-        SessionLog.STOP record and the ``why`` of the Stopped event."""
-        return self._stop_why
+        "the kernel was restarted", "a stop on worker 1"); None otherwise. Also the msg of the
+        event file's SessionLog.STOP record and the ``why`` of the Stopped event."""
+        record = self.stop_record
+        return None if record is None else record.why
+
+    @property
+    def stop_record(self) -> Optional[stops.StopRecord]:
+        """The current (or last) session's stop: who asked, why, at which step and when
+        (``stops.StopRecord``); None when none was asked."""
+        backend = self._backend
+        return None if backend is None else backend.stop_record
 
     @property
     def exception(self) -> Optional[BaseException]:
@@ -271,10 +277,10 @@ class TrainingRun:
     @property
     def stopping_secs(self) -> float:
         """Seconds since a stop was requested while the run is still stopping, else 0."""
-        since = self._stop_requested_at
-        if self._status != STOPPING or since is None:
+        record = self.stop_record
+        if self._status != STOPPING or record is None:
             return 0.0
-        return time.monotonic() - since
+        return time.monotonic() - record.at
 
     @property
     def can_stop(self) -> bool:
@@ -360,14 +366,12 @@ class TrainingRun:
             self._version_notes = capabilities.start_notes(capabilities.EAGER if eager
                                                        else capabilities.GRAPH)
 
-        self._transition(STARTING)
-        self.history.set_restoring(self._newest_checkpoint())
-        with self._lock:
-            self._stop_requested = False
-            self._stop_why = None
+        with self._lock:  # a stop() from now on asks this session's backend
             self._exception = None
             self._backend = backend
             self._graph = graph
+            self._transition(STARTING)
+        self.history.set_restoring(self._newest_checkpoint())
         self.history.set_error("")
         _REGISTRY.add(self)
         if first:
@@ -415,14 +419,11 @@ class TrainingRun:
             self._finish(error)
 
     def _enter_running(self, backend: Backend) -> bool:
-        """The session is open: True if the body should run (no stop came meanwhile). A graph
-        session is ready here: its SessionReady record, delivered before the body runs, makes
-        the run 'running' (an eager one does that later, from the body)."""
+        """The session is open: True if the body should run (no stop came meanwhile: the
+        backend holds one asked while it prepared the session). A graph session is ready here:
+        its SessionReady record, delivered before the body runs, makes the run 'running' (an
+        eager one does that later, from the body)."""
         backend.flush_events(timeout=10)
-        with self._lock:
-            stopping, why = self._stop_requested, self._stop_why
-        if stopping:
-            backend.request_stop(why=why)  # asked while the session was being prepared
         return not backend.should_stop()
 
     def _on_record(self, backend: Backend, record) -> None:
@@ -477,8 +478,8 @@ class TrainingRun:
             elif self._status == STOPPING:
                 final = STOPPED
             elif backend is not None and backend.stopped_by_peer:
-                # Another worker of a multi-worker run stopped it: stopped, not finished.
-                self._stop_why = self._stop_why or backend.stopped_by_peer
+                # Another worker of a multi-worker run stopped it: stopped, not finished (its
+                # stop_reason is the peer's, in the backend's record).
                 self._transition(STOPPING)
                 final = STOPPED
             else:
@@ -520,22 +521,19 @@ class TrainingRun:
         """
         asked_at = self._step_now(self._backend)  # read before the lock: a session run
         with self._lock:
-            if self._status in (STARTING, RUNNING, STOPPING) and self._stop_why is None:
-                self._stop_why = why
-            if self._status in (STARTING, RUNNING):
-                self._stop_requested = True
-                self._stop_requested_at = time.monotonic()
-                backend = self._backend
+            asking = self._status in (STARTING, RUNNING)
+            if asking:
                 self._transition(STOPPING, step=asked_at)
-            elif self._status == STOPPING:
-                backend = None
-            else:
+            elif self._status != STOPPING:
                 raise RunStateError(f"Run {self.name!r} is {self._status}: nothing to stop.")
+            backend = self._backend
         if why is not None and self.logdir is not None:
             # Cleared with the lock: a lock file still holding it says this stop was cut.
             note_stop(self.logdir, why, shutdown.cut_advice(why))
-        if backend is not None:
-            backend.request_stop(why=why)
+        if asking or why is not None:
+            # The stop's one record is the session's; asked again while stopping, it keeps the
+            # first ask and takes this why if none came before.
+            backend.request_stop(why=why, by=stops.RUN, step=asked_at)
         if not wait:
             return self._status in FINAL_STATUSES
         return self.wait(timeout)
