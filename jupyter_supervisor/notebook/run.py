@@ -25,15 +25,14 @@ does either stays 'starting' (and saves nothing) until it ends.
 reached or the input ran out (OutOfRangeError); 'failed' means an exception (in the body, in a
 service, in restoring).
 
-The registry of runs (``get_run``, ``runs``) refuses a second live run on the same name, logdir
+The registry of runs (``registry.py``: ``get_run``, ``runs``) refuses a second live run on the same name, logdir
 or graph.
 """
 import functools
 import logging
-import os
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, List, Optional
 
 import tensorflow as tf
 
@@ -52,6 +51,7 @@ from ..view import eventfiles
 from ..view.history import RunHistory
 from . import routing, shutdown
 from .body import Body, default_compile, default_format, unchanged
+from .registry import REGISTRY, RunStateError, get_run, runs, stop_all
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -77,14 +77,6 @@ __all__ = ["TrainingRun", "RunConflictError", "RunStateError",
 
 class IllegalTransitionError(RuntimeError):
     """A run was asked to change state in a way its state machine does not allow."""
-
-
-class RunStateError(RuntimeError):
-    """The run's state does not allow what was asked (e.g. saving a run that ended)."""
-
-
-def _same_dir_key(logdir: str) -> str:
-    return logdir if "://" in logdir else os.path.realpath(logdir)
 
 
 # --------------------------------------------------------------------------------- the run
@@ -357,7 +349,7 @@ class TrainingRun:
         if not eager and graph is None:
             graph = tf.compat.v1.get_default_graph()
         code = self._body.compiled()   # before the backend: a refused magic raises
-        _REGISTRY.check_free(self, graph)
+        REGISTRY.check_free(self, graph)
         backend = EagerSupervisor(self.config) if eager else GraphBackend(self.config, graph)
         first = self._status is None
         if first:
@@ -373,7 +365,7 @@ class TrainingRun:
             self._transition(STARTING)
         self.history.set_restoring(self._newest_checkpoint())
         self.history.set_error("")
-        _REGISTRY.add(self)
+        REGISTRY.add(self)
         if first:
             for note in self._version_notes:
                 self.history.append_output(f"Note: {note}\n")
@@ -645,132 +637,3 @@ class _StepWatcher:
                 self._history.note_step(step)
             if self._done.wait(WATCH_SECS):
                 return
-
-
-# ---------------------------------------------------------------------------------- registry
-
-class _Registry:
-    """The runs of this kernel by name, in start order."""
-
-    def __init__(self):
-        # Re-entrant: a signal handler may ask for the live runs while the main thread, which
-        # it interrupted, holds it.
-        self._lock = threading.RLock()
-        self._runs: Dict[str, TrainingRun] = {}
-
-    def check_free(self, run: TrainingRun, graph) -> None:
-        """Raises RunConflictError when a live run other than ``run`` uses its name, logdir or
-        graph."""
-        with self._lock:
-            others = [r for r in self._runs.values() if r is not run and r.is_live]
-        for other in others:
-            if other.status == STOPPING:
-                how = (f"It is writing its final checkpoint: `%supervise wait {other.name}` "
-                       "waits for it.")
-            else:
-                how = (f"Stop it first with `%supervise stop {other.name}` (or "
-                       f"jupyter_supervisor.get_run({other.name!r}).stop()).")
-            # The logdir first: another --name would not help there.
-            if run.logdir and other.logdir and \
-                    _same_dir_key(run.logdir) == _same_dir_key(other.logdir):
-                raise LogdirLockedError(
-                    f"Run {other.name!r} is {other.status} on logdir {other.logdir!r}: one run "
-                    f"writes to a logdir at a time. {how}")
-            if other.name == run.name:
-                raise RunConflictError(
-                    f"A run named {run.name!r} is {other.status}. {how} Or pass another --name.")
-            if graph is not None and other._graph is graph:  # pylint: disable=protected-access
-                raise RunConflictError(
-                    f"Run {other.name!r} is {other.status} on this graph (it is finalized while "
-                    f"a run trains it). {how} Or build the new model in a fresh graph "
-                    "(tf.compat.v1.reset_default_graph()).")
-
-    def add(self, run: TrainingRun) -> None:
-        """Registers ``run`` under its name (replacing an ended run of that name)."""
-        with self._lock:
-            self._runs.pop(run.name, None)
-            self._runs[run.name] = run
-        shutdown.guard(_stop_for_kernel_end, _any_live)
-
-    def get(self, name: Optional[str]) -> TrainingRun:
-        """The run named ``name``; without a name, the only run, or else the only live one."""
-        with self._lock:
-            runs = list(self._runs.values())
-            found = self._runs.get(name) if name is not None else None
-        if name is None:
-            live = [r for r in runs if r.is_live]
-            if len(runs) == 1 or len(live) == 1:
-                return runs[0] if len(runs) == 1 else live[0]
-            if not runs:
-                raise KeyError("There is no run yet: start one with %%supervise.")
-            raise KeyError("There are several runs: name one of "
-                           + ", ".join(repr(r.name) for r in runs) + ".")
-        if found is None:
-            known = ", ".join(repr(r.name) for r in runs) or "none yet"
-            raise KeyError(f"There is no run named {name!r} (runs: {known}).")
-        return found
-
-    def all(self) -> List[TrainingRun]:
-        with self._lock:
-            return list(self._runs.values())
-
-
-_REGISTRY = _Registry()
-
-
-def get_run(name: Optional[str] = None) -> TrainingRun:
-    """The run of this kernel named ``name``.
-
-    Args:
-        name: the run's name (``--name``, by default the logdir's last component). None: the
-            only run of the kernel, or else the only live one.
-
-    Returns:
-        The ``TrainingRun``.
-
-    Raises:
-        KeyError: no run has that name; without a name, there is no run yet, or there are
-            several and not exactly one is live.
-    """
-    return _REGISTRY.get(name)
-
-
-def runs() -> List[TrainingRun]:
-    """Every run of this kernel, live or ended, one per name.
-
-    Returns:
-        A new list of the ``TrainingRun``s, in the order they were last started: a resume, or
-        a new run under an ended run's name, moves that name to the end.
-    """
-    return _REGISTRY.all()
-
-
-def stop_all(timeout: Optional[float] = None, why: Optional[str] = None) -> List[TrainingRun]:
-    """Stops every live run (each writes a final checkpoint; ``why`` is its ``stop_reason``)
-    and waits for their threads; returns the runs that had not ended within ``timeout``
-    seconds."""
-    live = [r for r in _REGISTRY.all() if r.is_live]
-    for run in live:
-        try:
-            run.stop(wait=False, why=why)
-        except RunStateError:
-            pass  # it ended meanwhile
-    deadline = None if timeout is None else time.monotonic() + timeout
-    late = []
-    for run in live:
-        left = None if deadline is None else max(deadline - time.monotonic(), 0)
-        if not run.wait(left):
-            late.append(run)
-    return late
-
-
-def _any_live() -> bool:
-    return any(r.is_live for r in _REGISTRY.all())
-
-
-def _stop_for_kernel_end(why: str, timeout: float) -> List[TrainingRun]:
-    late = stop_all(timeout=timeout, why=why)
-    for run in late:
-        logger.warning("Run %r did not stop within %g s (%s); its newest checkpoint is the "
-                       "last complete one.", run.name, timeout, why)
-    return late
