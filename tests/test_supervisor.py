@@ -1002,7 +1002,7 @@ def test_stop_ends_a_non_chief_waiting_for_the_chief(tmp_path):
     thread.join(DEADLINE)
     assert not thread.is_alive(), "the stop did not end the wait"
     assert "session" not in outcome
-    assert isinstance(outcome["error"], jupyter_supervisor.graph.supervisor.WaitCancelledError)
+    assert isinstance(outcome["error"], jupyter_supervisor.graph.stopping.WaitCancelledError)
     sv.flush_events(DEADLINE)
     stopped = [e for e in seen if isinstance(e, events.Stopped)]
     assert [(e.reason, e.exception) for e in stopped] == [(events.REQUESTED, None)]

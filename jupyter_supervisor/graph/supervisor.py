@@ -16,16 +16,12 @@ constructor keywords and defaults, properties and methods, graph mode). Beyond i
 * everything it does is reported as ``events`` records to listeners (``add_listener``);
 * a model that is not finite (a NaN or an infinity in a trainable variable or in the newest
   value of a scalar summary) is never checkpointed (``on_nan``, ``max_rollbacks``; see
-  ``finite``).
+  ``finite``). Retention is the Saver's (``Saver()`` keeps 5; pass your own ``saver``).
 
-Checkpoint retention is the Saver's: the default ``Saver()`` keeps the 5 newest checkpoints
-(``max_to_keep=5``); pass your own ``saver`` to keep more or fewer.
-
-This module holds the API and the preparation of sessions; its parts are beside it in
-``graph/``: ``saving`` (a save, its finiteness check, the rollback), ``summaries`` (the summary
-op's points, ``ScalarWatch``), ``services`` (the LooperThreads that run them), ``stopping``
-(the Coordinator, a session's close), ``model_checks`` (the global step, a checkpoint's fit)
-and ``saver_guard`` (the check in the Saver's own run).
+This module holds the API; its parts are beside it in ``graph/``: ``sessions`` (the chief's
+restore or init, a non-chief's wait), ``saving`` (a save, its finiteness check, the rollback),
+``summaries``, ``services`` (the LooperThreads), ``stopping`` (the Coordinator, a session's
+close), ``model_checks`` and ``saver_guard``.
 """
 import contextlib
 import logging
@@ -44,16 +40,15 @@ except ImportError as error:  # TensorFlow comes through an extra: say which
 
 from .. import compat, events, finite, names
 from .._validate import check_basename, check_checkpoint_path, check_number, invalid
-from ..checkpoints import (CheckpointMismatchError, prepare_logdir, remove_partial_saves,
-                           restore_candidates, restore_newest)
+from ..checkpoints import prepare_logdir
 from ..lockfile import LogdirLock
 from ..backend import clean_up
 from ..timer import Timer
-from . import services
-from .model_checks import checkpoint_misfit, counts_steps, global_step_by_name, mismatch_message
+from . import services, sessions
+from .model_checks import counts_steps, global_step_by_name
 from .saver_guard import sharded_where_plain_writes
 from .saving import Saving, make_finite_check
-from .stopping import StopCoordinator, WaitCancelledError, close_session
+from .stopping import StopCoordinator, close_session
 from .summaries import ScalarWatch, Summaries
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -61,13 +56,6 @@ logger = logging.getLogger("jupyter_supervisor")
 _v1 = tf.compat.v1
 _GraphKeys = _v1.GraphKeys
 _SessionLog = _v1.SessionLog
-
-# Errors a restore raises when a checkpoint's files cannot be read (truncated, corrupted, missing
-# shards). Whether it fits the graph is checked before, by _check_fits.
-_UNREADABLE = (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError)
-
-# A Saver's keep_checkpoint_every_n_hours by default: it keeps no checkpoint it does not list.
-_KEEP_NONE_EVERY_N_HOURS = 10000.0
 
 # Variable op types that must carry a device on a non-chief (TF 1 ref variables and TF 2
 # resource variables alike).
@@ -592,7 +580,8 @@ class Supervisor:
                 self.start_standard_services(sess)
         else:
             self._hub.emit(events.WaitingForChief, master, time.time())
-            sess = self._wait_for_chief(master, config, max_wait_secs)
+            sess = sessions.wait_for_chief(self._session_manager, self._graph, master, config,
+                                           max_wait_secs, self._recovery_wait_secs, self._coord)
             self._sess = sess
             self._hub.emit(events.SessionReady, self.read_global_step(sess), None, False,
                            time.time())
@@ -601,95 +590,15 @@ class Supervisor:
             self.start_queue_runners(sess)
         return sess
 
-    def _wait_for_chief(self, master, config, max_wait_secs):
-        """The SessionManager's wait for a ready model, one try at a time, so that a stop
-        requested meanwhile ends the wait (WaitCancelledError) instead of hours of polling."""
-        if max_wait_secs is None:
-            max_wait_secs = float("inf")
-        deadline = time.monotonic() + max_wait_secs
-        while True:
-            sess, not_ready = self._try_session(master, config)
-            if sess is not None:
-                return sess
-            if deadline - time.monotonic() < self._recovery_wait_secs:
-                raise tf.errors.DeadlineExceededError(
-                    None, None, f"Session was not ready after waiting {max_wait_secs:g} secs.")
-            _v1.logging.info("Waiting for model to be ready.  %s (master %r; checking again "
-                             "in %g s)", not_ready, master, self._recovery_wait_secs)
-            if self._coord.wait_for_stop(self._recovery_wait_secs):
-                raise WaitCancelledError(
-                    "A stop was requested while waiting for the chief's model.")
-
-    def _try_session(self, master, config):
-        """One try of ``SessionManager.wait_for_session``: (session, None) when the model is
-        ready, else (None, what is not ready)."""
-        manager = self._session_manager
-        steps = compat.session_manager_steps(manager)
-        if steps is None:
-            try:  # a session manager of another kind: its own single try, without details
-                return manager.wait_for_session(master, config=config, max_wait_secs=0), None
-            except tf.errors.DeadlineExceededError:
-                return None, "Not ready."
-        sess = _v1.Session(master, graph=self._graph, config=config)
-        try_local_init, model_ready = steps
-        local_ready, not_ready = try_local_init(sess)
-        if local_ready:
-            ready, not_ready = model_ready(sess)
-            if ready:
-                return sess, None
-        with contextlib.suppress(Exception):
-            sess.close()
-        return None, f"Ready_for_local_init_op: {not_ready}" if not local_ready else not_ready
-
-    def _lists_all(self) -> bool:
-        """Whether the Saver lists every checkpoint it keeps: one that keeps unlisted ones on
-        purpose (max_to_keep=None, or keep_checkpoint_every_n_hours) keeps them at a start."""
-        saver_def = self._saver.saver_def if self._saver else None
-        return saver_def is not None and saver_def.max_to_keep > 0 and \
-            saver_def.keep_checkpoint_every_n_hours >= _KEEP_NONE_EVERY_N_HOURS
-
     def _prepare_chief_session(self, master, config, wait_for_checkpoint, max_wait_secs):
-        basename = os.path.basename(self._save_path) if self._logdir else None
-        # Only with the logdir's lock held: then no live writer can own what is swept.
-        sweeps = self._lock is not None and self._lock.held
-        if sweeps:
-            remove_partial_saves(self._save_path)
-        candidates = (restore_candidates(self._logdir, basename)
-                      if self._saver and self._logdir else [])
         prepare = lambda **where: self._session_manager.prepare_session(  # noqa: E731
             master, init_op=self._init_op, saver=self._saver, wait_for_checkpoint=wait_for_checkpoint,
             max_wait_secs=max_wait_secs, config=config, init_feed_dict=self._init_feed_dict,
             init_fn=self._init_fn, **where)
-        if not candidates:
-            sess = prepare(checkpoint_dir=self._logdir)
-            restored = tf.train.latest_checkpoint(self._logdir) if (
-                wait_for_checkpoint and self._saver and self._logdir) else None
-            return sess, restored
-
-        def restore(path):
-            self._check_fits(path)
-            return prepare(checkpoint_filename_with_path=path)
-
-        path, sess = restore_newest(candidates, restore, _UNREADABLE, self._logdir,
-                                    basename=basename,
-                                    sweep_unlisted=sweeps and self._lists_all())
-        # Oldest first, existing only, so that retention goes on deleting the old ones.
-        with compat.deprecations_silenced():  # it uses a deprecated TF helper internally
-            self._saver.recover_last_checkpoints(list(reversed(candidates)))
-        return sess, path
-
-    def _check_fits(self, path):
-        """Raises CheckpointMismatchError when ``path`` does not fit the variables of the graph.
-
-        Checked before restoring because a resource variable silently takes the shape it is
-        restored with. An unreadable checkpoint passes here; its restore fails and falls back.
-        """
-        problem = checkpoint_misfit(path, self._graph, self._saver)
-        if problem is None:
-            return
-        raise CheckpointMismatchError(mismatch_message(
-            f"The checkpoint {path}", path, problem, "logdir",
-            "pass an init_fn that restores the old variables"))
+        # Only with the logdir's lock held: then no live writer can own what is swept.
+        sweeps = self._lock is not None and self._lock.held
+        return sessions.prepare_chief(prepare, self._graph, self._saver, self._logdir,
+                                      self._save_path, wait_for_checkpoint, sweeps)
 
     def start_queue_runners(self, sess, queue_runners=None):
         """Starts the graph's QueueRunners (or ``queue_runners``); returns their threads."""
