@@ -82,7 +82,7 @@ def _csv_logger() -> Tuple[Getter, Setter]:
     def get(callback) -> dict:
         if "://" in callback.filename:
             return {"size": None}
-        f = callback.csv_file
+        f = getattr(callback, "csv_file", None)  # Keras before 3.11 sets it at train begin
         if f is not None and not f.closed:
             f.flush()
         try:
@@ -96,8 +96,8 @@ def _csv_logger() -> Tuple[Getter, Setter]:
         return {"size": size, "text": text, "keys": callback.keys}
 
     def set_(callback, state: dict) -> None:
-        f = callback.csv_file
-        if state["size"] is None or "://" in callback.filename:
+        f = getattr(callback, "csv_file", None)
+        if state["size"] is None or "://" in callback.filename or f is None:
             return
         if callback.append:
             f.truncate(state["size"])
