@@ -20,7 +20,7 @@ from . import compat
 
 # The oldest releases on which every promise was shown to hold (tests/test_floor.py runs the
 # tests that depend on internals there); also in pyproject.toml and docs/versions.md.
-FLOORS = {"tensorflow": "2.19", "keras": "3.10"}
+FLOORS = {"tensorflow": "2.16", "keras": "3.7"}
 
 # The distributions that install the ``tensorflow`` import package, the usual first.
 _TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-intel",

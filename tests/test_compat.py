@@ -393,6 +393,15 @@ def test_the_adapters_of_arrays_generators_and_py_datasets():
 def test_keras_seed_set():
     import keras  # pylint: disable=C0415
     from keras.src.backend.common import global_state  # pylint: disable=C0415
+    from keras.src.utils import rng_utils  # pylint: disable=C0415
+    if not hasattr(rng_utils, "GLOBAL_RANDOM_SEED"):  # Keras before 3.10 records no seed:
+        before = compat.global_seed()                 # TensorFlow's global seed tells
+        try:
+            keras.utils.set_random_seed(3)
+            assert not compat.keras_seed_set() and compat.global_seed() == 3
+        finally:
+            tf.random.set_seed(before)
+        return
     before = global_state.get_global_attribute("global_random_seed")
     try:
         global_state.set_global_attribute("global_random_seed", None)

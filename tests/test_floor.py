@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD_SECS = 1200   # downloads TensorFlow: minutes on a slow link
 TEST_SECS = 1500    # the tests themselves on a loaded 2-core machine, never reached in a pass
 NOT_NEEDED = ("jupyterlab", "notebook", "playwright")   # the browser tests do not run there
-TUTORIAL = "notebooks/11_exact_resume.ipynb"
+TUTORIAL = "notebooks/11_exact_resume.ipynb"   # 12_keep_best prints what export saves before Keras 3.9
 
 
 def _pins() -> list:

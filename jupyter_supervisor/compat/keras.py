@@ -1,8 +1,9 @@
 """Keras' private API: fit's frames, its epoch iterator and data adapters, callbacks' counters.
 
 See ``compat/__init__.py`` for what this package is; ``PROBES`` (at the end) checks once
-whether the running Keras has what each feature needs. Every entry was checked on Keras 3.10
-and 3.15 (``_FIT``: ``tests/test_compat.py`` on each).
+whether the running Keras has what each feature needs. Every entry was checked on Keras 3.7,
+3.10, 3.11 and 3.15 (``_FIT``: ``tests/test_compat.py`` on each; ``keras_seed_set`` reads what
+Keras records from 3.10 on).
 """
 import sys
 from typing import Callable, List, Optional, Tuple
@@ -301,7 +302,7 @@ def _callbacks():
     return keras.callbacks
 
 
-_FIT = "3.10-3.15"
+_FIT = "3.7-3.15"
 PROBES = (
     Probe("fit", "keras", "the arguments and locals of Trainer.fit (x, initial_epoch, "
           "callbacks) and Trainer._initial_epoch", _FIT,

@@ -2,7 +2,7 @@
 
 See ``compat/__init__.py`` for what this package is; ``PROBES`` (at the end) checks once
 whether the running TensorFlow has what each feature needs. Every entry was checked on
-TensorFlow 2.19 and 2.21 (``_TF``: ``tests/test_compat.py`` on each).
+TensorFlow 2.16, 2.17, 2.18, 2.19 and 2.21 (``_TF``: ``tests/test_compat.py`` on each).
 """
 import sys
 from typing import Callable, List, NamedTuple, Optional, Tuple
@@ -317,7 +317,7 @@ def _shuffle_dataset():
     return _module("tensorflow.python.data.ops.shuffle_op")._ShuffleDataset  # pylint: disable=W0212
 
 
-_TF = "2.19-2.21"
+_TF = "2.16-2.21"
 PROBES = (
     Probe("background save", "tensorflow", "tf.train.Checkpoint._saver."
           "_gather_serialized_tensors, ConcreteFunction._call_flat and "

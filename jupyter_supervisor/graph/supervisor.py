@@ -35,7 +35,7 @@ try:
     import tensorflow as tf
 except ImportError as error:  # TensorFlow comes through an extra: say which
     raise ImportError(
-        "jupyter_supervisor needs TensorFlow >= 2.19. Install it with "
+        "jupyter_supervisor needs TensorFlow >= 2.16. Install it with "
         "`pip install 'jupyter-supervisor[cpu]'` (or `[gpu]`, or your own tensorflow).") from error
 
 from .. import compat, events, finite, names
