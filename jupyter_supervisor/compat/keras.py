@@ -313,11 +313,11 @@ PROBES = (
     Probe("fit", "keras", "fit's validation as evaluate(_use_cached_eval_dataset=True)", _FIT,
           lambda: constants_used(_trainer().fit, "_use_cached_eval_dataset")
           and constants_used(_trainer().evaluate, "_use_cached_eval_dataset")),
-    Probe("data order", "keras", "TFEpochIterator's _get_iterator, _current_iterator, "
-          "_steps_seen and _distributed_dataset", _FIT,
-          lambda: names_used(_epoch_iterator(), "data_adapter", "_get_iterator",
-                             "_current_iterator", "_steps_seen", "steps_per_epoch",
-                             "_distributed_dataset")),
+    Probe("data order", "keras", "TFEpochIterator's _enumerate_iterator, _get_iterator, "
+          "_current_iterator, _steps_seen and _distributed_dataset", _FIT,
+          lambda: names_used(_epoch_iterator(), "data_adapter", "_enumerate_iterator",
+                             "_get_iterator", "_current_iterator", "_steps_seen",
+                             "steps_per_epoch", "_distributed_dataset")),
     Probe("data order", "keras", "the data adapters' _num_samples, _shuffle, _dataset, "
           "shuffle and generator", _FIT,
           lambda: names_used(_adapters().ArrayDataAdapter, "_num_samples", "_shuffle")
