@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
-from .. import capabilities, events
+from .. import capabilities, events, storage
 from .._validate import invalid
 from ..backend import Backend, RunConflictError, clean_up
 from ..config import RunConfig
@@ -356,9 +356,11 @@ class TrainingRun:
         first = self._status is None
         if first:
             self._body.pin(graph)  # as the names are when the cell executes, also on resume
-            # Once per run (a resume keeps them): what this TensorFlow and Keras cannot keep.
-            self._version_notes = capabilities.start_notes(capabilities.EAGER if eager
-                                                       else capabilities.GRAPH)
+            # Once per run (a resume keeps them): what this TensorFlow and Keras cannot keep,
+            # and a logdir on a disk that vanishes with the runtime.
+            self._version_notes = (capabilities.start_notes(capabilities.EAGER if eager
+                                                            else capabilities.GRAPH)
+                                   + storage.start_notes(self.logdir))
 
         self._transition(STARTING)
         self.history.set_restoring(self._newest_checkpoint())
