@@ -880,8 +880,10 @@ class EagerSupervisor:
         if self._callback is not None:
             self._callback.set_model(None)
         step = self._where.step if self._ready else None
+        # A write given up on is said with the stop, so that the next session says it too.
+        why = "; ".join(filter(None, (self._stop_why, self._checkpointer.stall.unwritten)))
         error = clean_up(error, "closing the event file",
-                         lambda: self._reporter.end_session(step, self._stop_why or ""))
+                         lambda: self._reporter.end_session(step, why))
         claims.release(self)
         if self._lock is not None:
             error = clean_up(error, "releasing the logdir's lock", self._lock.release)

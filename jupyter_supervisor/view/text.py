@@ -275,7 +275,18 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
         lines.append(f"kept ({len(kept)}): {more}{', '.join(reversed(labels))}")
     if snap.rollbacks:
         lines.append(rollbacks_text(snap.rollbacks))
+    if snap.write_stalled is not None and snap.active:
+        lines.append(write_stalled_text(snap.write_stalled, wall_now))
     return lines
+
+
+def write_stalled_text(stalled: events.WriteStalled, wall_now: float) -> str:
+    """'checkpoint write to /runs/fit/model.ckpt-1200 stalled for 3 min (step 1,200);
+    training goes on'."""
+    secs = max(0.0, wall_now - stalled.since)
+    took = f"{int(secs // 60)} min" if secs >= 60 else f"{int(secs)} s"
+    return (f"checkpoint write to {stalled.path} stalled for {took} (step "
+            f"{_step_text(stalled.step)}); training goes on")
 
 
 def best_text(best: events.BestKept) -> str:
