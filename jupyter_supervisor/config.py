@@ -167,7 +167,9 @@ class RunConfig:
         "(before a session's first step time is known: 10 x SECS). 0: never. "
         "Default: %(default)s.", metavar="SECS", kind=float))
     stop_grace_secs: float = _option(30, _number(), Option(
-        "How long a stop waits for the service threads to end. Default: %(default)s.",
+        "How long a stop waits for the service threads to end, and for a checkpoint write in "
+        "flight: a write that hangs is then given up, and the session ends saying which step "
+        "is not on disk. Default: %(default)s.",
         metavar="SECS", kind=float))
     preemption_notice: object = _option(preemption.AUTO, _check_notice, Option(
         "What a cloud machine's preemption notice does. 'auto': where the metadata service of "
