@@ -23,13 +23,14 @@ _LAZY = {
     "NonFiniteError": ("finite", "NonFiniteError"),
     "events": ("events", None),
     "cluster": ("graph.cluster", None),
+    "preemption": ("preemption", None),  # termination_watcher() for TensorFlow's handler
     "versions": ("capabilities", "versions"),  # what holds on the installed TensorFlow and Keras  # jupyter_supervisor.cluster.start_server(...) etc.
 }
 
 __all__ = ["Supervisor", "EagerSupervisor", "get_run", "runs", "LogdirLockedError",
            "CheckpointMismatchError", "CheckpointWriteError", "NonFiniteError",
-           "TrainingRun", "cluster", "RunConfig", "events", "versions", "load_ipython_extension",
-           "unload_ipython_extension"]
+           "TrainingRun", "cluster", "preemption", "RunConfig", "events", "versions",
+           "load_ipython_extension", "unload_ipython_extension"]
 
 
 def __getattr__(name):

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Callable, List, Optional, Tuple
 
-from . import finite
+from . import finite, preemption
 from ._validate import check_basename, check_number, invalid
 from .names import AUTO, MAX, MIN, MODES, direction_of
 
@@ -67,6 +67,13 @@ def _check_mode(name: str, value) -> None:
         raise ValueError(invalid(name, value, " or ".join(repr(m) for m in MODES)))
 
 
+def _check_notice(name: str, value) -> None:
+    if not callable(value) and not (isinstance(value, str) and value in preemption.CHOICES):
+        raise ValueError(invalid(name, value, " or ".join(repr(c) for c in preemption.CHOICES)
+                                 + ", or a function of no arguments that returns True on a "
+                                 "preemption notice"))
+
+
 def _check_session_config(name: str, value) -> None:
     if value is not None:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -88,7 +95,9 @@ class RunConfig:
     down. ``on_nan`` ("stop", "rollback" or "ignore") and ``max_rollbacks``: what a checkpoint
     due on a model that is not finite does (``finite.Policy``); both backends follow it.
     ``keep_best`` and ``keep_best_mode``: the metric whose best checkpoint retention keeps
-    beside the newest ``keep`` (eager runs; ``eager.best``).
+    beside the newest ``keep`` (eager runs; ``eager.best``). ``preemption_notice``: "auto",
+    "off", or a function of no arguments that returns True on a preemption notice (as
+    TensorFlow's ``termination_watcher_fn``), polled every second (``notebook/notices.py``).
     """
     logdir: Optional[str] = _option(None, _check_logdir, Option(
         "Directory for checkpoints and event files (no *, ?, [ or \\ in it); a relative path "
@@ -158,8 +167,20 @@ class RunConfig:
         "(before a session's first step time is known: 10 x SECS). 0: never. "
         "Default: %(default)s.", metavar="SECS", kind=float))
     stop_grace_secs: float = _option(30, _number(), Option(
-        "How long a stop waits for the service threads to end. Default: %(default)s.",
+        "How long a stop waits for the service threads to end, and for a checkpoint write in "
+        "flight: a write that hangs is then given up, and the session ends saying which step "
+        "is not on disk. Default: %(default)s.",
         metavar="SECS", kind=float))
+    preemption_notice: object = _option(preemption.AUTO, _check_notice, Option(
+        "What a cloud machine's preemption notice does. 'auto': where the metadata service of "
+        "AWS, Google Cloud or Azure answers (asked once per kernel, with a short timeout; "
+        "elsewhere nothing is polled), the kernel polls its notice as the provider advises, "
+        "and on one the run writes a checkpoint at once and stops before the machine does "
+        "(its panel, output and event file say so). 'off': this run is not stopped by a "
+        "notice. From Python, RunConfig(preemption_notice=fn) takes a function of no "
+        "arguments that returns True on a notice instead. The environment variable "
+        "JUPYTER_SUPERVISOR_METADATA_URL sets the service's address (a proxy, a test). "
+        "Default: %(default)s.", metavar="WHEN", choices=preemption.CHOICES))
     session_config: Optional[object] = _option(None, _check_session_config)
     on_nan: str = _option(finite.STOP, finite.check_on_nan, Option(
         finite.ON_NAN_HELP + " Default: %(default)s.", metavar="ACTION",

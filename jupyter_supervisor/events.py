@@ -16,6 +16,8 @@ Records:
   RolledBack       the model was not finite, so it was restored from the newest good checkpoint
   Progress         where training is (eager backend): step, and epoch i/N and batch j/M of a
                    Keras fit at that step; a few times a second at most, and at the end
+  WriteStalled     a checkpoint's write has made no progress for longer than its size explains
+                   (eager backend): the step, the path and since when
   Stopped          the Supervisor stopped (reason, exception or None, and why: what asked
                    for the stop, e.g. "the kernel received SIGTERM", or "")
 
@@ -151,6 +153,18 @@ class Progress:
     epochs: Optional[int]
     batch: Optional[int]
     batches: Optional[int]
+    wall_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteStalled:
+    """The write of the checkpoint of ``step`` to ``path``, started at ``since`` (epoch
+    seconds), has not ended in far longer than its size takes at the recent writes' speed (a
+    file system that stopped answering). Training goes on; a ``CheckpointSaved`` after it
+    ends the stall."""
+    step: int
+    path: str
+    since: float
     wall_time: float
 
 

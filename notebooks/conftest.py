@@ -21,6 +21,10 @@ import time
 import nbformat
 import pytest
 
+# The tutorials' kernels ask only the loopback interface for a cloud's preemption notice
+# (tests/conftest.py says why).
+os.environ["JUPYTER_SUPERVISOR_METADATA_URL"] = "http://127.0.0.1:1"
+
 MARKER = "# After a kernel restart, run this cell again."
 FRESH_START = "# FRESH START:"
 # What no cell but the fresh start does: a set-up cell run again would delete a run.

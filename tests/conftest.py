@@ -3,6 +3,10 @@ import os
 
 # TensorFlow reads this when it is first imported; conftest.py is imported before any test module.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Runs watch a cloud's preemption notice by default (--preemption-notice auto): the tests, and
+# the kernels and scripts they start, ask only the loopback interface, where port 1 answers
+# nothing (a test that emulates a provider starts a server of its own and sets this itself).
+os.environ["JUPYTER_SUPERVISOR_METADATA_URL"] = "http://127.0.0.1:1"
 
 import pytest  # noqa: E402
 

@@ -51,7 +51,7 @@ OPTIONS = {  # option: its default as the help states it (None: a flag or no sta
     "--master": "an in-process session", "--cluster": "none", "--job": "none",
     "--task-index": "0", "--chief": None,
     "--no-chief": None, "--recovery-wait-secs": "5", "--stall-secs": "30",
-    "--stop-grace-secs": "30",
+    "--stop-grace-secs": "30", "--preemption-notice": "auto",
     "--on-nan": "stop", "--max-rollbacks": "3",
 }
 

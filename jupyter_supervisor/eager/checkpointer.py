@@ -27,7 +27,8 @@ from .data_position import InputState, SavedInput
 from .learning_rates import LearningRates
 from .reporting import Reporter, to_float
 from .variables import RANDOM_STATE, STATE_NAME, base_variable, is_variable
-from .writer import CheckpointWriter
+from .write_stall import WriteStall
+from .writer import CheckpointWriter, WriteStalledError
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -179,6 +180,8 @@ class Checkpointer:
         self._sync_reason: Optional[str] = None   # the writer's, once it is closed
         # The longest write that outlasted the interval (seconds; None: none did).
         self.longest_write: Optional[float] = None
+        # A write that makes no progress: said in the panel, given up on by the session's end.
+        self.stall = WriteStall(reporter, config.stop_grace_secs)
 
     def track(self, items: Dict[str, object], newest: bool = True) -> Optional[str]:
         """Names what is saved (``items``, and the run's own state) and restores the newest
@@ -235,7 +238,8 @@ class Checkpointer:
 
     def close(self) -> None:
         """The session's end (again: nothing more): waits for the write in flight, for at most
-        ``stop_grace_secs`` (CheckpointWriteError beyond, or the write's own), lets the
+        ``stop_grace_secs`` once it counts as stalled (``WriteStall.final_wait``; then a
+        CheckpointWriteError says what is not on disk; or the write's own error), lets the
         snapshot's traced functions serve the next run of the same objects, and drops
         the tracked objects. A run's record outlives its session (``%supervise list``), and a
         cell that builds its model again must free the model of its last run, with its
@@ -245,10 +249,14 @@ class Checkpointer:
             try:
                 if writer is not None:
                     self._sync_reason = writer.sync_reason
-                    ended = writer.close(self._config.stop_grace_secs)  # reports its save first
+                    ended = writer.close(self.stall.final_wait(writer))
+                    if not ended:
+                        self.stall.give_up(writer, writer.in_flight, self._where.step)
             finally:
                 self.items = self._root = self._state = self.writer = self._rates = None
                 self.parts, self._arrays = {}, {}
+            if self.stall.unwritten is not None:
+                raise self.stall.error()
             if not ended:
                 raise CheckpointWriteError(
                     f"The last checkpoint was not written within "
@@ -397,7 +405,7 @@ class Checkpointer:
         """The checkpoint that ends a fit or the session, unless this step is saved; the
         verdicts of the checks of this step's save and of that one."""
         with self._save_lock:
-            if self.writer is None:
+            if self.writer is None or not self.stall.ended(self.writer, True, self._where.step):
                 return
             # The verdict of a save made before: that checkpoint was not the final one, so
             # (in the training thread) it may still roll back, and then nothing moved.
@@ -435,6 +443,8 @@ class Checkpointer:
         """The step boundary: a verdict or rollback due. True when it rolled back (the state
         here is the newest good checkpoint's now)."""
         rolled_back = False
+        if self.writer is not None and self.writer.writing:
+            self.stall.report(self.writer)
         if self.writer is not None and self.writer.verdict_known:
             # The writer thread checked the copies of the save before: its verdict, at the
             # first boundary after it is known (before, it would cost this thread a check).
@@ -499,18 +509,21 @@ class Checkpointer:
         """The save of a boundary (``request``: one asked for; ``best``: a new best, see
         ``offer``); returns its path, or None."""
         path = None
-        if request is not None:
-            with self._mutex:
-                self._save_request = None
-            try:
-                path = request.path = self._save_and_wait(final, best)
-            except BaseException as e:  # pylint: disable=broad-except
-                request.error = e
-                raise
-            finally:
-                request.done.set()
-        elif best is not None or self.timer.moved(self._where.step):
-            path = self._save(best=best)
+        try:
+            if request is not None:
+                with self._mutex:
+                    self._save_request = None
+                try:
+                    path = request.path = self._save_and_wait(final, best)
+                except BaseException as e:  # pylint: disable=broad-except
+                    request.error = e
+                    raise
+                finally:
+                    request.done.set()
+            elif best is not None or self.timer.moved(self._where.step):
+                path = self._save(best=best)
+        except WriteStalledError:
+            pass  # the panel says so (WriteStall); training goes on without this save
         # else the newest checkpoint holds this very state (a rollback restored it): writing
         # it again would cost a save and put the good checkpoint's files at risk for nothing.
         self.timer.restart()
@@ -525,7 +538,8 @@ class Checkpointer:
         step value of the kept metric may make it one too (``BestKeeper.at_save``).
         ``waited``: the caller waits for the write (``CheckpointWriter.save``)."""
         with self._save_lock:
-            if self.writer is None:
+            if self.writer is None or not self.stall.ended(self.writer, final,
+                                                           self._where.step):
                 return None
             if not self._settle(final):
                 return None
@@ -568,7 +582,8 @@ class Checkpointer:
         with self._save_lock:
             path = self._save(final, best, waited=True)
             if path is not None:
-                self.writer.wait()
+                if not self.stall.ended(self.writer, final, self._where.step):
+                    return None   # a final save given up on: the session's end says so
                 if not self._settle(final):
                     return None
             return path
@@ -617,7 +632,8 @@ class Checkpointer:
         rollback, and this returns False after it (training thread) or with it pending
         (another thread); or it raises NonFiniteError, which also stops the run when raised in
         another thread than the training thread."""
-        self.writer.wait()  # a save in flight that passes is the newest good one
+        # A save in flight that passes is the newest good one (a stalled one is not waited for).
+        self.writer.wait(self.writer.stall_left() if self.writer.writing else None)
         if self.best is not None:  # a best refused is no best: the one on disk stays
             self._best_writing = None
             self.best.forget(self.best.best)

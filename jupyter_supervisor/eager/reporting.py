@@ -253,6 +253,10 @@ class Reporter:
         BestKept record are the dispatcher's, after what was queued before."""
         self.hub.run(self._write_best, best, path, step, time.time())
 
+    def write_stalled(self, step: int, path: str, since: float) -> None:
+        """The write of ``step``'s checkpoint to ``path``, started at ``since``, is stalled."""
+        self.hub.emit(events.WriteStalled, step, path, since, time.time())
+
     def end_session(self, step: Optional[int], why: str = "") -> None:
         """The session ended at ``step``: marks it in the event file (``why`` as the STOP's
         msg), and closes the file."""

@@ -684,8 +684,10 @@ class EagerSupervisor:
             # Whatever ended the session, its last step is on the curves (and in the event
             # file), with where training really ended, not the last throttled Progress.
             self._reporter.end(step, self._where.scalars, self._last_progress)
+        # A write given up on is said with the stop, so that the next session says it too.
+        why = "; ".join(filter(None, (self._stops.why, self._checkpointer.stall.unwritten)))
         error = clean_up(error, "closing the event file",
-                         lambda: self._reporter.end_session(step, self._stops.why))
+                         lambda: self._reporter.end_session(step, why))
         claims.release(self)
         if self._lock is not None:
             error = clean_up(error, "releasing the logdir's lock", self._lock.release)

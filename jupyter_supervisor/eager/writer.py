@@ -7,10 +7,12 @@ What is written is a plain ``tf.train.Checkpoint`` of the tracked objects, named
 ``<logdir>/<basename>-<step>``, listed in ``<logdir>/checkpoint``: readable without this package
 by ``tf.train.Checkpoint(**same_names).restore(tf.train.latest_checkpoint(logdir))``.
 """
+import collections
 import contextlib
 import glob
 import logging
 import os
+import statistics
 import sys
 import threading
 import time
@@ -23,6 +25,14 @@ from ..checkpoints import CheckpointWriteError
 from .snapshot import Snapshot
 
 logger = logging.getLogger("jupyter_supervisor")
+
+# A write still running after max(MIN_STALL_SECS, STALL_FACTOR x the time its bytes take at the
+# recent writes' speed) makes no progress: a file system that stopped answering (a network
+# disk). Read at each check (tests lower it).
+MIN_STALL_SECS = 60.0
+STALL_FACTOR = 10.0
+# The speed assumed before a write of the run ended: a slow network disk's.
+ASSUMED_BYTES_PER_SEC = 10e6
 
 
 class Refusal:
@@ -86,6 +96,10 @@ class Refusal:
         return bool(self.variables) or self.error is not None
 
 
+class WriteStalledError(CheckpointWriteError):
+    """A save that would wait for a write in flight that is stalled: nothing was saved."""
+
+
 class PendingSave:
     """A checkpoint that ``CheckpointWriter.save`` started: its ``step`` and ``path``, the
     ``verdict`` of the check of its variables (a ``Refusal``; None when nothing is checked),
@@ -100,6 +114,8 @@ class PendingSave:
         self.verdict = verdict
         self.checked_before = checked_before
         self.thread: Optional[threading.Thread] = None
+        self.started = time.monotonic()   # when its write started
+        self.started_wall = time.time()
 
     @property
     def writing(self) -> bool:
@@ -151,6 +167,10 @@ class CheckpointWriter:
         self._pending: Optional[PendingSave] = None   # the newest checked save, until verdict()
         self._error: Optional[BaseException] = None
         self._closed = False
+        # A write left running by close() (stalled): its end, if ever, records nothing.
+        self._abandoned = False
+        self._bytes: Optional[int] = None     # a checkpoint's size: the items', then written
+        self._speeds: "collections.deque[float]" = collections.deque(maxlen=5)  # bytes/s
         self.sync_reason: Optional[str] = None   # why async saving was not possible
         # -- keep-best (issue 44): the checkpoint retention keeps beside the newest ``keep``,
         # listed in the state file like them. A save with ``best=True`` takes its place once
@@ -220,13 +240,18 @@ class CheckpointWriter:
 
         Every save waits for the write before, the final one too: its copy is then made in
         the memory of the copy before (``Snapshot.copy``), and host memory holds one copy of
-        the variables."""
+        the variables. It waits at most until that write counts as stalled (``stall_secs``):
+        then it raises WriteStalledError, and nothing is saved."""
         # -- keep-best: with ``best``, this checkpoint is the ``best`` once it is listed.
         if self._pending is not None:
             raise RuntimeError("save(): the verdict of the save before was not taken")
         if self._closed:
             raise RuntimeError("save(): the writer is closed")
-        self.wait()
+        if not self.wait(self.stall_left() if self.writing else None):
+            raise WriteStalledError(f"The checkpoint of step {step} was not taken: the write "
+                                    f"before, of step {self._newest.step}, is stalled.")
+        if self._bytes is None:
+            self._bytes = _size_of(self._items)
         path = f"{self._prefix}-{step}"
         start = time.time()
         direct = final and self._snapshot is not None and not self._snapshot.is_traced()
@@ -274,6 +299,32 @@ class CheckpointWriter:
         thread = newest.thread if newest is not None else None
         return [thread] if thread is not None and thread.is_alive() else []
 
+    def stall_secs(self) -> float:
+        """How long a write may run before it counts as stalled: max(``MIN_STALL_SECS``,
+        ``STALL_FACTOR`` x a checkpoint's bytes over the median speed of the last writes)."""
+        speed = statistics.median(self._speeds) if self._speeds else ASSUMED_BYTES_PER_SEC
+        return max(MIN_STALL_SECS, STALL_FACTOR * (self._bytes or 0) / max(speed, 1.0))
+
+    @property
+    def in_flight(self) -> Optional[PendingSave]:
+        """The save whose write runs in the writer thread now, or None."""
+        newest = self._newest
+        return newest if newest is not None and newest.writing else None
+
+    def stalled(self) -> Optional[PendingSave]:
+        """The save whose write runs and has counted as stalled (``stall_secs``), or None."""
+        pending = self.in_flight
+        if pending is None or time.monotonic() - pending.started < self.stall_secs():
+            return None
+        return pending
+
+    def stall_left(self) -> float:
+        """Seconds until the write in flight counts as stalled (0: it does; none runs: 0)."""
+        pending = self.in_flight
+        if pending is None:
+            return 0.0
+        return max(0.0, pending.started + self.stall_secs() - time.monotonic())
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits for the write in progress; raises its CheckpointWriteError. False on timeout."""
         newest = self._newest
@@ -299,6 +350,7 @@ class CheckpointWriter:
             ended = self.wait(timeout)
         finally:
             self._closed = True
+            self._abandoned = not ended and self.writing
             if self._snapshot is not None and not self.writing:
                 self._snapshot.release()
             self._items, self._snapshot, self._sync_writer, self._checked = {}, None, None, []
@@ -317,8 +369,12 @@ class CheckpointWriter:
         copies are not finite), then the state file and the retention."""
         try:
             try:
+                began = time.monotonic()
                 write(path)
+                took = time.monotonic() - began
             except (tf.errors.OpError, OSError) as e:
+                if self._abandoned:
+                    return   # the session ended without it: its logdir may be another's now
                 refused = verdict is not None and finite.is_guard_failure(e)
                 # A checkpoint kept under this name (a step saved again) keeps its files.
                 _remove_checkpoint(path, partial_only=refused or path in self._kept)
@@ -328,13 +384,28 @@ class CheckpointWriter:
                 raise CheckpointWriteError(self._failure(path, e)) from e
             if verdict is not None:
                 verdict.written(True)
+            if self._abandoned:
+                logger.warning("The stalled write of %s ended after its session; it stays "
+                               "unlisted.", path)
+                return
             self._record(path, best)
+            self._measure(path, took)
         except BaseException as e:  # pylint: disable=broad-except
             self._error = e
             self._on_error(e)
             return
         seconds = time.time() - start
         self._on_saved(step, path, start + seconds, seconds)
+
+    def _measure(self, path: str, seconds: float) -> None:
+        """The size of the checkpoint just written, and its write's speed (``stall_secs``)."""
+        try:
+            size = sum(tf.io.gfile.stat(name).length for name in _checkpoint_files(path))
+        except (tf.errors.OpError, OSError):
+            return
+        if size:
+            self._bytes = size
+            self._speeds.append(size / max(seconds, 1e-3))
 
     def _record(self, path: str, best: bool = False) -> None:
         """The state file names ``path`` newest (``best``: the best from now), then the
@@ -380,6 +451,26 @@ def yield_to_training() -> None:
         return
     with contextlib.suppress(OSError):  # a priority is a preference: the write goes on
         os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+
+
+def _size_of(items: Dict[str, object]) -> int:
+    """The bytes of the variables of ``items`` (variables, and what lists its ``variables``),
+    before a write of them measured it; 0 when that cannot be told."""
+    seen, total = set(), 0
+    try:
+        for value in items.values():
+            variables = [value] if isinstance(value, tf.Variable) else list(
+                getattr(value, "variables", None) or ())
+            for variable in variables:
+                if id(variable) not in seen:
+                    seen.add(id(variable))
+                    count = 1
+                    for dim in tuple(variable.shape):
+                        count *= int(dim or 0)
+                    total += count * tf.as_dtype(variable.dtype).size
+    except (TypeError, ValueError, AttributeError):
+        return total
+    return total
 
 
 def _checkpoint_files(path: str) -> List[str]:

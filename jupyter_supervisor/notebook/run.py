@@ -36,7 +36,7 @@ from typing import Callable, List, Optional
 
 import tensorflow as tf
 
-from .. import capabilities, events, stops
+from .. import capabilities, events, stops, storage
 from .._validate import invalid
 from ..backend import Backend, RunConflictError, clean_up
 from ..config import RunConfig
@@ -354,9 +354,11 @@ class TrainingRun:
         first = self._status is None
         if first:
             self._body.pin(graph)  # as the names are when the cell executes, also on resume
-            # Once per run (a resume keeps them): what this TensorFlow and Keras cannot keep.
-            self._version_notes = capabilities.start_notes(capabilities.EAGER if eager
-                                                       else capabilities.GRAPH)
+            # Once per run (a resume keeps them): what this TensorFlow and Keras cannot keep,
+            # and a logdir on a disk that vanishes with the runtime.
+            self._version_notes = (capabilities.start_notes(capabilities.EAGER if eager
+                                                            else capabilities.GRAPH)
+                                   + storage.start_notes(self.logdir))
 
         with self._lock:  # a stop() from now on asks this session's backend
             self._exception = None

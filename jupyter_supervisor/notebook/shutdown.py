@@ -11,6 +11,7 @@ A kernel ends in more ways than a Stop click, and most of them end the process a
   client sends SIGTERM after half its ``KernelManager.shutdown_wait_time`` (5 s by default),
   and SIGKILL after the whole of it.
 - ``%unload_ext`` and the interpreter's exit (``atexit``).
+- A cloud's preemption notice, before its SIGTERM: ``notices.py`` (only the runs that listen).
 
 ``guard(stop, live)`` (``run.py`` calls it when a run starts) hooks each of them so that the
 live runs are asked to stop at their next step boundary and write their final checkpoint
@@ -37,7 +38,8 @@ import sys
 import threading
 from typing import Callable, Dict, List, Optional
 
-from .. import compat
+from .. import compat, preemption
+from .notices import NoticeHook
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -209,9 +211,11 @@ class _KernelEnd:
         self._stop: Optional[Callable[[str, float], List]] = None
         self._live: Optional[Callable[[], bool]] = None
         self._signals = _SignalHook(self.stop_runs)
-        # The hooks that can be installed from any thread.
+        # The hooks that can be installed from any thread; a cloud's preemption notice
+        # (notices.py) stops only the runs that listen to it.
+        self.notices = NoticeHook(lambda: STOP_SECS)
         self._hooks = (_PollerHook(self.stop_runs), _ShutdownRequestHook(self.stop_runs),
-                       _AtExitHook(self.stop_runs))
+                       _AtExitHook(self.stop_runs), self.notices)
 
     def guard(self, stop: Callable[[str, float], List], live: Callable[[], bool]) -> None:
         """Hooks every way the kernel ends (again after ``release``); call it from the main
@@ -280,6 +284,10 @@ def cut_advice(why: Optional[str]) -> str:
                 "sent the signal may kill it sooner (docker stop -t, Kubernetes' "
                 "terminationGracePeriodSeconds, a cloud's preemption notice): give both more "
                 "time, and keep --save-model-secs short (see docs/preemption.md).")
+    if preemption.is_notice(why):
+        return ("A preemption notice gives the runs until the machine stops, and the checkpoint "
+                "of the step in flight may not fit: keep --save-model-secs short, so that the "
+                "last periodic checkpoint is recent (see docs/preemption.md).")
     if why in (SERVER_DIED, EXITED):
         return ("The kernel gives its runs at most jupyter_supervisor.notebook.shutdown."
                 "STOP_SECS (25 s by default) before it ends: raise it (see "

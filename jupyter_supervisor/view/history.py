@@ -111,6 +111,7 @@ class HistorySnapshot:
     timeline: Tuple[object, ...] = ()
     stalled: Optional[Stalled] = None
     best: Optional[events.BestKept] = None
+    write_stalled: Optional[events.WriteStalled] = None
 
     @property
     def elapsed(self) -> float:
@@ -195,6 +196,8 @@ class RunHistory:
             maxlen=MAX_CHECKPOINTS)
         self._watchers: Tuple[Callable[[str], None], ...] = ()
         self._best: Optional[events.BestKept] = None   # the best checkpoint kept, if any
+        # A checkpoint write that stalled, until a checkpoint is saved or a session begins.
+        self._write_stalled: Optional[events.WriteStalled] = None
 
     @property
     def max_points(self) -> int:
@@ -219,11 +222,15 @@ class RunHistory:
                 self._note_step(event.step, header=not self._positioned)
                 self._checkpoints.appendleft(event)
                 self._checkpoint_count += 1
+                self._write_stalled = None
                 if event.kept:
                     self._kept = tuple(str(path) for path in event.kept)
             elif isinstance(event, events.BestKept):
                 self._best = event
+            elif isinstance(event, events.WriteStalled):
+                self._write_stalled = event
             elif isinstance(event, events.SessionReady):
+                self._write_stalled = None
                 self._on_session_ready(event)
             elif isinstance(event, events.WaitingForChief):
                 self._waiting_for_chief = True
@@ -526,6 +533,7 @@ class RunHistory:
                 timeline=tuple(self._timeline),
                 stalled=self._stall.stalled,
                 best=self._best,
+                write_stalled=self._write_stalled,
             )
 
     # -- earlier runs from disk --------------------------------------------------------------

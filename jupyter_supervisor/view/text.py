@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
-from .. import events, names
+from .. import events, names, preemption
 from ..finite import NonFiniteError
 from .history import SessionStarted, StatusChanged
 from .stall import StallEnded, Stalled
@@ -275,7 +275,18 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
         lines.append(f"kept ({len(kept)}): {more}{', '.join(reversed(labels))}")
     if snap.rollbacks:
         lines.append(rollbacks_text(snap.rollbacks))
+    if snap.write_stalled is not None and snap.active:
+        lines.append(write_stalled_text(snap.write_stalled, wall_now))
     return lines
+
+
+def write_stalled_text(stalled: events.WriteStalled, wall_now: float) -> str:
+    """'checkpoint write to /runs/fit/model.ckpt-1200 stalled for 3 min (step 1,200);
+    training goes on'."""
+    secs = max(0.0, wall_now - stalled.since)
+    took = f"{int(secs // 60)} min" if secs >= 60 else f"{int(secs)} s"
+    return (f"checkpoint write to {stalled.path} stalled for {took} (step "
+            f"{_step_text(stalled.step)}); training goes on")
 
 
 def best_text(best: events.BestKept) -> str:
@@ -314,9 +325,12 @@ def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
                     f"({record.problem}), restored {os.path.basename(record.path)}")
         elif isinstance(record, events.Stopped):
             non_finite = isinstance(record.exception, NonFiniteError)
-            if record.reason != events.OUT_OF_RANGE:
+            if preemption.is_notice(record.why):
+                text = _notice_text(run, snap, record)
+            elif record.reason != events.OUT_OF_RANGE:
                 continue
-            text = f"input ran out at step {_step_text(record.step)}"
+            else:
+                text = f"input ran out at step {_step_text(record.step)}"
         elif not isinstance(record, StatusChanged):
             continue
         elif record.status == names.STOPPING:
@@ -340,6 +354,15 @@ def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
             continue
         out.append((kind, when, text))
     return out[-TIMELINE_SHOWN:]
+
+
+def _notice_text(run, snap, stopped: events.Stopped) -> str:
+    """A stop on a preemption notice, with the checkpoint it wrote (or the newest one)."""
+    newest = snap.checkpoints[0] if snap.checkpoints else None
+    saved = newest.step if newest is not None and newest.step == stopped.step else None
+    line = preemption.outcome(stopped.why, saved, None if newest is None else newest.step,
+                              saves=run.logdir is not None)
+    return line[:1].lower() + line[1:].rstrip(".")   # as the timeline's other entries
 
 
 def timeline(run, snap, *, with_error: bool = True) -> List[Tuple[float, str]]:
