@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Supervisor": ("graph.supervisor", "Supervisor"),
-    "EagerSupervisor": ("eager.supervisor", "EagerSupervisor"),
+    "EagerSupervisor": ("eager.eager_supervisor", "EagerSupervisor"),
     "CheckpointMismatchError": ("checkpoints", "CheckpointMismatchError"),
     "CheckpointWriteError": ("checkpoints", "CheckpointWriteError"),
     "LogdirLockedError": ("lockfile", "LogdirLockedError"),

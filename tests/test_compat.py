@@ -87,7 +87,7 @@ def test_is_trackable():
     import keras  # pylint: disable=C0415
     for value in (tf.Variable(1.0), tf.Module(), keras.optimizers.SGD(), keras.Variable(1.0),
                   tf.train.Checkpoint(), iter(tf.data.Dataset.range(2)),
-                  tf.function(lambda: 1)):  # trackable, holding nothing (eager/supervisor)
+                  tf.function(lambda: 1)):  # trackable, holding nothing (eager/eager_supervisor)
         assert compat.is_trackable(value), value
     for value in (3, tf.constant(1.0), types.SimpleNamespace(), lambda: 1):
         assert not compat.is_trackable(value), value

@@ -21,7 +21,7 @@ from helpers import Kernel, child_env, killed_where_it_paused, wait_for
 from jupyter_supervisor import events, names
 from jupyter_supervisor.config import RunConfig
 from jupyter_supervisor.eager.reporting import BEST_TAG
-from jupyter_supervisor.graph.backend import GraphBackend
+from jupyter_supervisor.graph.graph_backend import GraphBackend
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVERY_STEP = 1e-9

@@ -41,8 +41,8 @@ from .._validate import invalid
 from ..backend import Backend, RunConflictError, clean_up
 from ..config import RunConfig
 from ..checkpoints import checkpoint_paths
-from ..eager.supervisor import EagerSupervisor
-from ..graph.backend import GraphBackend
+from ..eager.eager_supervisor import EagerSupervisor
+from ..graph.graph_backend import GraphBackend
 from ..checkpoints import CheckpointMismatchError, describe_error
 from ..lockfile import LogdirLockedError, note_stop
 from ..names import (ACTIVE_STATUSES, FAILED, FINAL_STATUSES, FINISHED, RUNNING, STARTING,
