@@ -164,6 +164,14 @@ class RestartItem(pytest.Item):
         return self.path, None, f"{self.path.name}: after a kernel restart"
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_itemcollected(item):
+    """A tutorial's cells run in a real kernel (setup.cfg's markers): ``-m "not kernel"``
+    leaves them out."""
+    if type(item).__name__ == "IPyNbCell":
+        item.add_marker(pytest.mark.kernel)
+
+
 @pytest.hookimpl(trylast=True)  # after -k / -m deselected what they deselect
 def pytest_collection_modifyitems(items):
     """Adds ``after a kernel restart`` after the last cell of each notebook whose cells were
@@ -177,4 +185,5 @@ def pytest_collection_modifyitems(items):
         if len(cells) != sum(cell.cell_type == "code" for cell in notebook.cells):
             continue
         restart = RestartItem.from_parent(notebook_file, name="after a kernel restart")
+        restart.add_marker(pytest.mark.kernel)
         items.insert(items.index(cells[-1]) + 1, restart)

@@ -961,6 +961,7 @@ def _execute(kernel: Kernel, code: str) -> dict:
     return dict(reply.content, stderr=reply.stream("stderr"))
 
 
+@pytest.mark.kernel
 def test_a_kernel_shows_each_kind_of_error_as_the_table_says(tmp_path):
     """One row of each kind, in a real kernel: what a notebook receives is the error of the
     table, and a traceback only where it is the user's own code."""

@@ -63,6 +63,7 @@ def _comm_states(messages, comm_id):
             if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id]
 
 
+@pytest.mark.kernel
 def test_everything_a_body_shows_while_another_cell_runs_goes_to_its_panel(kernel):
     kernel.ok(SETUP)
     start = len(kernel.iopub)

@@ -55,6 +55,8 @@ from playwright.sync_api import expect, sync_playwright
 
 from helpers import child_env, free_ports
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -381,6 +383,7 @@ def _browser(playwright, height=1800):
     return browser, page
 
 
+@pytest.mark.kernel
 def test_panel_states_settings_records_themes_and_keys_in_jupyterlab(lab, tmp_path):
     assert os.path.exists(CHROMIUM), (
         f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); "
@@ -1032,6 +1035,7 @@ print("pushes dropped:", len(dropped) > 0, "| held:", os.path.exists(os.path.joi
 """
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("lab", ["notebook"], indirect=True)
 def test_without_pushes_and_subshells_in_notebook_7(lab, tmp_path):
     root, flags = tmp_path / "runs", tmp_path / "flags"

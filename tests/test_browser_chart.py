@@ -21,6 +21,7 @@ import os
 import re
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
@@ -28,6 +29,8 @@ from playwright.sync_api import expect, sync_playwright
 from test_browser import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, KERNEL_NAME,  # noqa: F401
                           KERNEL_READY_JS, SENTINEL, WAIT_MS, lab)
 from test_chart_js import _is_125_log, _is_125_step
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
 STEPS, OTHER_STEPS = 1500, 300
 SMOOTHING = 0.6  # the panel's default (widget.py)

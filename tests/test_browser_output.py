@@ -4,11 +4,14 @@ test_browser.py's."""
 import os
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import expect, sync_playwright
 
 from test_browser import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, KERNEL_NAME, SENTINEL_CELL,
                           SENTINEL, WAIT_MS, _keep_evidence, _open, _panel, lab)  # noqa: F401
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
 CELLS = [
     "%load_ext jupyter_supervisor",

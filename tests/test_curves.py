@@ -112,6 +112,7 @@ def assert_tensorboard_sees_each_session(logdir, spans, tag):
         spans, rates)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_ten_short_sessions_reload_in_a_new_kernel_as_the_live_panel_drew_them(
         kernel, tmp_path, mode):

@@ -23,6 +23,8 @@ import tensorflow as tf
 import eager_models
 from helpers import Kernel, made_read_only
 
+pytestmark = pytest.mark.kernel
+
 FIT = ("%%supervise --logdir {logdir} --save-model-secs {secs} {options}\n"
        "model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback], verbose=0)")
 KERAS = ("import keras, eager_models\n"

@@ -15,6 +15,8 @@ import pytest
 
 from helpers import Kernel
 
+pytestmark = pytest.mark.kernel
+
 DEADLINE = 90.0        # seconds; generous for a loaded 2-core machine, never reached when passing
 
 # A body that trains until stopped, a little slower than flat out (keeps the 2 cores usable).
