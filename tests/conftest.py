@@ -46,6 +46,27 @@ def backends():
         sv.close()
 
 
+# ------------------------------------------------------------------------------------- kernels
+
+@pytest.fixture(scope="module")
+def module_kernel(tmp_path_factory):
+    """A kernel (helpers.Kernel) that the tests of a module share, started in a folder of its
+    own, where each test trains in logdirs of its own. A test that kills or restarts it leaves a
+    new one started; one that needs eager mode calls ``kernel.eager()`` (an earlier test may
+    have switched it to graph mode, which restarts it)."""
+    shared = helpers.Kernel(tmp_path_factory.mktemp("kernel"))
+    yield shared
+    shared.shutdown()
+
+
+@pytest.fixture
+def kernel(module_kernel):
+    """The module's kernel for one test: every run it left live is stopped after it (each
+    writes its final checkpoint), so that the next test starts with none."""
+    yield module_kernel
+    module_kernel.stop_runs()
+
+
 # ------------------------------------------------------------------------------------ browsers
 
 @pytest.fixture(scope="session")

@@ -469,6 +469,17 @@ class Kernel:
         """Waits in the kernel until the expression ``condition`` holds."""
         self.ok(f"wait_for(lambda: {condition}, {timeout}, what={what!r})", timeout=timeout + 30)
 
+    def eager(self):
+        """The kernel in eager mode: restarted if a cell switched it to graph mode, which
+        cannot be undone in a process."""
+        if self.graph_mode:
+            self.restart()
+
+    def stop_runs(self):
+        """Stops every run live in the kernel (each writes its final checkpoint)."""
+        self.ok("import jupyter_supervisor.notebook.run\n"
+                "jupyter_supervisor.notebook.run.stop_all(timeout=60)")
+
     def model(self):
         """A fresh default graph with the test model (build_model), in graph mode."""
         if not self.graph_mode:

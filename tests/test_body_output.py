@@ -15,8 +15,6 @@ import jupyter_supervisor
 from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
 
-from helpers import Kernel
-
 DEADLINE = 90.0   # seconds; generous for a loaded 2-core machine, never reached when passing
 
 # What Jupyter sends as a cell's output (everything else on iopub is state: status, comms).
@@ -49,13 +47,6 @@ hold.wait(120)
 # What each of them leaves in the run's outputs (the figure: its text form).
 MARKERS = ("Wall time", "shell-line", "<Figure size", "shown-html", "child-line")
 OUTPUTS = "jupyter_supervisor.view.panel._shown['shows'].widgets['output']"
-
-
-@pytest.fixture
-def kernel(tmp_path):
-    k = Kernel(tmp_path)
-    yield k
-    k.shutdown()
 
 
 def _comm_states(messages, comm_id):

@@ -39,6 +39,9 @@ y = x.sum(axis=1, keepdims=True)
 
 @pytest.fixture
 def kernel(tmp_path):
+    """A kernel of this test's own, not the module's (conftest.py): what these tests count is
+    the process's own (the traced pool, Keras' model names, TensorFlow's count of the traces of
+    one function's code, whose warning an earlier test's fits would bring nearer)."""
     k = Kernel(tmp_path)
     yield k
     k.shutdown()
