@@ -11,6 +11,10 @@ deletes anything.
 
 Only when every cell of the notebook was collected (a selection of cells leaves nothing to
 restart from); no other output is compared.
+
+nbval itself is turned on here (``pytest_configure``) whenever pytest collects this folder: by
+the README's test command (setup.cfg's ``testpaths``) or by a path in it on the command line.
+``pytest tests`` runs the .py tests only, and ``-p no:nbval`` collects no notebook.
 """
 import json
 import os
@@ -29,7 +33,8 @@ MARKER = "# After a kernel restart, run this cell again."
 FRESH_START = "# FRESH START:"
 # What no cell but the fresh start does: a set-up cell run again would delete a run.
 DELETES = re.compile(r"\b(rmtree|os\.remove|os\.unlink|\.unlink\(|shutil\.move|rm -)")
-CELL_SECS = 600          # as setup.cfg's --nbval-cell-timeout
+# A cell that runs 10 min fails (no cell takes more than a minute): a hang never keeps CI waiting.
+CELL_SECS = 600
 RESTART_SECS = 120       # a kernel's start on a loaded 2-core machine, never reached in a pass
 RESULT = "RESTART-CHECK "
 
@@ -49,6 +54,28 @@ if _found:
     _stop_all(timeout=%(secs)d)
 print(%(prefix)r + _json.dumps(_found))
 """
+
+# What nbval compares: every stored output (strict), with the machine's paths sanitized.
+SANITIZE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nbval_sanitize.cfg")
+NBVAL_CELL_TIMEOUT = 2000.0   # nbval's default: no --nbval-cell-timeout was given
+
+
+def pytest_configure(config):
+    """Turns nbval on for the tutorials (pytest loads this file only when it collects this
+    folder), as ``--nbval --nbval-current-env --nbval-sanitize-with SANITIZE
+    --nbval-cell-timeout CELL_SECS`` would: strict, in a kernel of this very environment. What
+    the command line gives nbval wins (--nbval-lax, --nbval-kernel-name, a sanitize file, a
+    timeout)."""
+    if not config.pluginmanager.hasplugin("nbval"):
+        return  # -p no:nbval: no notebook is collected
+    option = config.option
+    option.nbval = True
+    if option.nbval_kernel_name is None:
+        option.nbval_current_env = True
+    if option.nbval_sanitize_with is None:
+        option.nbval_sanitize_with = SANITIZE
+    if option.nbval_cell_timeout == NBVAL_CELL_TIMEOUT:
+        option.nbval_cell_timeout = float(CELL_SECS)
 
 
 def marked_cells(notebook):
@@ -141,6 +168,14 @@ class RestartItem(pytest.Item):
         return self.path, None, f"{self.path.name}: after a kernel restart"
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_itemcollected(item):
+    """A tutorial's cells run in a real kernel (setup.cfg's markers): ``-m "not kernel"``
+    leaves them out."""
+    if type(item).__name__ == "IPyNbCell":
+        item.add_marker(pytest.mark.kernel)
+
+
 @pytest.hookimpl(trylast=True)  # after -k / -m deselected what they deselect
 def pytest_collection_modifyitems(items):
     """Adds ``after a kernel restart`` after the last cell of each notebook whose cells were
@@ -154,4 +189,5 @@ def pytest_collection_modifyitems(items):
         if len(cells) != sum(cell.cell_type == "code" for cell in notebook.cells):
             continue
         restart = RestartItem.from_parent(notebook_file, name="after a kernel restart")
+        restart.add_marker(pytest.mark.kernel)
         items.insert(items.index(cells[-1]) + 1, restart)

@@ -1,5 +1,7 @@
-"""Fixtures shared by the whole test suite (plain helpers are in helpers.py)."""
+"""Fixtures shared by the whole test suite (plain helpers are in helpers.py, the browser
+tests' in browser_helpers.py)."""
 import os
+import signal
 
 # TensorFlow reads this when it is first imported; conftest.py is imported before any test module.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -46,3 +48,88 @@ def backends():
     yield build
     for sv in made:
         sv.close()
+
+
+# ------------------------------------------------------------------------------------- kernels
+
+@pytest.fixture(scope="module")
+def module_kernel(tmp_path_factory):
+    """A kernel (helpers.Kernel) that the tests of a module share, started in a folder of its
+    own, where each test trains in logdirs of its own. A test that kills or restarts it leaves a
+    new one started; one that needs eager mode calls ``kernel.eager()`` (an earlier test may
+    have switched it to graph mode, which restarts it)."""
+    shared = helpers.Kernel(tmp_path_factory.mktemp("kernel"))
+    yield shared
+    shared.shutdown()
+
+
+@pytest.fixture
+def kernel(module_kernel):
+    """The module's kernel for one test: every run it left live is stopped after it (each
+    writes its final checkpoint), so that the next test starts with none."""
+    yield module_kernel
+    module_kernel.stop_runs()
+
+
+# ------------------------------------------------------------------------------------ browsers
+
+@pytest.fixture(scope="session")
+def chromium():
+    """The session's headless Chromium (Playwright's Browser), started by the first test that
+    asks for it; each test opens its pages in a context of its own."""
+    from playwright.sync_api import sync_playwright  # pylint: disable=C0415
+    from browser_helpers import CHROMIUM, CHROMIUM_ARGS  # pylint: disable=C0415
+    assert os.path.exists(CHROMIUM), (
+        f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); "
+        "never `playwright install`.")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def jupyterlab(tmp_path_factory):
+    """The session's JupyterLab server (browser_helpers.Lab), started by the first test that
+    asks for it; stopped, kernels too, at the end of the session."""
+    from browser_helpers import Lab  # pylint: disable=C0415
+    home = tmp_path_factory.mktemp("jupyterlab")
+    (home / "root").mkdir()
+    server = Lab(home / "root", home / "jhome")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["jupyterlab"])
+def lab(request, tmp_path):
+    """A folder of the session's JupyterLab server for this test (its ``root``), the kernels
+    shut down and the user settings put back after it; parametrized "notebook", a Notebook 7
+    server of its own rooted at tmp_path/lab, stopped at the end. Also when the test process
+    gets SIGTERM (e.g. from `timeout`): the test unwinds through this teardown."""
+    from browser_helpers import ARTIFACTS, Lab  # pylint: disable=C0415
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    def on_sigterm(_signum, _frame):
+        raise SystemExit(143)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        if request.param == "jupyterlab":
+            shared = request.getfixturevalue("jupyterlab")
+            try:
+                yield shared.folder(tmp_path.name)
+            finally:
+                shared.end_sessions()
+        else:
+            (tmp_path / "lab").mkdir()
+            server = Lab(tmp_path / "lab", tmp_path / "jhome", app=request.param)
+            try:
+                server.start()
+                yield server
+            finally:
+                server.stop()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -10,6 +10,7 @@ import ast
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import queue
 import signal
@@ -90,6 +91,25 @@ def build_model(namespace=None, *, new_graph=False, w_shape=(), extra_variable=N
         namespace.update(gs=step, w=w, loss=loss, train_op=train_op, tf=tf, time=time)
     return types.SimpleNamespace(graph=graph, global_step=step, w=w, loss=loss,
                                  train_op=train_op)
+
+
+# ----------------------------------------------------------------------------------- charts
+
+def is_125_step(ticks):
+    """Equally spaced ticks at the multiples of a step of 1, 2 or 5 times a power of ten."""
+    step = ticks[1] - ticks[0]
+    exponent = math.floor(math.log10(step) + 1e-9)
+    mantissa = step / 10 ** exponent
+    return (any(math.isclose(mantissa, m) for m in (1, 2, 5))
+            and all(math.isclose(b - a, step) for a, b in zip(ticks, ticks[1:]))
+            and all(math.isclose(t / step, round(t / step), abs_tol=1e-6) for t in ticks))
+
+
+def is_125_log(ticks):
+    """Ticks at 1, 2 or 5 times powers of ten."""
+    def mantissa(t):
+        return t / 10 ** math.floor(math.log10(t) + 1e-9)
+    return all(any(math.isclose(mantissa(t), m) for m in (1, 2, 5)) for t in ticks)
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -448,6 +468,17 @@ class Kernel:
     def wait_until(self, condition, what, timeout=KERNEL_DEADLINE):
         """Waits in the kernel until the expression ``condition`` holds."""
         self.ok(f"wait_for(lambda: {condition}, {timeout}, what={what!r})", timeout=timeout + 30)
+
+    def eager(self):
+        """The kernel in eager mode: restarted if a cell switched it to graph mode, which
+        cannot be undone in a process."""
+        if self.graph_mode:
+            self.restart()
+
+    def stop_runs(self):
+        """Stops every run live in the kernel (each writes its final checkpoint)."""
+        self.ok("import jupyter_supervisor.notebook.run\n"
+                "jupyter_supervisor.notebook.run.stop_all(timeout=60)")
 
     def model(self):
         """A fresh default graph with the test model (build_model), in graph mode."""

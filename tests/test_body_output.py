@@ -15,8 +15,6 @@ import jupyter_supervisor
 from jupyter_supervisor.notebook import run as run_module
 from jupyter_supervisor.notebook.magics import RunFailedError
 
-from helpers import Kernel
-
 DEADLINE = 90.0   # seconds; generous for a loaded 2-core machine, never reached when passing
 
 # What Jupyter sends as a cell's output (everything else on iopub is state: status, comms).
@@ -51,18 +49,12 @@ MARKERS = ("Wall time", "shell-line", "<Figure size", "shown-html", "child-line"
 OUTPUTS = "jupyter_supervisor.view.panel._shown['shows'].widgets['output']"
 
 
-@pytest.fixture
-def kernel(tmp_path):
-    k = Kernel(tmp_path)
-    yield k
-    k.shutdown()
-
-
 def _comm_states(messages, comm_id):
     return [m["content"]["data"].get("state", {}) for m in messages
             if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id]
 
 
+@pytest.mark.kernel
 def test_everything_a_body_shows_while_another_cell_runs_goes_to_its_panel(kernel):
     kernel.ok(SETUP)
     start = len(kernel.iopub)

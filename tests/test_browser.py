@@ -25,24 +25,19 @@ The module alone (a stand-in for anywidget's model): number format, drawing only
 a missed push asked for, settings in the model, in-place states, a chart by keyboard, kernel
 gone and busy, the tag filter and groups, notifications.
 
-The servers are our own: a free loopback port, a random token, config/runtime/data/settings/
-workspace folders under the test's tmp_path, and a kernelspec of its own that runs this very
-Python (``sys.executable``, where jupyter_supervisor is installed). Kernels and server are stopped
-by PID at the end, also when the test is killed with SIGTERM. Every wait is on a condition in the
-page, with a timeout (panel-failure.png on failure); with JSV_UPDATE_DOCS=1 the finished run's
-screenshot also becomes docs/panel.png, the README's picture.
+The servers are our own (``browser_helpers.Lab``): the session's JupyterLab, in which each test
+has a folder of its own and whose kernels and settings are reset after it, and a Notebook 7
+server for its test alone; the session's Chromium, with a context of its own for each test
+(tests/conftest.py). Every wait is on a condition in the page, with a timeout (panel-failure.png
+on failure); with JSV_UPDATE_DOCS=1 the finished run's screenshot also becomes docs/panel.png,
+the README's picture.
 """
-import json
 import os
 import re
-import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import nbformat
@@ -50,190 +45,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from nbformat.v4 import new_code_cell, new_notebook
-from playwright.sync_api import Error as PlaywrightError
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from helpers import child_env, free_ports
+from browser_helpers import (ARTIFACTS, KERNEL_NAME, KERNEL_READY_JS, SENTINEL, WAIT_MS, api,
+                             keep_evidence, new_page, open_notebook, panel_of)
+from helpers import child_env
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-KERNEL_NAME = "jsv-browser-test"
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+pytestmark = pytest.mark.browser
+
 DOCS_PANEL = Path(__file__).resolve().parent.parent / "docs" / "panel.png"
 README_SHOT = "panel-finished-light.png"
-SENTINEL = "ALL-CELLS-DONE"
-# Generous for a loaded 2-core machine (the kernel imports TensorFlow); never reached in a pass.
-SERVER_STARTUP = 60.0
-WAIT_MS = 45_000
-
-# JupyterLab's status bar reads "<kernel> | Idle" once the kernel is connected (cells run before
-# that are dropped); a "Select Kernel" dialog means our kernelspec was not found.
-KERNEL_READY_JS = """() => !!document.querySelector('.jp-Dialog') ||
-    Array.from(document.querySelectorAll('.jp-StatusBar-TextItem'))
-        .some(e => /^(?!No Kernel).+ \\| Idle$/.test(e.textContent.trim()))"""
-
-
-def _api(base, token, path, method="GET"):
-    request = urllib.request.Request(f"{base}{path}", method=method,
-                                     headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        body = response.read()
-    return json.loads(body) if body else None
-
-
-def _write_lab_settings(settings_dir: Path, subshells: bool = True) -> None:
-    # No news/update toast over the page, no autosave rewriting the notebook; without
-    # ``subshells``, comm messages wait for the running cell, as in frontends older than
-    # JupyterLab 4.4 (and Colab's).
-    files = {
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-            {"fetchNews": "false", "checkForUpdates": False},
-        "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
-        "@jupyterlab/apputils-extension/kernels-settings.jupyterlab-settings":
-            {"commsOverSubshells": "perCommTarget" if subshells else "disabled"},
-    }
-    for rel, content in files.items():
-        path = settings_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(content))
-
-
-def _write_kernelspec(jupyter_path: Path) -> None:
-    # This Python, whatever else is installed: the kernel must import this checkout's package.
-    spec_dir = jupyter_path / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True)
-    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "jupyter_supervisor test", "language": "python",
-            "env": {"TF_CPP_MIN_LOG_LEVEL": "2"}}
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
-
-
-def _children(pid: int):
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as file:
-                found += [int(child) for child in file.read().split()]
-        except OSError:
-            pass
-    return found
-
-
-class Lab:
-    """A JupyterLab (``app="jupyterlab"``) or Notebook 7 (``app="notebook"``) server of our
-    own; ``stop()`` ends its kernels and itself by PID."""
-
-    def __init__(self, root: Path, home: Path, app: str = "jupyterlab"):
-        self.app = app
-        # Notebook 7's server here is a frontend without kernel subshells.
-        self.subshells = app == "jupyterlab"
-        self.root = root
-        self.home = home
-        (self.port,) = free_ports(1)
-        self.token = secrets.token_hex(16)
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = home / "server.log"
-        self.proc = None
-
-    def start(self) -> None:
-        for name in ("config", "runtime", "data", "path", "settings", "workspaces", "ipython"):
-            (self.home / name).mkdir(parents=True, exist_ok=True)
-        _write_lab_settings(self.home / "settings", self.subshells)
-        _write_kernelspec(self.home / "path")
-        env = child_env(JUPYTER_CONFIG_DIR=str(self.home / "config"),
-                        JUPYTER_RUNTIME_DIR=str(self.home / "runtime"),
-                        JUPYTER_DATA_DIR=str(self.home / "data"),
-                        JUPYTER_PATH=str(self.home / "path"),
-                        IPYTHONDIR=str(self.home / "ipython"),
-                        PATH=os.path.dirname(sys.executable) + os.pathsep
-                        + os.environ.get("PATH", ""))
-        app_class = "LabApp" if self.app == "jupyterlab" else "JupyterNotebookApp"
-        cmd = [sys.executable, "-m", self.app, "--no-browser", "--allow-root",
-               "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
-               f"--ServerApp.root_dir={self.root}",
-               f"--IdentityProvider.token={self.token}",
-               f"--{app_class}.workspaces_dir={self.home / 'workspaces'}",
-               f"--{app_class}.user_settings_dir={self.home / 'settings'}",
-               # window.jupyterapp: the tests run its commands (save, change the theme).
-               f"--{app_class}.expose_app_in_browser=True",
-               # A safety net should this process die without its teardown.
-               "--ServerApp.shutdown_no_activity_timeout=600",
-               "--MappingKernelManager.cull_idle_timeout=600"]
-        with open(self.log_path, "w", encoding="utf-8") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         cwd=self.root, start_new_session=True)
-        deadline = time.monotonic() + SERVER_STARTUP
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {self.proc.returncode}:\n"
-                                   f"{self.log_tail()}")
-            try:
-                _api(self.base, self.token, "/api/status")
-                return
-            except (urllib.error.URLError, ConnectionError, OSError):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"jupyter lab did not answer within {SERVER_STARTUP} s:\n"
-                                       f"{self.log_tail()}") from None
-                time.sleep(0.1)  # polling for the port to answer
-
-    def kernel_names(self):
-        """The kernelspec name of every session the server runs."""
-        return [session["kernel"]["name"]
-                for session in _api(self.base, self.token, "/api/sessions")]
-
-    def log_tail(self, chars=4000) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except OSError:
-            return "(no server log)"
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        kids = _children(self.proc.pid)
-        try:
-            # A kernel's shutdown stops its live runs (each writes its final checkpoint).
-            for kernel in _api(self.base, self.token, "/api/kernels"):
-                _api(self.base, self.token, f"/api/kernels/{kernel['id']}", method="DELETE")
-        except (urllib.error.URLError, OSError) as error:
-            print(f"kernel shutdown through the API failed: {error}")
-        self.proc.send_signal(signal.SIGTERM)  # jupyter_server shuts down cleanly on SIGTERM
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for kid in kids:  # only the children of the server we started
-            if os.path.exists(f"/proc/{kid}"):
-                try:
-                    os.kill(kid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-
-@pytest.fixture(params=["jupyterlab"])
-def lab(tmp_path, request):
-    """A running JupyterLab (or, parametrized, Notebook 7) rooted at tmp_path/lab; stopped
-    (kernels too) at the end, also when the test process gets SIGTERM (e.g. from `timeout`)."""
-    root = tmp_path / "lab"
-    root.mkdir()
-    server = Lab(root, tmp_path / "jhome", app=request.param)
-
-    def on_sigterm(_signum, _frame):
-        raise SystemExit(143)  # unwinds through the teardown below
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        signal.signal(signal.SIGTERM, previous)
 
 
 # The cells. Seeded models of tests/eager_models.py (8 batches an epoch); a callback's short sleep
@@ -356,36 +177,8 @@ def _position(step: int, epochs: int) -> str:
     return f"epoch {epoch + 1}/{epochs}, batch {step - epoch * BATCHES}/{BATCHES}"
 
 
-# The browser's own Notification, each one shown also noted in window.jsvShown.
-NOTED_NOTIFICATIONS_JS = """
-window.jsvShown = [];
-if (window.Notification) {
-    const Shown = window.Notification;
-    window.Notification = class extends Shown {
-        constructor(title, options) { super(title, options); window.jsvShown.push(title); }
-    };
-}
-"""
-
-
-def _browser(playwright, height=1800):
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    # Tall enough that a whole panel fits in its screenshot; notifications allowed (a user's
-    # answer to the panel's request).
-    context = browser.new_context(viewport={"width": 1280, "height": height},
-                                  permissions=["notifications"])
-    context.add_init_script(NOTED_NOTIFICATIONS_JS)
-    page = context.new_page()
-    page.set_default_timeout(WAIT_MS)
-    expect.set_options(timeout=WAIT_MS)
-    return browser, page
-
-
-def test_panel_states_settings_records_themes_and_keys_in_jupyterlab(lab, tmp_path):
-    assert os.path.exists(CHROMIUM), (
-        f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); "
-        "never `playwright install`.")
-    ARTIFACTS.mkdir(exist_ok=True)
+@pytest.mark.kernel
+def test_panel_states_settings_records_themes_and_keys_in_jupyterlab(lab, chromium, tmp_path):
     (ARTIFACTS / "panel-failure.png").unlink(missing_ok=True)  # an older run's
     root, flags = tmp_path / "runs", tmp_path / "flags"
     flags.mkdir()
@@ -394,48 +187,20 @@ def test_panel_states_settings_records_themes_and_keys_in_jupyterlab(lab, tmp_pa
                      DEMO_CELL, FIN_CELL, BOOM_CELL, CMD_CELL, CMD_STOP_CELL, COMPARE_CELL,
                      SENTINEL_CELL], root=root, flags=str(flags), demo_steps=DEMO_STEPS)
     saved = Saved(lab, tmp_path / "saves", root)
-    with sync_playwright() as playwright:
-        browser, page = _browser(playwright)
-        problems = []
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.on("console", lambda message: problems.append(f"console: {message.text}")
-                if message.type == "error" else None)
-        try:
-            _drive(page, lab, root, flags, saved)
-        except BaseException:
-            _keep_evidence(page, problems, lab)
-            raise
-        finally:
-            browser.close()
-            saved.close()
-    assert not [p for p in problems if "jsv" in p or "panel.js" in p], problems
-
-
-def _keep_evidence(page, problems, lab) -> None:
-    """A failure's screenshot and the panels' text, printed with the browser's errors and the
-    server log (best effort: the browser may be what failed)."""
-    print("browser errors:", *problems[-20:], sep="\n  ")
-    print("server log tail:\n", lab.log_tail())
+    page = new_page(chromium)
+    problems = []
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("console", lambda message: problems.append(f"console: {message.text}")
+            if message.type == "error" else None)
     try:
-        page.screenshot(path=str(ARTIFACTS / "panel-failure.png"), full_page=True)
-        for panel in page.locator(".jsv-panel").all():
-            print("panel text:", panel.inner_text(timeout=5000))
-    except PlaywrightError as error:
-        print(f"no failure screenshot: {error}")
-
-
-def _open(page, lab) -> None:
-    page.goto(f"{lab.base}/lab/tree/panel.ipynb?reset&token={lab.token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell")
-    page.wait_for_function(KERNEL_READY_JS)
-    assert page.locator(".jp-Dialog").count() == 0, (
-        f"JupyterLab asks for a kernel: {page.locator('.jp-Dialog').inner_text()!r}; "
-        f"the kernelspec {KERNEL_NAME!r} was not found")
-
-
-def _panel(page, name):
-    """The views of run ``name`` (the first: the one its cell shows)."""
-    return page.locator(f".jsv-panel:has(.jsv-name:text-is('{name}'))")
+        _drive(page, lab, root, flags, saved)
+    except BaseException:
+        keep_evidence(page, problems, lab)
+        raise
+    finally:
+        page.context.close()
+        saved.close()
+    assert not [p for p in problems if "jsv" in p or "panel.js" in p], problems
 
 
 def _shot(page, locator, name) -> None:
@@ -690,7 +455,7 @@ def _ended_record(saved, notebook, name, heading, label) -> None:
 
 
 def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
-    _open(page, lab)
+    open_notebook(page, lab)
     assert lab.kernel_names() == [KERNEL_NAME]
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
@@ -701,7 +466,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
 
     # --max-steps reached (under --wait): finished, exact step, 100 %, no ETA; the README's
     # picture.
-    demo = _panel(page, "demo")
+    demo = panel_of(page, "demo")
     expect(demo.locator(".jsv-status")).to_have_text("finished")
     expect(demo.locator(".jsv-step")).to_have_text(f"step {DEMO_STEPS:,}")
     expect(demo.locator(".jsv-progress-text")).to_have_text(f"100.0% of {DEMO_STEPS:,}")
@@ -722,7 +487,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     expect(record).to_be_hidden()
 
     # %supervise stop: stopped at the newest checkpoint's step, with that step's epoch/batch.
-    cmd = _panel(page, "cmd")
+    cmd = panel_of(page, "cmd")
     expect(cmd.locator(".jsv-status")).to_have_text("stopped")
     stopped_at = _checkpoint_step(root / "cmd")
     expect(cmd.locator(".jsv-step")).to_have_text(f"step {stopped_at:,}")
@@ -731,7 +496,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     expect(cmd.locator(".jsv-eta")).to_be_hidden()
 
     # The live run, in the light, the dark and the high-contrast theme.
-    lives = _panel(page, "live")
+    lives = panel_of(page, "live")
     live = lives.first
     expect(live.locator(".jsv-status")).to_have_text("running")
     expect(live.locator(".jsv-rate")).to_have_text(re.compile(r"^[\d,.]+ steps/s$"))
@@ -818,14 +583,14 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     expect(live.locator("button.jsv-stop")).to_be_disabled()
     _ended_record(saved, notebook, "live", f"live | stopped | step {stopped_at:,}", "stopped")
     # ... the body returning ...
-    fin = _panel(page, "fin")
+    fin = panel_of(page, "fin")
     _ends_in_place(page, fin, lambda: (flags / "fin.finish").touch(), "finished")
     notebook = saved.save(page, "finished")
     fin_step = _checkpoint_step(root / "fin")
     _ended_record(saved, notebook, "fin", f"fin | finished | step {fin_step:,}", "finished")
     _shot(page, fin, "panel-finished-by-its-body.png")
     # ... and a failure.
-    boom = _panel(page, "boom")
+    boom = panel_of(page, "boom")
     _ends_in_place(page, boom, lambda: (flags / "boom.fail").touch(), "failed")
     notebook = saved.save(page, "failed")
     expect(boom.locator(".jsv-error")).to_contain_text("ValueError: boom at the batch the test")
@@ -849,7 +614,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     # Reopened (a view made anew): what the user set, the timeline and every point are back.
     page.reload()
     page.wait_for_function(KERNEL_READY_JS)
-    lives = _panel(page, "live")
+    lives = panel_of(page, "live")
     live = lives.first
     expect(live.locator(".jsv-status")).to_have_text("stopped")
     expect(live.locator(".jsv-timeline")).to_contain_text("started at step 0")
@@ -1032,86 +797,86 @@ print("pushes dropped:", len(dropped) > 0, "| held:", os.path.exists(os.path.joi
 """
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("lab", ["notebook"], indirect=True)
-def test_without_pushes_and_subshells_in_notebook_7(lab, tmp_path):
+def test_without_pushes_and_subshells_in_notebook_7(lab, chromium, tmp_path):
     root, flags = tmp_path / "runs", tmp_path / "flags"
     flags.mkdir()
     _write_notebook(lab.root / "panel.ipynb",
                     ["%load_ext jupyter_supervisor", DROP_CELL, SETUP_CELL, LIVE_CELL,
                      SENTINEL_CELL, BLOCK_CELL], root=root, flags=str(flags))
-    with sync_playwright() as playwright:
-        browser, page = _browser(playwright, height=1400)
-        try:
-            page.goto(f"{lab.base}/notebooks/panel.ipynb?token={lab.token}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell")
-            # The server's kernel, then the page's connection to it.
-            deadline = time.monotonic() + WAIT_MS / 1000
-            while not [s for s in _api(lab.base, lab.token, "/api/sessions")
-                       if s["kernel"]["execution_state"] == "idle"]:
-                assert time.monotonic() < deadline, "the kernel did not start"
-                time.sleep(0.1)  # polling the server for the kernel's state
-            page.wait_for_function(NOTEBOOK7_READY_JS)
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-            expect(page.locator(".jp-OutputArea-output", has_text="| held: False")).to_be_visible(
-                timeout=120_000)
-            cells = page.locator(".jp-Notebook .jp-Cell")
-            live = _panel(page, "live")
-            # Only the answers to its requests feed it: it keeps updating.
-            chart = live.locator(".jsv-chart[data-tag='loss']")
-            expect(live.locator(".jsv-status")).to_have_text("running")
-            for _ in range(3):
-                step = int(live.locator(".jsv-step").get_attribute("data-step") or 0)
-                points = int(chart.get_attribute("data-points") or 0)
-                page.wait_for_function(
-                    f"([s, c]) => Number(s.dataset.step) > {step} && "
-                    f"Number(c.dataset.points) > {points}",
-                    arg=[live.locator(".jsv-step").element_handle(), chart.element_handle()])
-            expect(live.locator(".jsv-view")).to_have_attribute("data-jsv-health", "alive")
+    page = new_page(chromium, height=1400)
+    try:
+        page.goto(lab.notebook_url("panel.ipynb"))
+        page.wait_for_selector(".jp-Notebook .jp-Cell")
+        # The server's kernel, then the page's connection to it.
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while not [s for s in api(lab.base, lab.token, "/api/sessions")
+                   if s["kernel"]["execution_state"] == "idle"]:
+            assert time.monotonic() < deadline, "the kernel did not start"
+            time.sleep(0.1)  # polling the server for the kernel's state
+        page.wait_for_function(NOTEBOOK7_READY_JS)
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        expect(page.locator(".jp-OutputArea-output", has_text="| held: False")).to_be_visible(
+            timeout=120_000)
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        live = panel_of(page, "live")
+        # Only the answers to its requests feed it: it keeps updating.
+        chart = live.locator(".jsv-chart[data-tag='loss']")
+        expect(live.locator(".jsv-status")).to_have_text("running")
+        for _ in range(3):
+            step = int(live.locator(".jsv-step").get_attribute("data-step") or 0)
+            points = int(chart.get_attribute("data-points") or 0)
+            page.wait_for_function(
+                f"([s, c]) => Number(s.dataset.step) > {step} && "
+                f"Number(c.dataset.points) > {points}",
+                arg=[live.locator(".jsv-step").element_handle(), chart.element_handle()])
+        expect(live.locator(".jsv-view")).to_have_attribute("data-jsv-health", "alive")
 
-            # Keys in Notebook 7: the slider and the x axis, the notebook's shortcuts kept away.
-            slider = live.locator(".jsv-smoothing input")
-            slider.focus()
-            page.keyboard.press("ArrowRight")
-            expect(live.locator(".jsv-smoothing-value")).to_have_text("0.61")
-            page.keyboard.press("Tab")
-            page.keyboard.press("ArrowDown")
-            expect(chart).to_have_attribute("data-xaxis", "relative")
+        # Keys in Notebook 7: the slider and the x axis, the notebook's shortcuts kept away.
+        slider = live.locator(".jsv-smoothing input")
+        slider.focus()
+        page.keyboard.press("ArrowRight")
+        expect(live.locator(".jsv-smoothing-value")).to_have_text("0.61")
+        page.keyboard.press("Tab")
+        page.keyboard.press("ArrowDown")
+        expect(chart).to_have_attribute("data-xaxis", "relative")
 
-            # A foreground cell: the requests wait for it, the view says the kernel is busy
-            # (not gone), and updates again once the cell ended.
-            (flags / "hold").touch()
-            cells.last.locator(".jp-InputArea-editor").click()
-            page.keyboard.press("Shift+Enter")
-            busy = live.locator(".jsv-busy")
-            expect(busy).to_be_visible()
-            assert live.locator(".jsv-dead").is_hidden()
-            _shot(page, live, "notebook7-kernel-busy.png")
-            (flags / "go-on").touch()
-            expect(page.locator(".jp-OutputArea-output",
-                                has_text="pushes dropped: True | held: True")).to_be_visible()
-            expect(busy).to_be_hidden()
-            expect(live.locator(".jsv-view")).to_have_attribute("data-jsv-health", "alive")
-            step = int(live.locator(".jsv-step").get_attribute("data-step"))
-            page.wait_for_function(f"s => Number(s.dataset.step) > {step}",
-                                   arg=live.locator(".jsv-step").element_handle())
-            # Stop: clicked, answered on the comm thread, shown from the answers; the record
-            # of the end reaches the notebook from the comm thread too.
-            live.locator("button.jsv-stop").click()
-            expect(live.locator(".jsv-status")).to_have_text("stopped")
-            expect(live.locator(".jsv-timeline")).to_contain_text("stopped at step")
-            _shot(page, live, "notebook7-stopped.png")
-            step = int(live.locator(".jsv-step").get_attribute("data-step"))
-            _save(page)
-            saved = nbformat.read(str(lab.root / "panel.ipynb"), as_version=4)
-            [record] = [o.data for cell in saved.cells for o in cell.get("outputs", [])
-                        if 'class="jsv-record"' in o.get("data", {}).get("text/html", "")]
-            assert f"live | stopped | step {step:,}" in record["text/html"], record["text/plain"]
-        except BaseException:
-            _keep_evidence(page, [], lab)
-            raise
-        finally:
-            browser.close()
+        # A foreground cell: the requests wait for it, the view says the kernel is busy
+        # (not gone), and updates again once the cell ended.
+        (flags / "hold").touch()
+        cells.last.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        busy = live.locator(".jsv-busy")
+        expect(busy).to_be_visible()
+        assert live.locator(".jsv-dead").is_hidden()
+        _shot(page, live, "notebook7-kernel-busy.png")
+        (flags / "go-on").touch()
+        expect(page.locator(".jp-OutputArea-output",
+                            has_text="pushes dropped: True | held: True")).to_be_visible()
+        expect(busy).to_be_hidden()
+        expect(live.locator(".jsv-view")).to_have_attribute("data-jsv-health", "alive")
+        step = int(live.locator(".jsv-step").get_attribute("data-step"))
+        page.wait_for_function(f"s => Number(s.dataset.step) > {step}",
+                               arg=live.locator(".jsv-step").element_handle())
+        # Stop: clicked, answered on the comm thread, shown from the answers; the record
+        # of the end reaches the notebook from the comm thread too.
+        live.locator("button.jsv-stop").click()
+        expect(live.locator(".jsv-status")).to_have_text("stopped")
+        expect(live.locator(".jsv-timeline")).to_contain_text("stopped at step")
+        _shot(page, live, "notebook7-stopped.png")
+        step = int(live.locator(".jsv-step").get_attribute("data-step"))
+        _save(page)
+        saved = nbformat.read(str(lab.root / "panel.ipynb"), as_version=4)
+        [record] = [o.data for cell in saved.cells for o in cell.get("outputs", [])
+                    if 'class="jsv-record"' in o.get("data", {}).get("text/html", "")]
+        assert f"live | stopped | step {step:,}" in record["text/html"], record["text/plain"]
+    except BaseException:
+        keep_evidence(page, [], lab)
+        raise
+    finally:
+        page.context.close()
 
 
 # -- the front end's module on its own: Chromium, the real ES module, a stand-in model --------
@@ -1157,19 +922,17 @@ MODULE_HARNESS = """async ([source, css]) => {
 
 
 @pytest.fixture(scope="module")
-def module_page():
-    """A blank Chromium page with the panel's module loaded (window.makeModel, window.mount)."""
+def module_page(chromium):
+    """A blank page with the panel's module loaded (window.makeModel, window.mount)."""
     from jupyter_supervisor.view.widget import _css, _esm  # pylint: disable=C0415
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1000, "height": 900})
-        page.set_default_timeout(10_000)
-        errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.set_content("<html><body></body></html>")
-        page.evaluate(MODULE_HARNESS, [_esm(), _css()])
-        yield page
-        browser.close()
+    page = chromium.new_page(viewport={"width": 1000, "height": 900})
+    page.set_default_timeout(10_000)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.set_content("<html><body></body></html>")
+    page.evaluate(MODULE_HARNESS, [_esm(), _css()])
+    yield page
+    page.context.close()
     assert not errors, errors
 
 

@@ -1,5 +1,5 @@
 """The charts in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright (the
-server, kernelspec and clean-up of test_browser.py).
+session's server and browser: tests/conftest.py, browser_helpers.py).
 
 One Lab session, one notebook, two custom-loop runs whose every step is a summary
 (``--save-summaries-secs 1e-9``), compared against what the kernel's history holds:
@@ -17,17 +17,18 @@ in the light theme and then in the dark one.
 import csv
 import json
 import math
-import os
 import re
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
-from playwright.sync_api import Error as PlaywrightError
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from test_browser import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, KERNEL_NAME,  # noqa: F401
-                          KERNEL_READY_JS, SENTINEL, WAIT_MS, lab)
-from test_chart_js import _is_125_log, _is_125_step
+from browser_helpers import (ARTIFACTS, KERNEL_NAME, SENTINEL, keep_evidence, new_page,
+                             open_notebook)
+from helpers import is_125_log, is_125_step
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
 STEPS, OTHER_STEPS = 1500, 300
 SMOOTHING = 0.6  # the panel's default (widget.py)
@@ -86,42 +87,26 @@ def _write_notebook(path, root, series_path):
     nbformat.write(notebook, str(path))
 
 
-def test_charts_scale_mark_export_pin_and_compare(lab, tmp_path):
-    assert os.path.exists(CHROMIUM), f"{CHROMIUM} is missing: apt-get install chromium"
-    ARTIFACTS.mkdir(exist_ok=True)
+def test_charts_scale_mark_export_pin_and_compare(lab, chromium, tmp_path):
     (ARTIFACTS / "chart-failure.png").unlink(missing_ok=True)
     series_path = tmp_path / "series.json"
     _write_notebook(lab.root / "panel.ipynb", tmp_path / "runs", series_path)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 1600},
-                                      accept_downloads=True,
-                                      permissions=["clipboard-read", "clipboard-write"])
-        page = context.new_page()
-        page.set_default_timeout(WAIT_MS)
-        expect.set_options(timeout=WAIT_MS)
-        errors = []
-        page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
-        try:
-            _drive(page, lab, series_path, tmp_path)
-        except BaseException:
-            print("browser errors:", *errors[-20:], sep="\n  ")
-            print("server log tail:\n", lab.log_tail())
-            try:
-                page.screenshot(path=str(ARTIFACTS / "chart-failure.png"), full_page=True)
-            except PlaywrightError as error:
-                print(f"no failure screenshot: {error}")
-            raise
-        finally:
-            browser.close()
+    page = new_page(chromium, height=1600, accept_downloads=True,
+                    permissions=["clipboard-read", "clipboard-write"])
+    errors = []
+    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+    try:
+        _drive(page, lab, series_path, tmp_path)
+    except BaseException:
+        keep_evidence(page, errors, lab, shot="chart-failure.png")
+        raise
+    finally:
+        page.context.close()
     assert not errors, errors
 
 
 def _drive(page, lab, series_path, tmp_path):
-    page.goto(f"{lab.base}/lab/tree/panel.ipynb?reset&token={lab.token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell")
-    page.wait_for_function(KERNEL_READY_JS)
-    assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
+    open_notebook(page, lab)
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
     expect(page.locator(".jp-OutputArea-output", has_text=SENTINEL)).to_be_visible(
@@ -245,7 +230,7 @@ def _ticks_are_1_2_5(panel):
     for chart in panel.locator(".jsv-chart").all():
         ticks = _ticks(chart)
         log = chart.get_attribute("data-yscale") == "log"
-        assert len(ticks) >= 2 and (_is_125_step(ticks) or (log and _is_125_log(ticks))), (
+        assert len(ticks) >= 2 and (is_125_step(ticks) or (log and is_125_log(ticks))), (
             chart.get_attribute("data-tag"), ticks)
 
 

@@ -25,9 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers import is_125_log, is_125_step
 from jupyter_supervisor.view import text, widget
 
 SCALES_JS = Path(text.__file__).with_name("scales.js")
+
 # Values in and out of node: JSON has no NaN or infinity.
 DECODE = """
 import {readFileSync} from "node:fs";
@@ -145,30 +147,13 @@ def test_the_x_axes_and_smoothing():
                                                                            [2, 2, 2]]
 
 
-def _is_125_step(ticks):
-    """Equally spaced ticks at the multiples of a step of 1, 2 or 5 times a power of ten."""
-    step = ticks[1] - ticks[0]
-    exponent = math.floor(math.log10(step) + 1e-9)
-    mantissa = step / 10 ** exponent
-    return (any(math.isclose(mantissa, m) for m in (1, 2, 5))
-            and all(math.isclose(b - a, step) for a, b in zip(ticks, ticks[1:]))
-            and all(math.isclose(t / step, round(t / step), abs_tol=1e-6) for t in ticks))
-
-
-def _is_125_log(ticks):
-    """Ticks at 1, 2 or 5 times powers of ten."""
-    def mantissa(t):
-        return t / 10 ** math.floor(math.log10(t) + 1e-9)
-    return all(any(math.isclose(mantissa(t), m) for m in (1, 2, 5)) for t in ticks)
-
-
 @pytest.mark.parametrize("lo, hi", [(0, 13.6), (0.00478, 0.00962), (-0.1, 0.3), (0, 1e6),
                                     (-3e-7, 5e-7), (1000.001, 1000.004), (0.99, 1.01)])
 def test_linear_ticks_are_1_2_5(lo, hi):
     ticks, labels = _js("[linearTicks(input[0], input[1], 4), "
                         "tickLabels(linearTicks(input[0], input[1], 4), 5)]", [lo, hi])
     assert 2 <= len(ticks) <= 7 and lo <= ticks[0] and ticks[-1] <= hi, ticks
-    assert _is_125_step(ticks), ticks
+    assert is_125_step(ticks), ticks
     assert len(set(labels)) == len(labels), labels  # 1000.001 and 1000.002 read apart
     assert "-0" not in labels and not any("000000" in label for label in labels), labels
 
@@ -185,7 +170,7 @@ def test_log_ticks_are_1_2_5(lo, hi, expected):
     ticks, labels = _js("[logTicks(input[0], input[1], 4), "
                         "tickLabels(logTicks(input[0], input[1], 4), 5)]", [lo, hi])
     assert ticks == expected
-    assert _is_125_log(ticks) or _is_125_step(ticks), ticks
+    assert is_125_log(ticks) or is_125_step(ticks), ticks
     assert not any(label in ("3.1623", "63.096", "0.0063096") for label in labels), labels
 
 

@@ -9,6 +9,8 @@ import tensorflow as tf
 
 from jupyter_supervisor import compat
 
+pytestmark = pytest.mark.internals
+
 v1 = tf.compat.v1
 
 

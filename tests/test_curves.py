@@ -23,7 +23,7 @@ from jupyter_supervisor.view import text
 from jupyter_supervisor.view.history import RunHistory
 
 import eager_models
-from helpers import FakeClock, Kernel, wait_for
+from helpers import FakeClock, wait_for
 
 DEADLINE = 90.0   # seconds; generous for a loaded 2-core machine, never reached when passing
 SESSIONS = 10
@@ -51,13 +51,6 @@ pathlib.Path({path!r}).write_text(json.dumps({{
     tag: [s.steps.tolist(), s.values.tolist(), s.mins.tolist(), s.maxs.tolist()]
     for tag, s in snap.scalars.items()}}))
 """
-
-
-@pytest.fixture
-def kernel(tmp_path):
-    k = Kernel(tmp_path)
-    yield k
-    k.shutdown()
 
 
 def short_sessions(kernel, name, cell, sessions=SESSIONS, steps=20):
@@ -112,6 +105,7 @@ def assert_tensorboard_sees_each_session(logdir, spans, tag):
         spans, rates)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_ten_short_sessions_reload_in_a_new_kernel_as_the_live_panel_drew_them(
         kernel, tmp_path, mode):
@@ -122,6 +116,7 @@ def test_ten_short_sessions_reload_in_a_new_kernel_as_the_live_panel_drew_them(
     name = f"short{mode}"
     logdir = f"runs/{name}"
     if mode == "eager":
+        kernel.eager()
         kernel.ok(EAGER_SETUP)
         cell, tag = EAGER_CELL.replace("{logdir}", logdir), "loss"
     else:
@@ -139,7 +134,7 @@ def test_ten_short_sessions_reload_in_a_new_kernel_as_the_live_panel_drew_them(
         kernel.model()
     reloaded = reloaded_series(kernel, name, cell, spans[-1][1], tmp_path)
     assert_same_points(live, reloaded)
-    assert_tensorboard_sees_each_session(tmp_path / logdir, spans, tag)
+    assert_tensorboard_sees_each_session(kernel.workdir / logdir, spans, tag)
 
 
 # -- in this process: a TrainingRun on a real model ----------------------------------------------

@@ -11,6 +11,8 @@ from jupyter_supervisor import compat
 from jupyter_supervisor.eager import data_position
 from jupyter_supervisor.eager.variables import STATE_NAME
 
+pytestmark = pytest.mark.internals
+
 EVERY_STEP = 1e-9
 
 

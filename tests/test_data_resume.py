@@ -16,6 +16,8 @@ import pytest
 
 from helpers import Kernel
 
+pytestmark = [pytest.mark.kernel, pytest.mark.internals]
+
 SETUP = r'''
 import keras, numpy as np
 from eager_models import at_batch, data, hold

@@ -151,6 +151,7 @@ print("CHECKS " + _json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_the_after_training_page_runs_as_written(tmp_path):
     """The page as written; of its "keep the best" section: the best is the epoch of the
     lowest val_loss (worse at the end), restore_best() puts it into the model that is saved
@@ -172,6 +173,7 @@ def test_the_after_training_page_runs_as_written(tmp_path):
     assert checks["best_path"] == path
 
 
+@pytest.mark.slow
 def test_the_gpu_pages_code_runs_as_written(tmp_path):
     """On this machine's CPU: ``MirroredStrategy`` with one replica."""
     (in_the_notebook,) = run_page(ROOT / "docs" / "gpu.md", tmp_path)

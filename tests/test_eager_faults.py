@@ -21,7 +21,9 @@ import pytest
 import tensorflow as tf
 
 import eager_models
-from helpers import Kernel, made_read_only
+from helpers import made_read_only
+
+pytestmark = pytest.mark.kernel
 
 FIT = ("%%supervise --logdir {logdir} --save-model-secs {secs} {options}\n"
        "model.fit(x, y, batch_size=8, epochs=100000, callbacks=[sv.callback], verbose=0)")
@@ -30,21 +32,13 @@ KERAS = ("import keras, eager_models\n"
          "model = eager_models.make_model()\n")
 
 
-@pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    k = Kernel(tmp_path_factory.mktemp("kernel"))
-    yield k
-    k.shutdown()
-
-
 @pytest.fixture
 def name(kernel):
-    """A run name (and logdir runs/NAME) of this test's own; its runs are stopped after it."""
-    run = f"r{uuid.uuid4().hex[:8]}"
+    """A run name (and logdir runs/NAME) of this test's own, with the Keras model in the
+    kernel; its runs are stopped after it (the ``kernel`` fixture)."""
+    kernel.eager()
     kernel.ok(KERAS)
-    yield run
-    kernel.ok("import jupyter_supervisor.notebook.run\n"
-              "jupyter_supervisor.notebook.run.stop_all(timeout=60)")
+    return f"r{uuid.uuid4().hex[:8]}"
 
 
 def listed(logdir):

@@ -6,6 +6,7 @@ import threading
 import weakref
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow.python.checkpoint import save_util
 
@@ -15,6 +16,8 @@ from jupyter_supervisor.eager.variables import IdentityMap
 
 from eager_models import data, make_model
 from helpers import FakeClock, before_each_write, training_waits_for_a_write, wait_for
+
+pytestmark = pytest.mark.internals
 
 DEADLINE = 60
 INTERVAL = 10.0   # save_model_secs, on a clock the tests move

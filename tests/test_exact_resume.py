@@ -15,6 +15,8 @@ from eager_models import data
 from helpers import FakeClock, before_each_write, training_waits_for_a_write
 from jupyter_supervisor.checkpoints import CheckpointMismatchError
 
+pytestmark = pytest.mark.internals
+
 EVERY_STEP = 1e-9
 
 

@@ -377,6 +377,7 @@ def _train_to_a_clean_stop(trainers, server, params):
     return ready
 
 
+@pytest.mark.slow
 def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval(tmp_path):
     seed = int(os.environ.get("FAULTS_SEED") or random.SystemRandom().randrange(2 ** 32))
     print(f"\nfault-injection seed: {seed} (replay with FAULTS_SEED={seed})")

@@ -19,7 +19,11 @@ import sysconfig
 import textwrap
 import zipfile
 
+import pytest
+
 from helpers import PACKAGE_ROOT
+
+pytestmark = pytest.mark.slow
 
 DEADLINE = 600  # seconds: a build, then TensorFlow's start and a fit, on a loaded 2-core machine
 

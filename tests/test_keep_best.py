@@ -23,6 +23,8 @@ from jupyter_supervisor.config import RunConfig
 from jupyter_supervisor.eager.reporting import BEST_TAG
 from jupyter_supervisor.graph.graph_backend import GraphBackend
 
+pytestmark = pytest.mark.internals
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVERY_STEP = 1e-9
 BATCHES = 8                      # batches an epoch in both models
@@ -282,6 +284,7 @@ def test_a_resume_says_what_becomes_of_the_best_it_finds(tmp_path, backends, cap
 
 # -- a crash while a new best is written -------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_kill_while_a_new_best_is_written_leaves_the_previous_best(tmp_path, backends):
     """The process dies after the files of the new best (epoch 3's) are written and before the
     state file lists them: the previous best (epoch 2's) is listed, intact and read by plain
@@ -516,6 +519,7 @@ CELL = ("%%supervise --logdir {logdir} --keep 1 --keep-best val_loss --save-mode
         "{wait}\nmodel.fit(**arguments, epochs=6, verbose=0, callbacks=[sv.callback, {epochs}])")
 
 
+@pytest.mark.kernel
 def test_a_killed_kernel_keeps_its_best_and_hands_it_over(tmp_path):
     """The kernel dies (SIGKILL) at the end of epoch 5, after the best (epoch 3); a fresh
     kernel re-runs the cell: it resumes, the logdir keeps the newest and the best, %supervise
@@ -564,6 +568,7 @@ go.wait(60)
 """
 
 
+@pytest.mark.slow
 def test_restore_best_loads_what_the_run_tracked_or_what_it_is_given(ip, tmp_path, wait_for):
     import gc  # pylint: disable=import-outside-toplevel
     import threading  # pylint: disable=import-outside-toplevel

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from helpers import Kernel
+pytestmark = pytest.mark.kernel
 
 DEADLINE = 90.0        # seconds; generous for a loaded 2-core machine, never reached when passing
 
@@ -25,20 +25,12 @@ while not sv.should_stop():
 """
 
 
-@pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    k = Kernel(tmp_path_factory.mktemp("kernel"))
-    yield k
-    k.shutdown()
-
-
 @pytest.fixture
 def logdir(kernel):
     """A logdir of this test's own (relative to the kernel's working directory); the test's
-    runs are stopped afterwards so that the next test starts with none live."""
-    name = f"runs/{uuid.uuid4().hex[:8]}"
-    yield name
-    kernel.ok("import jupyter_supervisor.notebook.run\njupyter_supervisor.notebook.run.stop_all(timeout=60)")
+    runs are stopped afterwards (the ``kernel`` fixture) so that the next test starts with none
+    live."""
+    return f"runs/{uuid.uuid4().hex[:8]}"
 
 
 def run_expr(name, attribute):
@@ -60,8 +52,7 @@ FIT_CELL = ("%%supervise --logdir {logdir} --save-model-secs 0.3\n"
 
 def eager_kernel(kernel):
     """The kernel, in eager mode (graph mode cannot be undone in a process), with a model."""
-    if kernel.graph_mode:
-        kernel.restart()
+    kernel.eager()
     kernel.ok(KERAS)
 
 

@@ -18,6 +18,8 @@ import pytest
 
 from helpers import Kernel, child_env, free_ports
 
+pytestmark = [pytest.mark.kernel, pytest.mark.cluster]
+
 STARTUP = 90.0        # seconds: TensorFlow imports in three processes on two busy cores
 DEADLINE = 60.0       # anything that follows once they run; never reached when passing
 

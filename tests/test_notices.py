@@ -452,6 +452,7 @@ HANDLER_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.cluster
 def test_the_watcher_serves_tensorflows_preemption_checkpoint_handler(tmp_path):
     server = Metadata("AWS", after_polls=5)
     try:
@@ -478,6 +479,7 @@ def test_the_watcher_serves_tensorflows_preemption_checkpoint_handler(tmp_path):
 
 # --------------------------------------------------------------------------- in a kernel
 
+@pytest.mark.kernel
 def test_in_a_kernel_the_sigterm_after_a_notice_finds_nothing_left_to_save(tmp_path):
     from helpers import Kernel   # pylint: disable=import-outside-toplevel
     server = Metadata("GCP")

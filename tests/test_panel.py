@@ -705,6 +705,7 @@ def test_panel_imports_no_tensorflow_and_no_pyplot():
 # -- a real kernel -----------------------------------------------------------------------------
 
 
+@pytest.mark.kernel
 def test_in_a_kernel_each_display_is_the_widget_and_a_record_updated_before_the_end_shows():
     from jupyter_client.manager import start_new_kernel
 

@@ -22,6 +22,8 @@ import pytest
 
 from helpers import KERNEL_STARTUP, Kernel, child_env, wait_for
 
+pytestmark = pytest.mark.kernel
+
 DEADLINE = 60.0   # seconds; generous for a loaded 2-core machine, never reached when passing
 
 SETUP = r'''

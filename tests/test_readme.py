@@ -47,6 +47,7 @@ def test_ci_runs_the_readme_test_command_and_nothing_else():
     assert lines[2:] == [setup_commands()[1]]
 
 
+@pytest.mark.kernel
 def test_the_quickstart_command_leaves_a_clean_clone_clean(tmp_path):
     """The quickstart on a fresh clone of this commit: its notebook executes into a copy under
     runs/, and `git status` is empty. This environment stands in for the one the command
@@ -75,6 +76,7 @@ def test_the_quickstart_command_leaves_a_clean_clone_clean(tmp_path):
     assert all(c.get("execution_count") for c in executed["cells"] if c["cell_type"] == "code")
 
 
+@pytest.mark.kernel
 def test_the_readme_first_cell_prints_nothing_on_stderr(tmp_path):
     from jupyter_client.manager import KernelManager  # pylint: disable=import-outside-toplevel
     cell = "\n".join(line for line in first_cell().splitlines() if "[...]" not in line)

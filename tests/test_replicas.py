@@ -19,6 +19,8 @@ import pytest
 
 from helpers import child_env, free_ports, newest_checkpoint
 
+pytestmark = pytest.mark.cluster
+
 TASK_SCRIPT = r'''
 import json
 import logging

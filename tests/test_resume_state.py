@@ -17,6 +17,8 @@ import pytest
 
 from helpers import Kernel, wait_for
 
+pytestmark = [pytest.mark.kernel, pytest.mark.internals]
+
 DEADLINE = 90.0   # seconds; generous for a loaded 2-core machine, never reached when passing
 
 SETUP = r'''

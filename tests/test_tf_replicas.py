@@ -22,6 +22,8 @@ from jupyter_supervisor import tf_config
 from jupyter_supervisor.config import RunConfig
 from jupyter_supervisor.eager import EagerSupervisor
 
+pytestmark = [pytest.mark.kernel, pytest.mark.cluster]
+
 DEADLINE = 90.0  # seconds for what follows a start; never reached when passing
 
 # Run in each kernel after each start: the strategy waits for the other worker, so both

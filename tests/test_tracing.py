@@ -18,6 +18,8 @@ from jupyter_supervisor.eager import EagerSupervisor, snapshot
 
 from helpers import Kernel
 
+pytestmark = pytest.mark.internals
+
 CELLS = 10
 EVERY_STEP = 1e-9  # save_model_secs that makes every step boundary save
 
@@ -37,11 +39,15 @@ y = x.sum(axis=1, keepdims=True)
 
 @pytest.fixture
 def kernel(tmp_path):
+    """A kernel of this test's own, not the module's (conftest.py): what these tests count is
+    the process's own (the traced pool, Keras' model names, TensorFlow's count of the traces of
+    one function's code, whose warning an earlier test's fits would bring nearer)."""
     k = Kernel(tmp_path)
     yield k
     k.shutdown()
 
 
+@pytest.mark.kernel
 def test_ten_cells_in_a_kernel_trace_the_copy_once_per_model_and_never_warn(kernel):
     """Ten %%supervise cells, alternating two models (as a notebook re-runs its cells), each
     with a fresh logdir (so each saves a final checkpoint and takes its check's verdict): two
@@ -69,6 +75,7 @@ def test_ten_cells_in_a_kernel_trace_the_copy_once_per_model_and_never_warn(kern
             and m["content"]["name"] == "stderr"] == []
 
 
+@pytest.mark.kernel
 def test_cells_that_build_their_model_again_trace_the_copy_once_and_free_it(kernel):
     """Five times: a cell builds the model (in the kernel's main thread, where Keras numbers
     each new model: sequential_2, sequential_3, ...), and a %%supervise cell fits it. The

@@ -17,6 +17,8 @@ from jupyter_supervisor.notebook.magics import RunFailedError
 import eager_models
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The probes and the features off: what the floor stack must pass too (tests/test_floor.py).
+pytestmark = pytest.mark.internals
 DEADLINE = 60.0
 
 
