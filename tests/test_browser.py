@@ -32,6 +32,8 @@ by PID at the end, also when the test is killed with SIGTERM. Every wait is on a
 page, with a timeout (panel-failure.png on failure); with JSV_UPDATE_DOCS=1 the finished run's
 screenshot also becomes docs/panel.png, the README's picture.
 """
+import csv
+import io
 import json
 import os
 import re
@@ -1140,9 +1142,13 @@ MODULE_HARNESS = """async ([source, css]) => {
             },
             send(msg) { this.sent.push(msg); },
             save_changes() { this.saved += 1; },
-            emit(msg, arrays) {   // a custom message from the kernel
-                const data = new Float64Array(arrays ? arrays.flat() : []);
-                fire("msg:custom", msg, [new DataView(data.buffer)]);
+            emit(msg, arrays, band) {   // a custom message from the kernel
+                const wide = new Float64Array(arrays ? arrays.flat() : []);
+                const narrow = new Float32Array(band ? band.flat() : []);
+                const bytes = new Uint8Array(wide.byteLength + narrow.byteLength);
+                bytes.set(new Uint8Array(wide.buffer));
+                bytes.set(new Uint8Array(narrow.buffer), wide.byteLength);
+                fire("msg:custom", msg, [new DataView(bytes.buffer)]);
             },
             change(k, v) { traits[k] = v; fire("change:" + k); }};
     };
@@ -1460,3 +1466,47 @@ def test_notifications_are_asked_for_by_a_click_and_tell_each_alert_once(module_
     button.click()                                          # off
     page.wait_for_function("bell.traits.settings.notify === false")
     page.evaluate("() => { bellView.destroy(); bellSecond.destroy(); delete window.Notification; }")
+
+
+def test_merged_points_have_a_band_and_the_download_holds_every_point(module_page, tmp_path):
+    """A merged point is drawn with its min/max band and read as a mean; a download asks the
+    kernel for every point of the tag and writes those (smoothed as drawn); without an answer,
+    the points drawn, and the chart says so."""
+    page = module_page
+    view = _mount(page, "full")
+    page.evaluate("""() => full.emit(
+        {type: "series", parts: [{run: "fit", tag: "loss", gen: 3, from: 0, n: 3, merged: true}]},
+        [[2, 4, 5], [0.75, 0.25, 0.125], [1e9 + 2, 1e9 + 4, 1e9 + 5]],
+        [[0.5, 0.125, 0.125], [1, 0.375, 0.125], [2, 2, 1]])""")
+    chart = view.locator(".jsv-chart")
+    expect(chart).to_have_attribute("data-band", "true")
+    chart.locator(".jsv-canvas-box").focus()
+    page.keyboard.press("Home")
+    expect(chart.locator(".jsv-readout")).to_contain_text("(mean of 2: 0.75, 0.5 to 1)")
+    page.keyboard.press("End")
+    expect(chart.locator(".jsv-readout")).to_contain_text("(raw 0.125)")
+    full = [[1, 2, 3, 4, 5], [0.5, 1.0, 0.375, 0.125, 0.125], [1e9 + 1, 1e9 + 2, 1e9 + 3,
+                                                                 1e9 + 4, 1e9 + 5]]
+    with page.expect_download() as info:
+        chart.locator(".jsv-download-csv").click()
+        page.wait_for_function("full.sent.some((m) => m.type === 'export')")
+        request = page.evaluate("full.sent.filter((m) => m.type === 'export').at(-1)")
+        assert request["tag"] == "loss"
+        page.evaluate("([id, points]) => full.emit({type: 'export', id, tag: 'loss', "
+                      "parts: [{run: 'fit', n: 5, merged: 0}]}, points)", [request["id"], full])
+    rows = list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text())))
+    assert [(int(r["step"]), float(r["value"]), float(r["wall_time"])) for r in rows] == list(
+        zip(*full))
+    smoothed, last = [], 0.0
+    for i, value in enumerate(full[1]):
+        last = last * 0.6 + 0.4 * value
+        smoothed.append(last / (1 - 0.6 ** (i + 1)))
+    assert [float(r["smoothed"]) for r in rows] == pytest.approx(smoothed, rel=1e-12)
+    expect(chart).to_have_attribute("data-exported", "full")
+    with page.expect_download() as info:   # nothing answers: the points drawn
+        chart.locator(".jsv-download-json").click()
+    assert [r["value"] for r in json.loads(Path(info.value.path()).read_text())] == [
+        0.75, 0.25, 0.125]
+    expect(chart).to_have_attribute("data-exported", "drawn")
+    expect(chart.locator(".jsv-chart-notice")).to_contain_text("the points drawn")
+    page.evaluate("fullView.destroy()")

@@ -122,17 +122,25 @@ def comm_log(monkeypatch):
     return log
 
 
-def decode(parts, buffer):
+def decode(parts, buffer, band=None):
     """The parts of a series message or answer as {(run, tag): (gen, from, steps, values,
-    walls)}, as link.js reads them."""
-    data = np.frombuffer(buffer, dtype="<f8")
-    out, at = {}, 0
+    walls)}, as link.js reads them; a merged part's band (mins, maxs, counts) goes into
+    ``band`` when given."""
+    wide = 8 * sum(3 * part["n"] for part in parts)
+    data = np.frombuffer(buffer[:wide], dtype="<f8")
+    narrow = np.frombuffer(buffer[wide:], dtype="<f4")
+    out, at, band_at = {}, 0, 0
     for part in parts:
         n = part["n"]
         steps, values, walls = (data[at + i * n:at + (i + 1) * n] for i in range(3))
         at += 3 * n
         out[(part["run"], part["tag"])] = (part["gen"], part["from"], steps, values, walls)
-    assert at == len(data)
+        if part.get("merged"):
+            if band is not None:
+                band[(part["run"], part["tag"])] = tuple(
+                    narrow[band_at + i * n:band_at + (i + 1) * n] for i in range(3))
+            band_at += 3 * n
+    assert at == len(data) and band_at == len(narrow)
     return out
 
 

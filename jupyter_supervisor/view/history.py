@@ -45,7 +45,7 @@ from .. import events, names
 from .._validate import check_number, invalid
 from . import eventfiles
 from .output_area import OutputLog
-from .series import ScalarSeries, Series
+from .series import RawTail, ScalarSeries, Series
 from .stall import StallDetector, Stalled
 
 logger = logging.getLogger("jupyter_supervisor")
@@ -527,6 +527,15 @@ class RunHistory:
                 stalled=self._stall.stalled,
                 best=self._best,
             )
+
+    def series_of(self, tag: str) -> Optional[Tuple[ScalarSeries, RawTail]]:
+        """``tag``'s series and its newest points as they came (``Series.raw_tail``), read
+        together; None for a tag without points."""
+        with self._lock:
+            series = self._series.get(tag)
+            if series is None or not len(series):
+                return None
+            return series.frozen(), series.raw_tail()
 
     # -- earlier runs from disk --------------------------------------------------------------
 

@@ -71,6 +71,7 @@ class View {
       digits: () => (this.model.get("state") || {}).format?.digits,
       zoomed: (tag, zoom) => this.zoomed(tag, zoom),
       redraw: () => this.redraw(),
+      exportPoints: (tag) => this.link.exportPoints(tag),
     };
   }
 
