@@ -221,6 +221,29 @@ def test_the_state_follows_every_transition_of_a_run(make_panel, clock):
         "started at step 0 (initialized)", "stop requested at step 100", "stopped at step 104"]
 
 
+def test_a_stall_replaces_the_rate_and_the_eta_until_the_steps_come_again(make_panel, clock):
+    panel, run = make_panel()
+    history = run.history
+    ready(history, step=0)
+    status(history, "running")
+    feed_training(history, clock, range(1, 101))          # 8 steps/s
+    panel.tick(force=True)
+    state = panel.widgets["view"].state
+    assert (state["rate"], state["eta"]) == ("8.0 steps/s", "ETA 1 min 52 s")
+    clock.now += 31                                        # no step for the floor's 30 s
+    history.note_step(100)
+    panel.tick(force=True)
+    state = panel.widgets["view"].state
+    assert state["label"].startswith("stalled since ") and state["stalled"]["step"] == 100
+    assert state["rate"] == state["eta"] == ""
+    assert "steps/s" not in text_status(run)
+    feed_training(history, clock, range(101, 121))        # steps again
+    panel.tick(force=True)
+    state = panel.widgets["view"].state
+    assert state["label"] == "running" and state["rate"].endswith("steps/s")
+    assert state["eta"].startswith("ETA ")
+
+
 def test_finished_at_max_steps_is_100_percent_without_an_eta(make_panel, clock):
     panel, run = make_panel(FakeRun(make_history(clock), max_steps=25))
     ready(run.history)

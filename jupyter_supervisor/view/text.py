@@ -175,8 +175,10 @@ def status_label(snap) -> str:
 
 
 def _running(run, snap) -> bool:
-    # Stepping and not asked to stop: only then a rate and an ETA mean something.
-    return snap.active and snap.ready and bool(run.can_stop)
+    # Stepping and not asked to stop: only then a rate and an ETA mean something. A stall
+    # replaces both (the rate measured before it is not the rate now); they come back with
+    # the steps.
+    return snap.active and snap.ready and bool(run.can_stop) and snap.stalled is None
 
 
 def _done_of_total(snap, max_steps: Optional[int]) -> Tuple[int, Optional[int]]:
