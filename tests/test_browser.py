@@ -1510,3 +1510,23 @@ def test_merged_points_have_a_band_and_the_download_holds_every_point(module_pag
     expect(chart).to_have_attribute("data-exported", "drawn")
     expect(chart.locator(".jsv-chart-notice")).to_contain_text("the points drawn")
     page.evaluate("fullView.destroy()")
+
+
+def test_x_tick_labels_read_apart_at_every_zoom_of_every_axis(module_page):
+    page = module_page
+    steps = [float(s) for s in range(2000, 2600)]
+    walls = [1_700_000_000.0 + 0.05 * i for i in range(len(steps))]   # 20 steps a second
+    view = _mount(page, "ticks")
+    _series(page, "ticks", [("loss", 1, 0, steps, [1.0 / s for s in steps], walls)])
+    chart = view.locator(".jsv-chart")
+    zooms = {"step": [[2000, 2600], [2330, 2470], [2390, 2412], [2400, 2405]],
+             "relative": [[0, 30], [4, 9], [5.1, 6.3], [5.5, 5.62]],
+             "wall": [[walls[0], walls[-1]], [walls[100], walls[110]], [walls[50], walls[52]]]}
+    for axis, ranges in zooms.items():
+        for x in ranges:
+            page.evaluate("([axis, x]) => ticks.change('settings', {xAxis: axis, "
+                          "zoom: {loss: {x, y: null}}})", [axis, x])
+            expect(chart).to_have_attribute("data-xaxis", axis)
+            labels = chart.get_attribute("data-x-ticks").split("|")
+            assert len(labels) >= 2 and len(set(labels)) == len(labels), (axis, x, labels)
+    page.evaluate("ticksView.destroy()")

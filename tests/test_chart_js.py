@@ -145,6 +145,47 @@ def test_the_x_axes_and_smoothing():
                                                                            [2, 2, 2]]
 
 
+ZOOM_WIDTHS = [3e6, 2e5, 9000, 5000, 700, 130, 61, 12, 5, 2, 1.1, 0.5, 0.07, 0.004]
+
+
+@pytest.mark.parametrize("axis, centres", [
+    ("step", [2400, 2_412_345, 1_999_999_999, 37]),
+    ("relative", [29.7, 3725.0, 90_061.5, 7.0]),
+    ("wall", [1_700_003_617.3, 1_700_000_000.0, 1_700_086_399.9]),
+])
+def test_x_tick_labels_read_apart_at_every_zoom(axis, centres):
+    """At every zoom, from months to milliseconds, the x axis' labels are distinct: more digits
+    where ticks are closer than the format's resolution, fewer ticks only where none helps."""
+    ranges = [[max(0.0, c - w / 2), c + w / 2] for c in centres for w in ZOOM_WIDTHS]
+    got = _js(f"input.map(([lo, hi]) => xTickLabels({axis!r}, "
+              f"linearTicks(lo, hi, 5, {str(axis == 'step').lower()})))", ranges,
+              time_zone="UTC")
+    for (lo, hi), result in zip(ranges, got):
+        ticks, labels = result["ticks"], result["labels"]
+        assert len(set(labels)) == len(labels) == len(ticks), (axis, lo, hi, labels)
+        assert len(ticks) >= 2 or (axis == "step" and hi - lo < 5), (axis, lo, hi, labels)
+
+
+def test_x_tick_labels_keep_their_format_where_it_reads_apart():
+    """The issue's repeated labels, now apart; the usual zoom as before."""
+    def labels(axis, ticks):
+        return _js(f"xTickLabels({axis!r}, input).labels", ticks, time_zone="UTC")
+    assert labels("step", [2300, 2350, 2400, 2450, 2500]) == [
+        "2.3k", "2.35k", "2.4k", "2.45k", "2.5k"]
+    assert labels("step", [0, 500, 1000, 1500, 2000]) == ["0", "500", "1k", "1.5k", "2k"]
+    assert labels("relative", [29, 29.5, 30, 30.5, 31]) == [
+        "29.0 s", "29.5 s", "30.0 s", "30.5 s", "31.0 s"]
+    assert labels("relative", [3600, 3630, 3660]) == [
+        "1 h 00 min 00 s", "1 h 00 min 30 s", "1 h 01 min 00 s"]
+    assert labels("relative", [0, 60, 120]) == ["0 s", "1 min 00 s", "2 min 00 s"]
+    wall = 1_700_000_417.0   # 22:20:17 UTC
+    assert labels("wall", [wall, wall + 0.2, wall + 0.4]) == [
+        "22:20:17.0", "22:20:17.2", "22:20:17.4"]
+    assert labels("wall", [wall, wall + 86400, wall + 2 * 86400]) == [
+        "11-14 22:20:17", "11-15 22:20:17", "11-16 22:20:17"]
+    assert labels("wall", [wall, wall + 10, wall + 20]) == ["22:20:17", "22:20:27", "22:20:37"]
+
+
 def _is_125_step(ticks):
     """Equally spaced ticks at the multiples of a step of 1, 2 or 5 times a power of ten."""
     step = ticks[1] - ticks[0]

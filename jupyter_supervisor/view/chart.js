@@ -30,7 +30,7 @@
 import {
   DEFAULT_VALUE_DIGITS, formatValue, tickLabels, formatDuration, formatClock, formatCount,
   shortNumber, X_AXES, smooth, linearTicks, logTicks, extent, bounds, padded, logScale,
-  nonFiniteText, exportRows, toCsv, toJson
+  nonFiniteText, exportRows, toCsv, toJson, xTickLabels
 } from "./scales.js";
 import {download, el} from "./dom.js";
 import {PAD, frameOf, nearest, paintAxes, paintCurves, paintNonFinite} from "./paint.js";
@@ -311,8 +311,10 @@ export class Chart {
     }
     const yTicks = log ? logTicks(Math.pow(10, y[0]), Math.pow(10, y[1]), Y_TICKS)
       : linearTicks(y[0], y[1], Y_TICKS);
-    return {lines, log, toY, x, y, notice, xTicks: linearTicks(x[0], x[1], X_TICKS, integer),
-            yTicks, yLabels: tickLabels(yTicks, digits), digits};
+    const {ticks: xTicks, labels: xLabels} = xTickLabels(
+      opts.xAxis, linearTicks(x[0], x[1], X_TICKS, integer));
+    return {lines, log, toY, x, y, notice, xTicks, xLabels, yTicks,
+            yLabels: tickLabels(yTicks, digits), digits};
   }
 
   // What the chart shows, as attributes (read by tests and by whoever inspects the page).
@@ -323,6 +325,7 @@ export class Chart {
     d.xDomain = s.x.map(shortNumber).join(",");
     d.yDomain = s.y.map((v) => shortNumber(s.log ? Math.pow(10, v) : v)).join(",");
     d.yTicks = s.yLabels.join(",");
+    d.xTicks = s.xLabels.join("|");
     d.zoomed = this.zoom ? "true" : "false";
   }
 
@@ -349,7 +352,7 @@ export class Chart {
     }
     const f = this.frame = frameOf(s, this.width, CHART_HEIGHT);
     const theme = themeOf(this.host);
-    paintAxes(ctx, s, f, theme, X_AXES[this.host.options.xAxis]);
+    paintAxes(ctx, s, f, theme);
     ctx.save();
     ctx.beginPath(); ctx.rect(PAD.left, PAD.top, f.w, f.h); ctx.clip();
     paintCurves(ctx, s, f, this.host.options.smoothing > 0);

@@ -20,18 +20,18 @@ export function frameOf(s, width, height) {
   };
 }
 
-export function paintAxes(ctx, s, f, theme, axis) {
+export function paintAxes(ctx, s, f, theme) {
   ctx.font = theme.font;
   ctx.strokeStyle = theme.grid;
   ctx.fillStyle = theme.text;
   ctx.lineWidth = 1;
   ctx.textAlign = "center";
   ctx.textBaseline = "top";
-  for (const t of s.xTicks) {
+  s.xTicks.forEach((t, i) => {
     const x = f.px(t);
     ctx.beginPath(); ctx.moveTo(x, PAD.top); ctx.lineTo(x, PAD.top + f.h); ctx.stroke();
-    ctx.fillText(axis.tick(t), x, PAD.top + f.h + 4);
-  }
+    ctx.fillText(s.xLabels[i], x, PAD.top + f.h + 4);
+  });
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
   s.yTicks.forEach((t, i) => {
