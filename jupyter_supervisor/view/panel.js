@@ -6,15 +6,16 @@
 //
 // The `settings` trait holds what the user set (log scale, smoothing, x axis, hidden tags,
 // zooms, the timeline open): written by the views and kept by the kernel, so that every view of
-// the model, and one re-created after a page reload, shows it. With "Notify me" on, the view
-// shows a browser notification for each of the state's `alerts` it had not seen ({id, kind,
-// title, text}: a run's end, a stall...) and when the kernel is gone.
+// the model, and one re-created after a page reload, shows it. With "Notify me" on, the views
+// of a model show a browser notification for each of the state's `alerts` they had not seen
+// and when the kernel is gone (notify.js).
 
 import {X_AXES, formatPercent} from "./scales.js";
 import {el, keepShortcutsOff, setText, showIf, syncChildren, syncList} from "./dom.js";
 import {readTheme, watchTheme} from "./theme.js";
 import {Chart, legendItems} from "./chart.js";
 import {linkOf} from "./link.js";
+import {notifyAlerts, notifyGone, notifying, toggleNotify} from "./notify.js";
 
 const BUTTONS = [["stop", "Stop", "Stop gracefully: write a final checkpoint, then stop"],
                  ["resume", "Resume", "Continue from the newest checkpoint"],
@@ -133,7 +134,7 @@ class View {
     this.notifyButton = el("button", "jsv-notify jupyter-button", "Notify me");
     this.notifyButton.title = "Browser notifications when the run ends, fails, stops on a " +
       "value that is not finite or stalls, and when the kernel is gone";
-    this.notifyButton.addEventListener("click", () => this.toggleNotify());
+    this.notifyButton.addEventListener("click", () => toggleNotify(this));
     this.controls.append(this.notifyButton);
     this.messageEl = el("span", "jsv-message");
     this.messageEl.setAttribute("role", "status");
@@ -244,7 +245,7 @@ class View {
     if (this.axisSelect.value !== this.options.xAxis) this.axisSelect.value = this.options.xAxis;
     if (this.historyEl.open !== s.timeline) this.historyEl.open = s.timeline;
     if (this.filterBox.value !== s.filter) this.filterBox.value = s.filter;
-    this.notifyButton.setAttribute("aria-pressed", String(this.notifying()));
+    this.notifyButton.setAttribute("aria-pressed", String(notifying(this)));
     this.renderBest();
     if (this.compare) this.renderLegend();
     this.renderCharts();
@@ -280,7 +281,7 @@ class View {
     setText(this.errorTextEl, s.error || "");
     setText(this.messageEl, s.message || "");
     this.renderButtons();
-    this.notifyAlerts(s.alerts || []);
+    notifyAlerts(this, s.alerts || []);
   }
 
   // Without a kernel, what the last state said of the present is not said: the step rate, the
@@ -344,13 +345,7 @@ class View {
     if (health === "gone" && this.link.answered === null) this.root.dataset.jsvOffline = "";
     else if (this.link.answered !== null) delete this.root.dataset.jsvOffline;
     showIf(this.deadEl, health === "gone");
-    // Once per loss of the kernel, by one view of the model.
-    if (health !== "gone") this.link.goneNotified = false;
-    else if (!this.link.goneNotified && this.link.answered !== null && this.notifying()) {
-      this.link.goneNotified = true;
-      this.notify(`${this.link.state.name || "run"}: kernel gone`,
-                  "The kernel no longer answers: re-run the cell to resume.", "kernel-gone");
-    }
+    notifyGone(this);
     showIf(this.busyEl, health === "busy");
     if (!this.compare) {
       this.renderHeader(this.link.state);
@@ -371,55 +366,6 @@ class View {
 
   runNames() {
     return this.compare ? this.model.get("runs") : Array.from(this.link.runs.keys());
-  }
-
-  // -- notifications ---------------------------------------------------------------------------
-
-  notifying() {
-    return this.settings().notify && typeof Notification !== "undefined" &&
-      Notification.permission === "granted";
-  }
-
-  // A click asks the browser's permission (only a user's gesture may), then keeps the choice
-  // with the settings.
-  async toggleNotify() {
-    if (this.notifying()) {
-      this.change({notify: false});
-      return;
-    }
-    if (typeof Notification === "undefined") {
-      setText(this.messageEl, "This browser shows no notifications here (it needs https or " +
-              "localhost).");
-      return;
-    }
-    const permission = Notification.permission === "granted" ? "granted"
-      : await Notification.requestPermission();
-    if (permission === "granted") this.change({notify: true});
-    else setText(this.messageEl, "Notifications are blocked for this page in the browser.");
-  }
-
-  // Each alert once per model (the views of a model share what was notified), from the moment
-  // notifications are on: the alerts there already are seen, not notified.
-  notifyAlerts(alerts) {
-    const link = this.link;
-    const fresh = alerts.filter((a) => !link.notified || !link.notified.has(a.id));
-    if (!link.notified || !this.notifying()) {
-      link.notified = new Set([...(link.notified || []), ...alerts.map((a) => a.id)]);
-      return;
-    }
-    for (const alert of fresh) {
-      link.notified.add(alert.id);
-      this.notify(alert.title, alert.text, alert.id);
-    }
-  }
-
-  // One notification; `tag` makes the same one from two views (or two pages) replace itself.
-  notify(title, body, tag) {
-    try {
-      new Notification(title, {body, tag: `jsv-${this.link.state.key || ""}-${tag}`});
-    } catch (error) {  // a browser that allows them only from a service worker
-      setText(this.messageEl, `${title}: ${body}`);
-    }
   }
 
   // -- tags and charts: created once per tag, drawn when what they show changed --------------

@@ -27,7 +27,8 @@ INSTALL_HINT = ("The jupyter_supervisor panel needs ipywidgets and anywidget: "
 # it here, and joined (_join) each runs in a scope of its own and hands on only what it exports,
 # as a module would: what a file uses of another is what it imports. The last, panel.js, has
 # the module's default export (anywidget's render).
-_ESM_FILES = ("scales.js", "dom.js", "theme.js", "paint.js", "chart.js", "link.js", "panel.js")
+_ESM_FILES = ("scales.js", "dom.js", "theme.js", "paint.js", "chart.js", "link.js", "notify.js",
+              "panel.js")
 # The front end's rules (anywidget's _css: it puts them in the page once for every view).
 _CSS_FILE = "theme.css"
 
