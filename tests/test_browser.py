@@ -1530,3 +1530,34 @@ def test_x_tick_labels_read_apart_at_every_zoom_of_every_axis(module_page):
             labels = chart.get_attribute("data-x-ticks").split("|")
             assert len(labels) >= 2 and len(set(labels)) == len(labels), (axis, x, labels)
     page.evaluate("ticksView.destroy()")
+
+
+def test_a_long_timeline_shows_its_first_event_and_unfolds_what_it_folds(module_page):
+    page = module_page
+    lines = [["10:00:00", "started at step 0 (initialized)"]] + [
+        [f"10:{i:02d}:00", f"stopped at step {10 * i}"] for i in range(1, 20)]
+    view = _mount(page, "fold", dict(MODULE_STATE, timeline=lines, timeline_shown=12,
+                                     timeline_dropped=0))
+    items = view.locator(".jsv-timeline > li")
+    button = view.locator(".jsv-fold-button")
+    expect(items).to_have_count(13)
+    assert items.first.text_content() == "10:00:00  started at step 0 (initialized)"
+    expect(button).to_have_text("… 8 earlier events")
+    expect(button).to_have_attribute("aria-expanded", "false")
+    assert items.last.text_content() == "10:19:00  stopped at step 190"
+    button.click()
+    expect(items).to_have_count(21)
+    expect(button).to_have_text("fold the 8 earlier events")
+    assert items.nth(2).text_content() == "10:01:00  stopped at step 10"
+    button.press("Enter")                                        # by keyboard too
+    expect(items).to_have_count(13)
+    # What the kernel no longer keeps is counted; nothing to unfold then.
+    page.evaluate("s => fold.change('state', s)", dict(
+        MODULE_STATE, seq=2, timeline=lines[:5], timeline_shown=12, timeline_dropped=7))
+    expect(button).to_have_text("… 7 earlier events")
+    expect(button).to_be_disabled()
+    expect(items).to_have_count(6)
+    page.evaluate("s => fold.change('state', s)", dict(MODULE_STATE, seq=3, timeline=lines[:3]))
+    expect(items).to_have_count(3)
+    expect(button).to_have_count(0)
+    page.evaluate("foldView.destroy()")

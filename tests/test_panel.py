@@ -571,6 +571,45 @@ def test_text_summary_tells_what_happened(clock):
         text_summary(run)
 
 
+def _stop_and_resume(history, clock, step):
+    """A stop at ``step`` and a resume from its checkpoint, as a run records them."""
+    status(history, "stopping")
+    history.on_event(events.Stopped(events.REQUESTED, None, step, WALL0 + clock.now))
+    status(history, "stopped")
+    clock.now += 1
+    status(history, "starting")
+    ready(history, step=step, restored_from=f"/logs/mnist/model.ckpt-{step}")
+    status(history, "running")
+
+
+@pytest.mark.parametrize("cycles", [10, 40])
+def test_the_timeline_keeps_its_first_event_and_counts_what_it_folds(clock, cycles):
+    """Ten stop/resume cycles: the first event, "… N earlier events", the newest; forty: more
+    than the history keeps, and what it let go of is counted too."""
+    history = make_history(clock)
+    run = FakeRun(history)
+    ready(history)
+    status(history, "running")
+    for cycle in range(cycles):
+        _stop_and_resume(history, clock, 10 * (cycle + 1))
+    every = 1 + 3 * cycles     # started, then per cycle: stop requested, stopped, resumed
+    snap = history.snapshot()
+    held = text.timeline(run, snap)
+    assert held[0][1] == "started at step 0 (initialized)"
+    assert len(held) + snap.events_dropped == every
+    assert (snap.events_dropped > 0) == (cycles == 40)
+    shown, count = text.folded(held, snap.events_dropped)
+    assert len(shown) == text.TIMELINE_SHOWN and count == every - text.TIMELINE_SHOWN
+    assert shown[-1][1] == f"resumed from model.ckpt-{10 * cycles} (step {10 * cycles:,})"
+    lines = text_summary(run, snap).splitlines()
+    first = next(i for i, line in enumerate(lines) if "started at step 0" in line)
+    assert lines[first + 1] == f"  … {count} earlier events"
+    state = text.panel_state(run, snap, elapsed=0.0, wall_now=WALL0)
+    assert [t for _, t in state["timeline"]] == [t for _, t in held]
+    assert (state["timeline_shown"], state["timeline_dropped"]) == (
+        text.TIMELINE_SHOWN, snap.events_dropped)
+
+
 def test_the_record_says_the_outcome_as_text_and_html(clock):
     history = make_history(clock)
     run = FakeRun(history, max_steps=500)

@@ -274,7 +274,7 @@ class View {
     showIf(this.warningEl, !!s.warning);
     setText(this.warningEl, s.warning || "");
     this.renderCheckpoint(s);
-    syncList(this.timelineEl, (s.timeline || []).map(([when, text]) => `${when}  ${text}`), "li");
+    this.renderTimeline(s);
     this.renderBest();
     showIf(this.historyEl, (s.timeline || []).length > 0);
     showIf(this.errorEl, !!s.error);
@@ -282,6 +282,45 @@ class View {
     setText(this.messageEl, s.message || "");
     this.renderButtons();
     notifyAlerts(this, s.alerts || []);
+  }
+
+  // The timeline as text.py's `folded` shows it: its first event, "… 14 earlier events" (a
+  // button that shows them, and folds them again), its newest. What the kernel let go of is
+  // counted, not shown.
+  renderTimeline(s) {
+    const lines = (s.timeline || []).map(([when, text]) => `${when}  ${text}`);
+    const hidden = Math.max(0, lines.length - (s.timeline_shown || lines.length));
+    const dropped = s.timeline_dropped || 0;
+    const items = hidden || dropped
+      ? [lines[0], null, ...lines.slice(this.timelineAll ? 1 : 1 + hidden)] : lines;
+    const list = this.timelineEl;
+    while (list.children.length > items.length) list.lastElementChild.remove();
+    items.forEach((text, i) => {
+      let item = list.children[i];
+      if (!item || item.classList.contains("jsv-fold") !== (text === null)) {
+        const made = text === null ? this.foldItem() : el("li");
+        if (item) item.replaceWith(made); else list.append(made);
+        item = made;
+      }
+      if (text !== null) { setText(item, text); return; }
+      const button = item.firstElementChild, open = !!this.timelineAll && hidden > 0;
+      const count = (n) => `${n.toLocaleString("en-US")} earlier event${n === 1 ? "" : "s"}`;
+      setText(button, open ? `fold the ${count(hidden)}` +
+        (dropped ? ` (${dropped.toLocaleString("en-US")} more not kept)` : "")
+        : `… ${count(hidden + dropped)}`);
+      button.disabled = !hidden;
+      button.setAttribute("aria-expanded", String(open));
+    });
+  }
+
+  foldItem() {
+    const item = el("li", "jsv-fold"), button = el("button", "jsv-fold-button");
+    button.addEventListener("click", () => {
+      this.timelineAll = !this.timelineAll;
+      this.renderTimeline(this.link.state);
+    });
+    item.append(button);
+    return item;
   }
 
   // Without a kernel, what the last state said of the present is not said: the step rate, the

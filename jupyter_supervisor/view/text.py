@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import events, names
 from ..finite import NonFiniteError
-from .history import SessionStarted, StatusChanged
+from .history import SessionStarted, shown_in_timeline
 from .stall import StallEnded, Stalled
 
 ERROR_MAX_CHARS = 20_000
@@ -291,13 +291,18 @@ def _error_line(error: str) -> str:
 
 
 def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
-    """(alert kind or '', wall time, text) of what the timeline shows, oldest first."""
+    """(alert kind or '', wall time, text) of every event the history holds, oldest first."""
     out = []
     non_finite = False  # the session's Stopped record says a model that is not finite ended it
     for record in snap.timeline:
-        when, kind = record.wall_time, ""
         if isinstance(record, SessionStarted):
             non_finite = False
+        elif isinstance(record, events.Stopped):
+            non_finite = isinstance(record.exception, NonFiniteError)
+        if not shown_in_timeline(record):
+            continue
+        when, kind = record.wall_time, ""
+        if isinstance(record, SessionStarted):
             if record.restored_from:
                 lost = "" if not record.lost else f"; {record.lost:,} steps since lost"
                 text = (f"resumed from {os.path.basename(record.restored_from)} "
@@ -315,12 +320,7 @@ def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
             text = (f"rolled back: not finite at step {_step_text(record.step)} "
                     f"({record.problem}), restored {os.path.basename(record.path)}")
         elif isinstance(record, events.Stopped):
-            non_finite = isinstance(record.exception, NonFiniteError)
-            if record.reason != events.OUT_OF_RANGE:
-                continue
             text = f"input ran out at step {_step_text(record.step)}"
-        elif not isinstance(record, StatusChanged):
-            continue
         elif record.status == names.STOPPING:
             text = f"stop requested at step {_step_text(record.step)}"
         elif record.status == names.FINISHED:
@@ -335,28 +335,44 @@ def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
             line = _error_line(snap.error) if with_error else ""
             if line:
                 text += f": {line}"
-        elif record.status == names.STOPPED:
+        else:
             kind = names.STOPPED
             text = f"stopped at step {_step_text(record.step)}"
-        else:  # starting, running: SessionStarted says more
-            continue
         out.append((kind, when, text))
-    return out[-TIMELINE_SHOWN:]
+    return out
 
 
 def timeline(run, snap, *, with_error: bool = True) -> List[Tuple[float, str]]:
     """What happened, oldest first, as (wall time, text): sessions started or resumed (and
     the steps a resume lost), stops asked, stalls, rollbacks, the input running out, how each
-    session ended (``with_error``: a failure with its error's last line)."""
+    session ended (``with_error``: a failure with its error's last line). Every event the
+    history holds: its first, and its newest (``snap.events_dropped`` were let go of)."""
     return [(when, text) for _, when, text in _happenings(run, snap, with_error)]
 
 
+def folded(events_shown: Sequence, dropped: int,
+           shown: int = TIMELINE_SHOWN) -> Tuple[list, int]:
+    """(the first of ``events_shown`` and its newest, ``shown`` in all; how many earlier
+    events that leaves out, the ``dropped`` ones included): a timeline as the panel shows it
+    folded."""
+    hidden = max(0, len(events_shown) - shown)
+    if not hidden and not dropped:
+        return list(events_shown), 0
+    return [events_shown[0], *events_shown[1 + hidden:]], hidden + dropped
+
+
+def folded_text(count: int) -> str:
+    """'… 14 earlier events'."""
+    return f"… {count:,} earlier event{'s' if count != 1 else ''}"
+
+
 def alerts(run, snap) -> List[dict]:
-    """What a view may notify the user of, oldest first: each the timeline's entry with its
-    ``kind`` (``names.ALERT_KINDS``), an ``id`` that stays the same for the same happening
-    (notify each id once), its ``wall_time`` (epoch seconds) and a ``title`` and ``text``."""
+    """What a view may notify the user of, oldest first (the newest ``TIMELINE_SHOWN`` events):
+    each the timeline's entry with its ``kind`` (``names.ALERT_KINDS``), an ``id`` that stays
+    the same for the same happening (notify each id once), its ``wall_time`` (epoch seconds) and
+    a ``title`` and ``text``."""
     out = []
-    for kind, when, text in _happenings(run, snap, with_error=True):
+    for kind, when, text in _happenings(run, snap, with_error=True)[-TIMELINE_SHOWN:]:
         if kind:
             out.append({"id": f"{kind}@{when:.3f}", "kind": kind, "wall_time": when,
                         "title": f"{run.name}: {kind.replace('-', ' ')}", "text": text})
@@ -396,8 +412,12 @@ def text_summary(run, snap=None, *, with_error: bool = True) -> str:
         lines.append("  " + _no_logdir_text(run))
     else:
         lines.extend("  " + line for line in checkpoint_lines(run, snap, time.time()))
-    for when, text in timeline(run, snap, with_error=with_error):
+    events_shown, count = folded(timeline(run, snap, with_error=with_error),
+                                 snap.events_dropped)
+    for i, (when, text) in enumerate(events_shown):
         lines.append(f"  {_clock_time(when)}  {text}")
+        if i == 0 and count:
+            lines.append(f"  {folded_text(count)}")
     best = best_values(snap)
     if best:
         lines.append("  best: " + "; ".join(best))
@@ -428,6 +448,7 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
         "warning": _no_logdir_text(run) if run.logdir is None else "",
         "checkpoint": checkpoint_lines(run, snap, wall_now),
         "timeline": [[_clock_time(when), text] for when, text in timeline(run, snap)],
+        "timeline_shown": TIMELINE_SHOWN, "timeline_dropped": snap.events_dropped,
         "stalled": None if snap.stalled is None else {
             "since": snap.stalled.since, "step": snap.stalled.step,
             "text": stalled_text(snap.stalled)},
