@@ -957,6 +957,9 @@ def _by_keyboard(page, live) -> None:
     expect(live.locator(".jsv-filter input")).to_be_focused()
     page.keyboard.type("^loss$")                      # letters: command mode's keys too
     expect(live.locator(".jsv-chart")).to_have_count(1)
+    _escape_keeps_the_filter(page, live, "^loss$")
+    live.locator(".jsv-filter input").focus()
+    page.keyboard.press("End")
     for _ in range(6):
         page.keyboard.press("Backspace")
     expect(live.locator(".jsv-chart")).to_have_count(3)
@@ -997,6 +1000,21 @@ def _by_keyboard(page, live) -> None:
     assert cells.count() == count
     assert page.evaluate("Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'))"
                          ".findIndex(c => c.classList.contains('jp-mod-active'))") == active
+
+
+def _escape_keeps_the_filter(page, live, typed):
+    """Escape in the tag filter keeps what was typed (a search field would empty itself) and
+    gives the focus back to the notebook, in command mode; the filter is the view's setting."""
+    box = live.locator(".jsv-filter input")
+    expect(box).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(box).to_have_value(typed)
+    expect(box).not_to_be_focused()
+    # The cell of the panel, in command mode: the notebook's keys act from there.
+    assert live.evaluate("(p) => document.activeElement === p.closest('.jp-Cell') && "
+                         "p.closest('.jp-Cell').classList.contains('jp-mod-active')")
+    expect(page.locator(".jp-Notebook.jp-mod-commandMode")).to_have_count(1)
+    expect(live.locator(".jsv-filter-count")).to_contain_text(" of ")
 
 
 # Notebook 7: the same front end, in Notebook's page, where the kernel's messages from background
@@ -1079,6 +1097,9 @@ def test_without_pushes_and_subshells_in_notebook_7(lab, tmp_path):
             page.keyboard.press("Tab")
             page.keyboard.press("ArrowDown")
             expect(chart).to_have_attribute("data-xaxis", "relative")
+            live.locator(".jsv-filter input").focus()
+            page.keyboard.type("loss")
+            _escape_keeps_the_filter(page, live, "loss")
 
             # A foreground cell: the requests wait for it, the view says the kernel is busy
             # (not gone), and updates again once the cell ended.
@@ -1561,3 +1582,40 @@ def test_a_long_timeline_shows_its_first_event_and_unfolds_what_it_folds(module_
     expect(items).to_have_count(3)
     expect(button).to_have_count(0)
     page.evaluate("foldView.destroy()")
+
+
+def test_escape_leaves_a_field_as_it_is_and_focuses_the_notebook(module_page):
+    """Escape in the tag filter (a search field, which Escape would empty) and in the x axis'
+    select keeps their value and gives the focus to the notebook's cell of the view; a setting is
+    written to the model only once the user changed it."""
+    page = module_page
+    view = _mount(page, "esc")
+    page.evaluate("""() => {
+        const notebook = document.createElement("div"), cell = document.createElement("div");
+        notebook.className = "jp-Notebook";
+        cell.className = "jp-Cell";
+        notebook.tabIndex = cell.tabIndex = -1;
+        document.body.append(notebook);
+        notebook.append(cell);
+        cell.append(escView.el);
+    }""")
+    _series(page, "esc", [(tag, 1, 0, [1.0, 2.0], [1.0, 0.5], [1e9, 1e9 + 1])
+                          for tag in ("acc", "loss")])
+    assert page.evaluate("esc.traits.settings") == {}          # nothing set, nothing kept
+    box = view.locator(".jsv-filter input")
+    box.focus()
+    page.keyboard.type("los")
+    expect(view.locator(".jsv-chart")).to_have_count(1)
+    page.keyboard.press("Escape")
+    expect(box).to_have_value("los")
+    expect(view.locator(".jsv-chart")).to_have_count(1)
+    assert page.evaluate("document.activeElement.className") == "jp-Cell"
+    assert page.evaluate("esc.traits.settings") == {"filter": "los"}
+    select = view.locator(".jsv-xaxis select")
+    select.focus()
+    page.keyboard.press("Escape")
+    expect(select).to_have_value("step")
+    assert page.evaluate("document.activeElement.className") == "jp-Cell"
+    view.locator(".jsv-log input").check()
+    assert page.evaluate("esc.traits.settings") == {"filter": "los", "log": True}
+    page.evaluate("escView.destroy(); document.querySelector('.jp-Notebook').remove()")

@@ -63,13 +63,22 @@ export function download(filename, type, text) {
 // the controls inside `root`, until the function it returns is called. Lumino, under
 // JupyterLab (keys heard as they bubble) and Notebook 7 (as they are captured), skips an
 // element marked data-lm-suppress-shortcuts: the mark is set for that one key, before the page
-// hears it; keys with Ctrl, Alt or Meta, Escape, Tab and Shift+Enter stay the notebook's.
+// hears it; keys with Ctrl, Alt or Meta, Tab and Shift+Enter stay the notebook's. Escape leaves
+// a control as it is (a search field would empty itself) and gives the focus back to the
+// notebook, in command mode, as Escape does in a cell.
 export function keepShortcutsOff(root) {
   const onKey = (e) => {
     if (!root.contains(e.target) || e.target === root || e.ctrlKey || e.metaKey ||
-        e.altKey || e.key === "Escape" || e.key === "Tab" ||
-        (e.shiftKey && e.key === "Enter") ||
+        e.altKey || e.key === "Tab" || (e.shiftKey && e.key === "Enter") ||
         !e.target.matches("input, select, button, summary, [tabindex]")) return;
+    if (e.key === "Escape") {
+      e.preventDefault();   // Lumino too skips a key whose default was prevented
+      e.target.blur();
+      // The cell of the view (JupyterLab makes it the active one), else the notebook.
+      const notebook = root.closest(".jp-Notebook .jp-Cell") || root.closest(".jp-Notebook");
+      if (notebook) notebook.focus({preventScroll: true});
+      return;
+    }
     e.target.setAttribute("data-lm-suppress-shortcuts", "");
     setTimeout(() => e.target.removeAttribute("data-lm-suppress-shortcuts"), 0);
   };

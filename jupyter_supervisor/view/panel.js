@@ -207,9 +207,14 @@ class View {
   }
 
   // Sent at once: a change kept back would be overwritten by the echo of the one before it
-  // (ipywidgets applies the kernel's echo of the last change it sent).
+  // (ipywidgets applies the kernel's echo of the last change it sent). Only what the user
+  // changed is kept: a default stays a default (not written for every view).
   change(patch) {
-    this.model.set("settings", {...this.settings(), ...patch});
+    const kept = this.model.get("settings") || {}, settings = this.settings();
+    const changed = Object.keys(patch).filter(
+      (key) => JSON.stringify(patch[key]) !== JSON.stringify(settings[key]));
+    if (!changed.length) return;
+    this.model.set("settings", {...kept, ...Object.fromEntries(changed.map((k) => [k, patch[k]]))});
     try {
       this.model.save_changes();
     } catch (error) {  // no kernel: kept in this page only
