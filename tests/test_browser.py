@@ -1619,3 +1619,58 @@ def test_escape_leaves_a_field_as_it_is_and_focuses_the_notebook(module_page):
     view.locator(".jsv-log input").check()
     assert page.evaluate("esc.traits.settings") == {"filter": "los", "log": True}
     page.evaluate("escView.destroy(); document.querySelector('.jp-Notebook').remove()")
+
+
+RLO = "\u202e"
+
+
+def test_hostile_and_huge_user_text_stays_in_its_box(module_page):
+    """A right-to-left override in a run's or a tag's name reorders nothing around it; a
+    3,000-character name and a 400-character tag are clipped with an ellipsis (whole on hover),
+    nothing goes past the view's edge; a 60,000-character error scrolls in a bounded box; an
+    Arabic tag downloads under its own name."""
+    page = module_page
+    name = RLO + "run" + "n" * 3000
+    long_tag, arabic = "t" * 400, "خسارة"
+    error = "Traceback (most recent call last):\n" + "x" * 60_000 + "\nValueError: " + RLO + "bad"
+    view = _mount(page, "hostile", dict(MODULE_STATE, name=name, error=error, best=[
+        [RLO + "loss", "2.795 (min) at step 150"], [long_tag, "1 (min) at step 2"]]))
+    _series(page, "hostile", [(tag, 1, 0, [1.0, 2.0], [1.0, 0.5], [1e9, 1e9 + 1])
+                              for tag in (RLO + "loss", long_tag, arabic)])
+    # The header's parts, in their order on the screen: the override stays in the name.
+    lefts = page.evaluate("""(v) => ['.jsv-name', '.jsv-status', '.jsv-step', '.jsv-rate']
+        .map((s) => v.querySelector(s).getBoundingClientRect().left)""", view.element_handle())
+    assert lefts == sorted(lefts), lefts
+    # A chart's title: its tag, then its newest value, to the right or (a long tag) below.
+    value_after_tag = page.evaluate("""(v) => Array.from(v.querySelectorAll('.jsv-chart-title'))
+        .map((t) => {
+            const tag = t.querySelector('.jsv-chart-tag').getBoundingClientRect();
+            const value = t.querySelector('.jsv-chart-newest').getBoundingClientRect();
+            return value.left >= tag.right - 1 || value.top >= tag.bottom - 1;
+        })""", view.element_handle())
+    assert value_after_tag == [True, True, True]
+    best = view.locator(".jsv-best li").first
+    assert page.evaluate("""(li) => li.children[0].getBoundingClientRect().left <
+        li.children[1].getBoundingClientRect().left""", best.element_handle())
+    # Clipped, whole in the tooltip; nothing past the view's right edge.
+    for locator, text in ((view.locator(".jsv-name"), name),
+                          (view.locator(".jsv-tag", has_text="tttt"), long_tag),
+                          (view.locator(".jsv-chart-tag", has_text="tttt"), long_tag)):
+        assert locator.get_attribute("title") == text
+        assert locator.get_attribute("dir") == "auto"
+        assert locator.evaluate("e => getComputedStyle(e).textOverflow") == "ellipsis"
+        assert locator.evaluate("e => e.scrollWidth > e.clientWidth")   # it is cut
+    past = page.evaluate("""(v) => {
+        const edge = v.getBoundingClientRect().right;
+        return Array.from(v.querySelectorAll('*')).filter((e) => e.getClientRects().length &&
+            e.getBoundingClientRect().right > edge + 1).map((e) => e.className);
+    }""", view.element_handle())
+    assert past == [] and view.evaluate("v => v.scrollWidth <= v.clientWidth")
+    box = view.locator(".jsv-error-box pre")
+    assert box.evaluate("e => e.getBoundingClientRect().height") < 420
+    assert box.evaluate("e => e.scrollHeight > e.clientHeight")
+    with page.expect_download() as info:
+        view.locator(f".jsv-chart[data-tag='{arabic}'] .jsv-download-csv").click()
+    assert info.value.suggested_filename == f"fit-{arabic}.csv"
+    view.screenshot(path=str(ARTIFACTS / "module-hostile-text.png"))
+    page.evaluate("hostileView.destroy()")

@@ -306,6 +306,20 @@ def test_downloads_hold_every_point_exactly():
     assert records[2]["value"] == "nan" and records[4]["value"] == "inf"
 
 
+def test_download_names_keep_every_script_and_never_share_one():
+    tags = ["loss", "train/loss", "train_loss", "خسارة", "הפסד/אימון", "\u202eacc", "→ ★",
+            "!!!", "t" * 400, "t" * 400 + "b", "é"]
+    names = _js("input.tags.map((tag) => fileName('fit', tag, input.tags, 'csv'))",
+                {"tags": tags})
+    assert names == [
+        "fit-loss.csv", "fit-train_loss-1.csv", "fit-train_loss-2.csv", "fit-خسارة.csv",
+        "fit-הפסד_אימון.csv", "fit-acc.csv", "fit-tag-6.csv", "fit-tag-7.csv",
+        f"fit-{'t' * 60}-8.csv", f"fit-{'t' * 60}-9.csv", "fit-é.csv"]
+    assert len(set(names)) == len(names)
+    assert _js("[fileName('ריצה', 'x', ['x'], 'json'), fileName('a/b:c', 'x', ['x'], 'csv'), "
+               "fileName('//', 'x', ['x'], 'csv')]") == ["ריצה-x.json", "a_b_c-x.csv", "run-x.csv"]
+
+
 # Enough of a page for the front end's modules to load in node (what runs at their top).
 STUB_DOCUMENT = """
 globalThis.document = {createElement: () => ({getContext: () => ({})})};

@@ -630,6 +630,16 @@ def test_the_record_says_the_outcome_as_text_and_html(clock):
     assert 'jsv-view[data-jsv-key="k1"]' in page                          # hides itself
 
 
+def test_the_records_heading_isolates_a_name_that_could_reorder_it(clock):
+    history = make_history(clock)
+    ready(history, step=150)
+    status(history, "running")
+    for name, html_name in (("mnist", "mnist"), ("\u202erun", "<bdi>\u202erun</bdi>"),
+                            ("خسارة<x>", "<bdi>خسارة&lt;x&gt;</bdi>")):
+        page = text.record_html(FakeRun(history, name=name), history.snapshot(), key="k")
+        assert f"<strong>{html_name} | running | step 150 | " in page
+
+
 def test_the_panel_text_form_is_its_status_line_not_a_widget_repr(make_panel, clock):
     panel, run = make_panel()
     bundle = panel.widgets["root"]._repr_mimebundle_()

@@ -19,6 +19,7 @@
 // - host.zoomed(tag, zoom): a drag, a double click or a key changed the chart's zoom (the View
 //   keeps it with what the user set, and sets chart.zoom);
 // - host.redraw(): the legend changed host.options.hiddenRuns (the View keeps it and draws);
+// - host.tags(): the view's tags (a download's name tells them apart);
 // - host.exportPoints(tag): a promise of every point of the tag, of each run, at full
 //   resolution (Map(run -> {steps, values, walls})), or of null without a kernel.
 // A series whose points are means of several (past the kernel's 2,000 a tag) has mins, maxs and
@@ -30,9 +31,9 @@
 import {
   DEFAULT_VALUE_DIGITS, formatValue, tickLabels, formatDuration, formatClock, formatCount,
   shortNumber, X_AXES, smooth, linearTicks, logTicks, extent, bounds, padded, logScale,
-  nonFiniteText, exportRows, toCsv, toJson, xTickLabels
+  nonFiniteText, exportRows, toCsv, toJson, xTickLabels, fileName
 } from "./scales.js";
-import {download, el} from "./dom.js";
+import {download, el, isolated, setText, userEl} from "./dom.js";
 import {PAD, frameOf, nearest, paintAxes, paintCurves, paintNonFinite} from "./paint.js";
 
 const FALLBACK_THEME = {
@@ -77,6 +78,9 @@ export class Chart {
     const head = el("div", "jsv-chart-head");
     this.title = el("div", "jsv-chart-title");
     this.titleText = el("span", "jsv-chart-value");
+    this.titleTag = userEl("span", "jsv-chart-tag", tag);
+    this.titleValue = el("span", "jsv-chart-newest");
+    this.titleText.append(this.titleTag, " ", this.titleValue);
     this.nonFinite = el("span", "jsv-chart-nonfinite");
     this.title.append(this.titleText, this.nonFinite);
     const actions = el("span", "jsv-chart-export");
@@ -277,10 +281,10 @@ export class Chart {
     const newest = lines.map((l) => {
       const i = l.series.values.length - 1;
       const step = formatCount(l.series.steps[i]);
-      const run = lines.length > 1 ? l.run + " " : "";
+      const run = lines.length > 1 ? isolated(l.run) + " " : "";
       return `${run}${formatValue(l.series.values[i], digits)} (step ${step})`;
     });
-    this.titleText.textContent = `${this.tag}${newest.length ? " = " + newest.join(", ") : ""}`;
+    setText(this.titleValue, newest.length ? "= " + newest.join(", ") : "");
     const nonFinite = nonFiniteText(lines);
     this.nonFinite.textContent = nonFinite ? ` · ${nonFinite}` : "";
     this.el.dataset.nonfinite = nonFinite;
@@ -396,7 +400,8 @@ export class Chart {
         : `raw ${formatValue(raw, s.digits)}`;
       const value = smoothing ? `${formatValue(sm, s.digits)} (${rawText})`
         : merged > 1 ? rawText : formatValue(raw, s.digits);
-      rows.push(`${s.lines.length > 1 || this.host.compare ? l.run + ": " : ""}${value}  step ` +
+      rows.push(`${s.lines.length > 1 || this.host.compare ? isolated(l.run) + ": " : ""}` +
+                `${value}  step ` +
                 `${formatCount(ser.steps[i])}  ${formatClock(ser.walls[i])}  ` +
                 `+${formatDuration(ser.walls[i] - ser.walls[0])}`);
     }
@@ -418,7 +423,6 @@ export class Chart {
   async download(format) {
     const spec = EXPORTS[format];
     const name = this.host.compare ? "compare" : this.host.runNames()[0];
-    const file = `${name}-${this.tag}`.replace(/[^\w.-]+/g, "_");
     const full = await this.host.exportPoints(this.tag);
     const lines = this.curves().map((l) => {
       const p = full && full.get(l.run);
@@ -429,7 +433,8 @@ export class Chart {
     });
     this.el.dataset.exported = full ? "full" : "drawn";
     if (!full) this.notice.textContent = "no answer from the kernel: the file has the points drawn";
-    download(`${file}.${format}`, spec.type, spec.text(exportRows(lines)));
+    download(fileName(name, this.tag, this.host.tags(), format), spec.type,
+             spec.text(exportRows(lines)));
   }
 }
 
@@ -438,9 +443,9 @@ export class Chart {
 export function legendItems(host) {
   const palette = themeOf(host).series;
   return host.runNames().map((run, i) => {
-    const item = el("button", "jsv-legend-item", run);
+    const item = userEl("button", "jsv-legend-item", run);
     item.style.setProperty("--c", palette[i % palette.length]);
-    item.title = "Hide or show this run in the charts";
+    item.setAttribute("aria-description", "Hide or show this run in the charts");
     const shown = () => !host.options.hiddenRuns.includes(run);
     item.setAttribute("aria-pressed", String(shown()));
     item.addEventListener("click", () => {

@@ -18,6 +18,35 @@ export function showIf(e, shown) {
   if (e.hidden === shown) e.hidden = !shown;
 }
 
+// User text (a run's or a tag's name) in an element of its own: written in its own direction
+// and isolated from the text around it (an override or a right-to-left name reorders nothing
+// outside it), clipped with an ellipsis where its box ends (theme.css's .jsv-user), and whole
+// in its tooltip.
+export function userEl(tag, className, text) {
+  const e = el(tag, `${className} jsv-user`);
+  e.dir = "auto";
+  if (text !== undefined) setUserText(e, text);
+  return e;
+}
+
+export function setUserText(e, text) {
+  setText(e, text);
+  if (e.title !== text) e.title = text;
+}
+
+// Right-to-left scripts and the explicit direction marks, embeddings, overrides and isolates:
+// what can reorder the text after it.
+const REORDERING = new RegExp("[\\u0590-\\u08ff\\ufb1d-\\ufdff\\ufe70-\\ufeff\\u200f" +
+                              "\\u202a-\\u202e\\u2066-\\u2069\\u{10800}-\\u{10fff}" +
+                              "\\u{1e800}-\\u{1efff}]", "u");
+
+// User text within a longer text (a run's name in a readout's row): where it could reorder
+// what follows it, between Unicode's first strong isolate and pop directional isolate (the
+// same isolation in a plain string); as it is otherwise, so that a copy holds no mark.
+export function isolated(text) {
+  return REORDERING.test(text) ? `\u2068${text}\u2069` : text;
+}
+
 // Makes `parent`'s children show `items` (strings), reusing the children it has.
 export function syncList(parent, items, tag) {
   while (parent.children.length > items.length) parent.lastElementChild.remove();

@@ -11,7 +11,9 @@
 // and when the kernel is gone (notify.js).
 
 import {X_AXES, formatPercent} from "./scales.js";
-import {el, keepShortcutsOff, setText, showIf, syncChildren, syncList} from "./dom.js";
+import {
+  el, keepShortcutsOff, setText, setUserText, showIf, syncChildren, syncList, userEl
+} from "./dom.js";
 import {readTheme, watchTheme} from "./theme.js";
 import {Chart, legendItems} from "./chart.js";
 import {linkOf} from "./link.js";
@@ -73,6 +75,7 @@ class View {
       zoomed: (tag, zoom) => this.zoomed(tag, zoom),
       redraw: () => this.redraw(),
       exportPoints: (tag) => this.link.exportPoints(tag),
+      tags: () => this.allTags || [],
     };
   }
 
@@ -82,7 +85,7 @@ class View {
     const root = this.root;
     this.headerEl = el("div", "jsv-header");
     this.lineEl = el("div", "jsv-header-line");
-    this.nameEl = el("span", "jsv-name");
+    this.nameEl = userEl("span", "jsv-name");
     this.statusEl = el("span", "jsv-status");
     this.lineEl.append(this.nameEl, el("span", "jsv-sep", " | "), this.statusEl);
     this.parts = {};
@@ -338,7 +341,7 @@ class View {
 
   renderHeader(s) {
     const gone = this.link.health === "gone";
-    setText(this.nameEl, s.name || "");
+    setUserText(this.nameEl, s.name || "");
     // Without a kernel the last state the view heard of may be stale ("running" forever).
     setText(this.statusEl, gone ? "unknown" : s.label || "");
     const statusClass = `jsv-status jsv-status-${gone ? "unknown" : s.status || ""}`;
@@ -434,12 +437,12 @@ class View {
     best.forEach(([tag, text], i) => {
       if (i >= this.bestEl.children.length) {
         const item = el("li");
-        item.append(el("span", "jsv-best-tag"), el("span", "jsv-best-value"));
+        item.append(userEl("span", "jsv-best-tag"), el("span", "jsv-best-value"));
         this.bestEl.append(item);
       }
       const [name, value] = this.bestEl.children[i].children;
-      setText(name, `${tag}:`);
-      setText(value, ` ${text}`);
+      setUserText(name, tag);
+      setText(value, `: ${text}`);
     });
   }
 
@@ -448,7 +451,7 @@ class View {
     for (const run of this.runNames()) {
       for (const tag of this.link.runs.get(run)?.keys() || []) tags.add(tag);
     }
-    const all = Array.from(tags).sort();
+    const all = this.allTags = Array.from(tags).sort();
     const settings = this.settings();
     const hidden = new Set(settings.hidden);
     const filter = this.tagFilter();
@@ -478,7 +481,7 @@ class View {
     for (const [prefix, group] of this.groups) {
       const members = byGroup.get(prefix);
       if (group.summary) {
-        setText(group.summary, `${prefix} (${members.length})`);
+        setText(group.count, ` (${members.length})`);
         if (group.el.open === closed.has(prefix)) group.el.open = !closed.has(prefix);
       }
       syncChildren(group.box, group.charts, members, (tag) => {
@@ -502,6 +505,8 @@ class View {
       group.el = el("details", "jsv-group");
       group.el.open = true;
       group.summary = el("summary");
+      group.count = el("span");
+      group.summary.append(userEl("span", "jsv-group-name", prefix), group.count);
       group.el.append(group.summary, group.box);
       group.el.addEventListener("toggle", () => {
         const closed = new Set(this.settings().closedGroups);
@@ -523,7 +528,7 @@ class View {
   }
 
   makeChip(tag) {
-    const chip = el("button", "jsv-tag", tag);
+    const chip = userEl("button", "jsv-tag", tag);
     chip.addEventListener("click", () => {
       const hidden = new Set(this.settings().hidden);
       if (hidden.has(tag)) hidden.delete(tag); else hidden.add(tag);

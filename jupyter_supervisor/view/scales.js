@@ -285,6 +285,22 @@ export function nonFiniteText(lines) {
 
 // -- data out --------------------------------------------------------------------------------
 
+// A download's file name, <run>-<tag>.<ext>: the letters and digits of every script kept (a
+// Hebrew or Arabic tag names its file), any other character (a separator, a direction mark, a
+// symbol) as "_", at most 60 characters of each. A tag with no letter or digit is named by its
+// index among the view's `tags`, and one whose name another tag of the view would take too
+// gets its index after it: two tags never download under one name.
+export function fileName(run, tag, tags, ext) {
+  const clean = (text) => Array.from(text.normalize("NFC")
+    .replace(/[^\p{L}\p{M}\p{N}.-]+/gu, "_").replace(/^[_.]+|_+$/g, "")).slice(0, 60).join("");
+  const named = (t) => (/[\p{L}\p{N}]/u.test(t) ? clean(t) : "");
+  const index = tags.indexOf(tag);
+  let tagPart = named(tag);
+  if (!tagPart) tagPart = `tag-${index}`;
+  else if (tags.some((t) => t !== tag && named(t) === tagPart)) tagPart += `-${index}`;
+  return `${clean(run) || "run"}-${tagPart}.${ext}`;
+}
+
 const EXPORT_FIELDS = ["step", "wall_time", "value", "smoothed", "run"];
 
 // Every point of the curves drawn (all of them, whatever the zoom), one row each.

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import time
+import unicodedata
 from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
@@ -508,12 +509,13 @@ def record_html(run, snap, *, key: str, image: Optional[bytes] = None,
     curves (PNG bytes, of ``image_tags``) and the rest of its summary; ``key`` ties it to its
     panel's view."""
     heading, error = record_heading(run, snap)
+    name = str(run.name)
     key = html.escape(key, quote=True)
     parts = [f'<div class="jsv-record" data-jsv-key="{key}">',
              f"<style>{_RECORD_STYLE.format(key=key)}</style>",
-             f"<p><strong>{html.escape(heading)}</strong></p>"]
+             f"<p><strong>{_isolated_html(name)}{html.escape(heading[len(name):])}</strong></p>"]
     if error:
-        parts.append(f'<p class="jsv-record-error">{html.escape(error)}</p>')
+        parts.append(f'<p class="jsv-record-error" dir="auto">{html.escape(error)}</p>')
     if image:
         data = base64.b64encode(image).decode("ascii")
         parts.append(f'<img src="data:image/png;base64,{data}" '
@@ -523,6 +525,20 @@ def record_html(run, snap, *, key: str, image: Optional[bytes] = None,
         parts.append("<pre>" + html.escape("\n".join(line[2:] for line in details)) + "</pre>")
     parts.append("</div>")
     return "\n".join(parts)
+
+
+# Bidirectional classes that reorder the text around them: right-to-left letters and the
+# explicit embeddings, overrides and isolates.
+_REORDERING = {"R", "AL", "RLE", "RLO", "LRE", "LRO", "PDF", "RLI", "LRI", "FSI", "PDI"}
+
+
+def _isolated_html(text: str) -> str:
+    """``text`` escaped, in a ``<bdi>`` where it could reorder what follows it (a right-to-left
+    name, an override); as it is otherwise."""
+    escaped = html.escape(text)
+    if any(unicodedata.bidirectional(ch) in _REORDERING for ch in text):
+        return f"<bdi>{escaped}</bdi>"
+    return escaped
 
 
 def image_tags(snap, most: int) -> List[str]:
