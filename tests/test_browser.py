@@ -691,6 +691,10 @@ def _ended_record(saved, notebook, name, heading, label) -> None:
         assert data["image/png"] and "data:image/png;base64," in data["text/html"]
 
 
+SAVED_WHILE_RUNNING = (r"<strong>fin \| saved while running, at step [\d,]+ "
+                       r"\(\d{4}-\d\d-\d\d \d\d:\d\d\) \| ")
+
+
 def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     _open(page, lab)
     assert lab.kernel_names() == [KERNEL_NAME]
@@ -798,6 +802,13 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
 
     _by_keyboard(page, live)
 
+    # Saved while "fin" runs: its record says when that was true, never "running" alone; the
+    # file of that save and nbconvert's page of it still say so after fin ended (below).
+    notebook = saved.save(page, "running")
+    [fin_record] = saved.records(notebook, "fin")
+    assert re.search(SAVED_WHILE_RUNNING, fin_record["text/html"]), fin_record["text/plain"]
+    assert re.match(SAVED_WHILE_RUNNING.replace("<strong>", ""), fin_record["text/plain"])
+
     # Two runs in one chart: a legend, and one readout line per run.
     comparison = page.locator(".jsv-compare")
     expect(comparison.locator(".jsv-legend-item")).to_have_text(["fin", "cmd"])
@@ -847,6 +858,8 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
         exported = saved.exported(label)
         assert f"<strong>{heading}" in exported, (label, name)
     assert "ValueError: boom at the batch the test chose" in saved.exported("failed")
+    assert re.search(SAVED_WHILE_RUNNING, saved.exported("running"))
+    assert "fin | running" not in saved.exported("running")
 
     # Reopened (a view made anew): what the user set, the timeline and every point are back.
     page.reload()

@@ -846,7 +846,8 @@ def test_in_a_kernel_each_display_is_the_widget_and_a_record_updated_before_the_
         assert content["data"]["text/plain"] == ""    # the record below says it
         assert "display_id" not in content.get("transient", {})   # never updated
     for content in records:
-        assert re.fullmatch(r"mnist: starting \(\d+ s\)", content["data"]["text/plain"])
+        assert re.fullmatch(r"mnist \| saved while starting \(\d{4}-\d\d-\d\d \d\d:\d\d\) \| \d+ s",
+                            content["data"]["text/plain"])
         assert content["data"]["text/html"].startswith('<div class="jsv-record"')
         assert "application/vnd.jupyter.widget-view+json" not in content["data"]
     ids = {content["transient"]["display_id"] for content in records}
@@ -864,6 +865,41 @@ def test_in_a_kernel_each_display_is_the_widget_and_a_record_updated_before_the_
     finished = [i for i, (kind, content) in enumerate(seen) if kind == "comm_msg"
                 and content["data"].get("state", {}).get("state", {}).get("status") == "finished"]
     assert finished and max(i for i, _ in final) < min(finished)
+
+
+def test_a_live_runs_record_says_when_it_was_true_and_follows_each_checkpoint(make_panel, clock):
+    """A record made while the run is live says "saved while running, at step N (date time)",
+    never "running" alone, nor how long ago a checkpoint was (read later, that is false); it is
+    made again at each checkpoint, and at the end says the end."""
+    panel, run = make_panel()
+    history = run.history
+    ready(history)
+    status(history, "running")
+    feed_training(history, clock, range(1, 301))
+    panel.tick(force=True)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(WALL0 + clock.now))
+    key, bundle = panel._record                      # pylint: disable=protected-access
+    heading = f"mnist | saved while running, at step 300 of 1,000 ({when})"
+    assert bundle["text/plain"].startswith(heading)
+    assert f"<strong>{heading} | " in bundle["text/html"]
+    assert "No new checkpoint yet" in bundle["text/html"]
+    history.on_event(events.CheckpointSaved(step=300, path="/logs/mnist/model.ckpt-300",
+                                            wall_time=WALL0 + clock.now, seconds=0.5))
+    clock.now += 20
+    panel.tick(force=True)
+    key_after, bundle = panel._record                # pylint: disable=protected-access
+    assert key_after != key and "Checkpoint: step 300 at " in bundle["text/html"]
+    assert " ago)" not in bundle["text/html"] and "(20 s ago)" in panel.widgets[
+        "view"].state["checkpoint"][0]                  # the live view says it, the record not
+    feed_training(history, clock, range(301, 311))
+    panel.tick(force=True)
+    assert panel._record[0] == key_after             # pylint: disable=protected-access
+    history.on_event(events.Stopped(events.REQUESTED, None, 310, WALL0 + clock.now))
+    status(history, "finished")
+    panel.tick(force=True)
+    _, bundle = panel._record                        # pylint: disable=protected-access
+    assert "<strong>mnist | finished | step 310 of 1,000 | " in bundle["text/html"]
+    assert "saved while" not in bundle["text/html"]
 
 
 def test_a_failure_raised_into_the_cell_is_not_repeated_in_the_panel(make_panel, clock):

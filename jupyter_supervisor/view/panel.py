@@ -235,16 +235,18 @@ class Panel(LiveView):
     # -- the record a saved notebook keeps ------------------------------------------------------
 
     def _update_record(self, snap) -> None:
-        """Brings the record up to date at a change of status (the end: with its image) and
-        updates every display's. Under _tick_lock."""
-        heading, error = record_heading(self._run, snap)
+        """Brings the record up to date at a change of status and at each checkpoint (the end:
+        with its image) and updates every display's; a live run's says when it was made. Under
+        _tick_lock."""
+        as_of = self._wall_clock()
+        heading, error = record_heading(self._run, snap, as_of)
         if snap.active:
-            key = (snap.status, status_label(snap), error)
+            key = (snap.status, status_label(snap), error, snap.checkpoint_count)
         else:
             key = (snap.status, heading, error, snap.checkpoint_count, snap.scalars_version)
         if self._record is not None and self._record[0] == key:
             return
-        bundle = {"text/plain": text_status(self._run, snap)}
+        bundle = {"text/plain": heading}
         image, tags = None, []
         if not snap.active:
             bundle["text/plain"] = text_summary(self._run, snap, with_error=False)
@@ -254,7 +256,7 @@ class Panel(LiveView):
             image = self._renderer.render(snap.scalars, tags, heading=heading, error=error)
             bundle["image/png"] = image
         bundle["text/html"] = record_html(self._run, snap, key=self._key, image=image,
-                                          image_tags=tags)
+                                          image_tags=tags, as_of=as_of)
         self._record = (key, bundle)
         self._send_record()
 

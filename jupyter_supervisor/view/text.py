@@ -245,9 +245,10 @@ def _checkpoint_label(name: str) -> str:
     return name if step is None else f"{step:,}"
 
 
-def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
-    """The checkpoint line (newest, how many, where the session started), the best checkpoint
-    kept (``--keep-best``), what retention keeps, and the rollbacks."""
+def checkpoint_lines(run, snap, wall_now: float, ago: bool = True) -> List[str]:
+    """The checkpoint line (newest, how many, where the session started; ``ago``: how long ago
+    while the run is live), the best checkpoint kept (``--keep-best``), what retention keeps,
+    and the rollbacks."""
     if run.logdir is None:
         return []
     if snap.checkpoints:
@@ -256,9 +257,9 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
                  else f" ({snap.checkpoint_count} written by this run)")
         # How long ago only while the run is active: a run that ended is shown (and saved in
         # the notebook) as it ended, and "just now" would stay there for good.
-        ago = f" ({format_ago(wall_now - newest.wall_time)})" if snap.active else ""
+        since = f" ({format_ago(wall_now - newest.wall_time)})" if snap.active and ago else ""
         line = (f"Checkpoint: step {_step_text(newest.step)} at {_clock_time(newest.wall_time)}"
-                f"{ago}, written in {newest.seconds:.2f} s, "
+                f"{since}, written in {newest.seconds:.2f} s, "
                 f"{os.path.basename(newest.path)}{count}")
     else:
         line = "No new checkpoint yet" if snap.ready else "No checkpoint yet"
@@ -403,16 +404,17 @@ def best_values(snap) -> List[str]:
     return [f"{tag}: {text}" for tag, text in best_entries(snap)]
 
 
-def text_summary(run, snap=None, *, with_error: bool = True) -> str:
+def text_summary(run, snap=None, *, with_error: bool = True, ago: bool = True) -> str:
     """The run as text (``%supervise show`` where no widget renders, the end of a run): status
     line, checkpoint lines, timeline, best and last values, and (``with_error``) the error with
-    its traceback; of ``snap`` (default: the history now)."""
+    its traceback; of ``snap`` (default: the history now). ``ago``: a live run's checkpoint
+    line says how long ago it was written (not in a record, read later)."""
     snap = snap or run.history.snapshot()
     lines = [text_status(run, snap)]
     if run.logdir is None:
         lines.append("  " + _no_logdir_text(run))
     else:
-        lines.extend("  " + line for line in checkpoint_lines(run, snap, time.time()))
+        lines.extend("  " + line for line in checkpoint_lines(run, snap, time.time(), ago=ago))
     events_shown, count = folded(timeline(run, snap, with_error=with_error),
                                  snap.events_dropped)
     for i, (when, text) in enumerate(events_shown):
@@ -481,12 +483,20 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
 # -- the record a saved notebook keeps -------------------------------------------------------
 
 
-def record_heading(run, snap) -> Tuple[str, str]:
+def record_heading(run, snap, as_of: Optional[float] = None) -> Tuple[str, str]:
     """(the run's name, status, step, fit's position and time, one line; the error's last line
-    or ''): what the record and its image say first."""
-    parts = [str(run.name), status_label(snap)]
-    if snap.step is not None:
-        parts.append(f"step {snap.step:,}" + (f" of {run.max_steps:,}" if run.max_steps else ""))
+    or ''): what the record and its image say first. A live run's record made at ``as_of``
+    (epoch seconds) says that it was true then ("saved while running, at step 300 of 1,500
+    (2026-12-06 14:05)"): the notebook keeps it after the run went on."""
+    parts = [str(run.name)]
+    step = None if snap.step is None else (
+        f"step {snap.step:,}" + (f" of {run.max_steps:,}" if run.max_steps else ""))
+    if snap.active and as_of is not None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(as_of))
+        parts.append(f"saved while {status_label(snap)}" + (f", at {step}" if step else "")
+                     + f" ({when})")
+    else:
+        parts += [text for text in (status_label(snap), step) if text]
     parts += [text for text in (_fit_text(snap.progress), format_duration(snap.elapsed),
                                 run.role_text) if text]
     return " | ".join(parts), _error_line(snap.error) if snap.error else ""
@@ -504,11 +514,11 @@ _RECORD_STYLE = (
 
 
 def record_html(run, snap, *, key: str, image: Optional[bytes] = None,
-                image_tags: Sequence[str] = ()) -> str:
-    """The record of the run as HTML: its heading and error line as text, the image of its
-    curves (PNG bytes, of ``image_tags``) and the rest of its summary; ``key`` ties it to its
-    panel's view."""
-    heading, error = record_heading(run, snap)
+                image_tags: Sequence[str] = (), as_of: Optional[float] = None) -> str:
+    """The record of the run as HTML: its heading (``record_heading``, made at ``as_of``) and
+    error line as text, the image of its curves (PNG bytes, of ``image_tags``) and the rest of
+    its summary; ``key`` ties it to its panel's view."""
+    heading, error = record_heading(run, snap, as_of)
     name = str(run.name)
     key = html.escape(key, quote=True)
     parts = [f'<div class="jsv-record" data-jsv-key="{key}">',
@@ -520,7 +530,7 @@ def record_html(run, snap, *, key: str, image: Optional[bytes] = None,
         data = base64.b64encode(image).decode("ascii")
         parts.append(f'<img src="data:image/png;base64,{data}" '
                      f'alt="{html.escape(image_text(image_tags), quote=True)}">')
-    details = text_summary(run, snap, with_error=False).split("\n")[1:]
+    details = text_summary(run, snap, with_error=False, ago=False).split("\n")[1:]
     if details:
         parts.append("<pre>" + html.escape("\n".join(line[2:] for line in details)) + "</pre>")
     parts.append("</div>")
