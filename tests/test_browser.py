@@ -915,6 +915,9 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     _shot(page, live, "panel-kernel-gone-dark.png")
     _theme(page, "light")
     _shot(page, live, "panel-kernel-gone-light.png")
+    # Once, though the page shows two views of live (each view checks 4 times a second).
+    assert page.evaluate("window.jsvShown.filter((t) => t === 'live: kernel gone')") == [
+        "live: kernel gone"]
 
     # Reopened without the kernel that ran it: no "model not found"; each record shows what
     # the run came to.
@@ -1114,6 +1117,24 @@ def test_without_pushes_and_subshells_in_notebook_7(lab, tmp_path):
             page.keyboard.type("loss")
             _escape_keeps_the_filter(page, live, "loss")
 
+            # The live run's cell run again (as after reopening the notebook without its
+            # outputs): its panel again, saying the run goes on, not an error.
+            live_cell = cells.nth(3)
+            live_cell.locator(".jp-InputArea-editor").click()
+            page.keyboard.press("Shift+Enter")
+            expect(live_cell.locator(".jp-OutputArea-output",
+                                     has_text="and goes on: this cell did not start it again"
+                                     )).to_be_visible()
+            expect(live_cell.locator(".jp-OutputArea-output",
+                                     has_text="%supervise stop live")).to_be_visible()
+            expect(live_cell.locator(".jsv-status")).to_have_text("running")
+            assert live_cell.locator(".jp-OutputArea-output.jp-RenderedText[data-mime-type="
+                                     "'application/vnd.jupyter.stderr']").count() == 0
+            step = int(live.locator(".jsv-step").get_attribute("data-step"))
+            page.wait_for_function(f"s => Number(s.dataset.step) > {step}",
+                                   arg=live.locator(".jsv-step").element_handle())
+            _shot(page, live_cell, "notebook7-cell-run-again.png")
+
             # A foreground cell: the requests wait for it, the view says the kernel is busy
             # (not gone), and updates again once the cell ended.
             (flags / "hold").touch()
@@ -1165,14 +1186,19 @@ MODULE_HARNESS = """async ([source, css]) => {
     const url = URL.createObjectURL(new Blob([source], {type: "text/javascript"}));
     const render = (await import(url)).default.render;
     window.makeModel = (traits) => {
-        const handlers = {};
-        const fire = (event, ...args) => (handlers[event] || []).slice().forEach((f) => f(...args));
+        const handlers = {};   // event -> [[listener, the view's context]]
+        const fire = (event, ...args) => (handlers[event] || []).slice().forEach(
+            ([f]) => f(...args));
         return {traits, sent: [], saved: 0,
             get: (k) => traits[k],
             set(k, v) { traits[k] = v; fire("change:" + k); },
-            on: (event, f) => (handlers[event] = handlers[event] || []).push(f),
-            off: (event, f) => {
-                handlers[event] = (handlers[event] || []).filter((g) => g !== f);
+            on: (event, f, context) => (handlers[event] = handlers[event] || []).push(
+                [f, context]),
+            off: (event, f, context) => {
+                for (const e of event ? [event] : Object.keys(handlers)) {
+                    handlers[e] = (handlers[e] || []).filter(([g, c]) =>
+                        (f && g !== f) || (context !== undefined && c !== context));
+                }
             },
             send(msg) { this.sent.push(msg); },
             save_changes() { this.saved += 1; },
@@ -1186,12 +1212,19 @@ MODULE_HARNESS = """async ([source, css]) => {
             },
             change(k, v) { traits[k] = v; fire("change:" + k); }};
     };
+    // As anywidget renders a view: with a model of its own (a proxy of the widget's model,
+    // whose listeners go with the view).
     window.mount = (model) => {
         const el = document.createElement("div");
         el.style.width = "900px";
         document.body.append(el);
-        const destroy = render({model, el});
-        return {el, destroy: () => { destroy(); el.remove(); }};
+        const context = {};
+        const proxy = {get: (k) => model.get(k), set: (k, v) => model.set(k, v),
+                       save_changes: () => model.save_changes(), send: (m) => model.send(m),
+                       on: (e, f) => model.on(e, f, context),
+                       off: (e, f) => model.off(e, f, context)};
+        const destroy = render({model: proxy, el});
+        return {el, destroy: () => { destroy(); model.off(null, null, context); el.remove(); }};
     };
 }"""
 

@@ -30,7 +30,7 @@
 
 import {
   DEFAULT_VALUE_DIGITS, formatValue, tickLabels, formatDuration, formatClock, formatCount,
-  shortNumber, X_AXES, smooth, linearTicks, logTicks, extent, bounds, padded, logScale,
+  shortNumber, X_AXES, smooth, linearTicks, logTicks, yExtent, bounds, padded, logScale,
   nonFiniteText, exportRows, toCsv, toJson, xTickLabels, fileName
 } from "./scales.js";
 import {download, el, isolated, setText, userEl} from "./dom.js";
@@ -305,13 +305,16 @@ export class Chart {
     if (zoomed && zoomed.every(Number.isFinite) && zoomed[1] > zoomed[0]) {
       y = zoomed;
     } else {
-      const inView = [];
+      const raw = [], smoothed = [];
       for (const l of lines) {
         l.xs.forEach((xv, i) => {
-          if (xv >= x[0] && xv <= x[1]) inView.push(toY(l.series.values[i]), toY(l.smoothed[i]));
+          if (xv >= x[0] && xv <= x[1]) {
+            raw.push(toY(l.series.values[i]));
+            smoothed.push(toY(l.smoothed[i]));
+          }
         });
       }
-      y = padded(extent(inView, opts.ignoreOutliers !== false) || [NaN, NaN]);
+      y = padded(yExtent(raw, smoothed, opts.ignoreOutliers !== false) || [NaN, NaN]);
     }
     const yTicks = log ? logTicks(Math.pow(10, y[0]), Math.pow(10, y[1]), Y_TICKS)
       : linearTicks(y[0], y[1], Y_TICKS);

@@ -30,7 +30,7 @@
 const DEFAULT_TIMING = {pull_ms: 2000, beat_ms: 1000, dead_after_ms: 8000};
 let seriesVersions = 0;
 
-const links = new WeakMap();
+const links = new Map();
 
 // `count` numbers (null: all there are) of a message's one buffer (a DataView) from byte
 // `offset`, copied out: its offset need not be a multiple of 8.
@@ -43,19 +43,22 @@ function floats(buffers, offset = 0, count = null, Type = Float64Array) {
   return new Type(view.buffer.slice(start, end));
 }
 
-// The link of `model`: made for its first view, dropped when its last one detaches.
+// The link of the panel or comparison `model` shows: made for its first view, dropped when its
+// last one detaches. anywidget hands each view a model of its own (a proxy of one widget
+// model): the views of one panel are told apart from others by the key of its state.
 export function linkOf(model) {
-  let link = links.get(model);
+  const key = (model.get("state") || {}).key;
+  let link = key === undefined ? undefined : links.get(key);
   if (!link) {
-    link = new Link(model);
-    links.set(model, link);
+    link = new Link(model, key);
+    if (key !== undefined) links.set(key, link);
   }
   return link;
 }
 
 class Link {
-  constructor(model) {
-    this.model = model;
+  constructor(model, key) {
+    this.key = key;
     this.views = new Set();
     this.runs = new Map();         // run -> Map(tag -> {gen, version, steps, values, walls})
     this.state = model.get("state") || {};
@@ -72,11 +75,21 @@ class Link {
     this.goneNotified = false;     // "kernel gone" was notified (until it answers again)
     this.exports = new Map();      // export request id -> its promise's resolve
     this.nonce = Math.random().toString(36).slice(2);
-    this.onState = () => this.take(model.get("state"));
+    this.onState = () => this.take(this.model.get("state"));
     this.onMsg = (msg, buffers) => this.receive(msg, buffers);
+    this.bind(model);
+    this.timer = setInterval(() => this.check(), 250);
+  }
+
+  // Listens through `model`, one view's: anywidget drops a view's listeners with the view.
+  bind(model) {
+    if (this.model) {
+      this.model.off("change:state", this.onState);
+      this.model.off("msg:custom", this.onMsg);
+    }
+    this.model = model;
     model.on("change:state", this.onState);
     model.on("msg:custom", this.onMsg);
-    this.timer = setInterval(() => this.check(), 250);
   }
 
   attach(view) {
@@ -86,11 +99,14 @@ class Link {
 
   detach(view) {
     this.views.delete(view);
-    if (this.views.size) return;
+    if (this.views.size) {
+      if (view.model === this.model) this.bind(this.views.values().next().value.model);
+      return;
+    }
     clearInterval(this.timer);
     this.model.off("change:state", this.onState);
     this.model.off("msg:custom", this.onMsg);
-    links.delete(this.model);
+    if (links.get(this.key) === this) links.delete(this.key);
   }
 
   timing() {

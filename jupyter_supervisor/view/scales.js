@@ -239,6 +239,14 @@ export function extent(values, ignoreOutliers) {
   return [sorted.find((v) => v >= low - margin), sorted.findLast((v) => v <= high + margin)];
 }
 
+// The y range of a chart: of its raw values and its smoothed ones (in the scale's units).
+// Ignoring outliers, of the raw values only, outliers left out (extent): the smoothed line's
+// warm-up after a first value far above the rest (a loss from 13) is the outliers' trace, and
+// goes off the chart with them; elsewhere a smoothed value lies within the raw ones around it.
+export function yExtent(raw, smoothed, ignoreOutliers) {
+  return ignoreOutliers ? extent(raw, true) : extent(raw.concat(smoothed), false);
+}
+
 export function bounds(values) {
   let lo = Infinity, hi = -Infinity;
   for (const v of values) { if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; } }
