@@ -590,6 +590,7 @@ def _has_settings(view) -> None:
     expect(view.locator(".jsv-chart[data-tag='epoch_loss']")).to_have_count(0)
     loss = view.locator(".jsv-chart[data-tag='loss']")
     expect(loss).to_have_attribute("data-zoomed", "true")
+    loss.scroll_into_view_if_needed()               # drawn on screen (its scale: as drawn)
     expect(loss).to_have_attribute("data-yscale", "log")
     expect(loss).to_have_attribute("data-xaxis", SETTINGS["xAxis"])
     assert view.locator(".jsv-history").evaluate("d => d.open") is False
@@ -747,6 +748,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     expect(tags).to_have_text(["epoch_loss", "global_step/sec", "loss"])
     for theme in ("light", "dark", "high-contrast"):
         if theme != "light":
+            chart.scroll_into_view_if_needed()      # charts are drawn on screen only
             draws = int(chart.get_attribute("data-draws"))
             _theme(page, theme)
             page.wait_for_function(f"e => Number(e.dataset.draws) > {draws}",
@@ -1268,10 +1270,12 @@ def _series(page, model, parts):
 
 
 def _mount(page, name, state=None, settings=None):
+    # A key of its own, as each panel has (the views of one model share what the key names).
+    state = dict(state or MODULE_STATE, key=name)
     page.evaluate("""([name, state, settings]) => {
         window[name] = makeModel({state, settings, compare: false, runs: ["fit"]});
         window[name + "View"] = mount(window[name]);
-    }""", [name, state or MODULE_STATE, settings or {}])
+    }""", [name, state, settings or {}])
     return page.locator(".jsv-view").last
 
 
@@ -1288,21 +1292,31 @@ def test_values_read_in_the_charts_as_python_writes_them(module_page):
     page.evaluate("numbersView.destroy()")
 
 
-def test_only_the_charts_whose_points_changed_are_drawn_again(module_page):
+def test_only_the_charts_on_screen_whose_points_changed_are_drawn_again(module_page):
+    """Of 41 charts, those on screen are drawn; then only the one whose points changed; one
+    below is drawn when it comes into view (its points counted and its title written
+    meanwhile)."""
     page = module_page
     view = _mount(page, "many")
     tags = [f"m{i:02d}" for i in range(41)]
     _series(page, "many", [(tag, 1, 0, [1.0, 2.0], [1.0, 0.5], [1e9, 1e9 + 1]) for tag in tags])
+
     def draws():
         counts = view.locator(".jsv-chart").evaluate_all("cs => cs.map(c => c.dataset.draws)")
-        return dict(zip(tags, (int(d) for d in counts)))
+        return dict(zip(tags, (int(d or 0) for d in counts)))
 
     before = draws()
+    assert before["m01"] == 1 and before["m40"] == 0, before
     for k in range(5):   # five pushes of one tag's newest point
-        _series(page, "many", [("m07", 1, 2 + k, [3.0 + k], [0.25], [1e9 + 2 + k])])
+        _series(page, "many", [("m01", 1, 2 + k, [3.0 + k], [0.25], [1e9 + 2 + k])])
     after = draws()
-    assert {tag for tag in tags if after[tag] != before[tag]} == {"m07"}
-    assert view.locator(".jsv-chart[data-tag='m07']").get_attribute("data-points") == "7"
+    assert {tag for tag in tags if after[tag] != before[tag]} == {"m01"}
+    assert view.locator(".jsv-chart[data-tag='m01']").get_attribute("data-points") == "7"
+    below = view.locator(".jsv-chart[data-tag='m40']")
+    assert below.get_attribute("data-points") == "2" and below.get_attribute("data-draws") is None
+    expect(below.locator(".jsv-chart-value")).to_have_text("m40 = 0.5 (step 2)")
+    below.scroll_into_view_if_needed()
+    expect(below).to_have_attribute("data-draws", "1")
     page.evaluate("manyView.destroy()")
 
 
@@ -1482,7 +1496,7 @@ def test_many_tags_a_regex_filter_groups_by_prefix_and_compact_best_values(modul
     view.locator(".jsv-filter input").fill("")
     # A closed group draws nothing until it opens again; the view keeps it closed.
     view.locator(".jsv-group[data-group='train'] > summary").click()
-    page.wait_for_function("tags.traits.settings.closedGroups.join() === 'train'")
+    page.wait_for_function("(tags.traits.settings.closedGroups || []).join() === 'train'")
     chart = view.locator(".jsv-chart[data-tag='train/m03']")
     draws = chart.get_attribute("data-draws")
     _series(page, "tags", [("train/m03", 1, 2, [3.0], [0.25], [1e9 + 2])])
@@ -1720,3 +1734,56 @@ def test_hostile_and_huge_user_text_stays_in_its_box(module_page):
     assert info.value.suggested_filename == f"fit-{arabic}.csv"
     view.screenshot(path=str(ARTIFACTS / "module-hostile-text.png"))
     page.evaluate("hostileView.destroy()")
+
+
+def test_hundreds_of_tags_answer_a_click_at_once(module_page):
+    """500 tags of 200 points: the charts on screen are drawn, not the others; a click on log
+    scale takes under half a second, and so does clearing a filter that kept one tag."""
+    page = module_page
+    view = _mount(page, "five")
+    steps = [float(s) for s in range(200)]
+    walls = [1e9 + s for s in steps]
+    tags = [f"t{i:03d}" for i in range(500)]
+    _series(page, "five", [(tag, 1, 0, steps, [1.0 + (s * (i + 1)) % 7 for s in steps], walls)
+                           for i, tag in enumerate(tags)])
+    expect(view.locator(".jsv-chart")).to_have_count(500)
+    drawn = view.locator(".jsv-chart[data-draws]").count()
+    assert 2 <= drawn <= 20, drawn                       # those on screen
+    clicked = page.evaluate("""(v) => {
+        const started = performance.now();
+        v.querySelector('.jsv-log input').click();
+        return performance.now() - started;
+    }""", view.element_handle())
+    assert clicked < 500, clicked
+    assert view.locator(".jsv-chart[data-yscale='log']").count() == drawn
+    view.locator(".jsv-filter input").fill("^t250$")
+    expect(view.locator(".jsv-chart")).to_have_count(1)
+    cleared = page.evaluate("""(v) => {
+        const box = v.querySelector('.jsv-filter input'), started = performance.now();
+        box.value = '';
+        box.dispatchEvent(new Event('input'));
+        return performance.now() - started;
+    }""", view.element_handle())
+    assert cleared < 500, cleared
+    expect(view.locator(".jsv-chart")).to_have_count(500)
+    page.evaluate("fiveView.destroy()")
+
+
+def test_busy_only_when_the_kernel_says_a_cell_runs(module_page):
+    """A kernel heard from (its beats) whose answer is late is not "busy"; its own word that a
+    cell runs is."""
+    page = module_page
+    view = _mount(page, "word")
+    page.evaluate("() => word.emit({type: 'answer', id: word.sent.at(-1).id, parts: []}, [])")
+    expect(view).to_have_attribute("data-jsv-health", "alive")
+    page.evaluate("() => { window.beats = setInterval(() => word.emit({type: 'beat'}), 50); }")
+    asked = page.evaluate("word.sent.length")
+    # Unanswered past dead_after_ms (600 ms): the request goes out again.
+    page.wait_for_function(f"word.sent.length > {asked}")
+    assert view.get_attribute("data-jsv-health") == "alive"
+    expect(view.locator(".jsv-busy")).to_be_hidden()
+    page.evaluate("word.emit({type: 'busy'})")
+    expect(view.locator(".jsv-busy")).to_be_visible()
+    page.evaluate("word.emit({type: 'idle'})")
+    expect(view.locator(".jsv-busy")).to_be_hidden()
+    page.evaluate("() => { clearInterval(window.beats); wordView.destroy(); }")

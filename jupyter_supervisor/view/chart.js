@@ -191,14 +191,33 @@ export class Chart {
                            window.devicePixelRatio || 1]);
   }
 
-  // Draws if anything drawn changed; true if it drew.
-  update() {
+  // Draws if anything drawn changed; true if it drew. Off screen (`onScreen` false) it only
+  // says how many points and runs it holds, and is drawn when the View calls it on screen.
+  update(onScreen = true) {
+    if (!onScreen) {
+      this.count();
+      return false;
+    }
     const key = this.drawKey();
     if (key === this.drawn) return false;
     this.draw();
     this.drawn = key;
     this.el.dataset.draws = String(Number(this.el.dataset.draws || 0) + 1);
     return true;
+  }
+
+  // Its title (text a search of the page finds) and the points and runs it would draw (as
+  // attributes), without drawing: draw writes them too.
+  count() {
+    const hidden = this.host.options.hiddenRuns || [];
+    const lines = this.host.runNames().filter((run) => !hidden.includes(run)).map(
+      (run) => ({run, series: this.host.series(run, this.tag)})).filter(
+      (l) => l.series && l.series.steps.length);
+    this.writeTitle(lines, digitsOf(this.host));
+    const d = this.el.dataset, runs = lines.map((l) => l.run).join(",");
+    const points = String(lines.reduce((n, l) => n + l.series.steps.length, 0));
+    const said = {points, runs, xaxis: this.host.options.xAxis, zoomed: String(!!this.zoom)};
+    for (const [key, value] of Object.entries(said)) if (d[key] !== value) d[key] = value;
   }
 
   // The chart's text alternative: its tag, and for each curve its last value and its range.
@@ -286,8 +305,8 @@ export class Chart {
     });
     setText(this.titleValue, newest.length ? "= " + newest.join(", ") : "");
     const nonFinite = nonFiniteText(lines);
-    this.nonFinite.textContent = nonFinite ? ` · ${nonFinite}` : "";
-    this.el.dataset.nonfinite = nonFinite;
+    setText(this.nonFinite, nonFinite ? ` · ${nonFinite}` : "");
+    if (this.el.dataset.nonfinite !== nonFinite) this.el.dataset.nonfinite = nonFinite;
   }
 
   // Domains (x in data units, y in the scale's: log10 of the value on a log axis) and ticks.

@@ -56,6 +56,26 @@ export function syncList(parent, items, tag) {
   });
 }
 
+// Makes the list `list` show `items` (strings; null: its fold, an item holding a button that
+// calls `fold.toggle` and that `fold.write(button)` labels), reusing the items it has.
+export function syncFolded(list, items, fold) {
+  while (list.children.length > items.length) list.lastElementChild.remove();
+  items.forEach((text, i) => {
+    let item = list.children[i];
+    if (!item || item.classList.contains("jsv-fold") !== (text === null)) {
+      const made = el("li", text === null ? "jsv-fold" : "");
+      if (text === null) {
+        const button = el("button", "jsv-fold-button");
+        button.addEventListener("click", () => fold.toggle());
+        made.append(button);
+      }
+      if (item) item.replaceWith(made); else list.append(made);
+      item = made;
+    }
+    if (text === null) fold.write(item.firstElementChild); else setText(item, text);
+  });
+}
+
 // Makes `parent` hold the items of `keys` in their order (`made`: key -> element or Chart),
 // creating what is missing and removing what is gone; the others stay where they are.
 export function syncChildren(parent, made, keys, make) {

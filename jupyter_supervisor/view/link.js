@@ -24,8 +24,9 @@
 //   tag} for a download.
 // A part that does not fit what a view holds (a push it missed) is skipped and the link asks at
 // once. The health is "gone" when the requests went unanswered and nothing came for
-// timing.dead_after_ms, and "busy" when they wait while the kernel is heard from or runs a cell
-// (comm messages wait for the running cell where the frontend has no kernel subshells).
+// timing.dead_after_ms, and "busy" when they wait while the kernel said a cell runs (comm
+// messages wait for the running cell where the frontend has no kernel subshells); a kernel
+// heard from whose answer is late is "alive".
 
 const DEFAULT_TIMING = {pull_ms: 2000, beat_ms: 1000, dead_after_ms: 8000};
 let seriesVersions = 0;
@@ -249,8 +250,8 @@ class Link {
     if (changed.size) this.notify("series", changed);
   }
 
-  // Asks when due, and says how the kernel is: alive (it answers), busy (it is heard from or
-  // runs a cell, but does not answer), gone (nothing for dead_after_ms).
+  // Asks when due, and says how the kernel is: alive (it answers, or is heard from), busy (it
+  // said a cell runs, and does not answer), gone (nothing for dead_after_ms).
   check() {
     const t = this.timing(), now = Date.now();
     if (!document.hidden && !this.noKernel) {
@@ -263,8 +264,10 @@ class Link {
     let health = this.health;
     if (waiting <= t.dead_after_ms / 2) {
       health = this.answered === null ? "waiting" : "alive";
-    } else if (this.cellRunning || quiet <= t.dead_after_ms) {
-      health = this.answered === null && !this.cellRunning ? "waiting" : "busy";
+    } else if (this.cellRunning) {
+      health = "busy";   // only the kernel's own word says that a cell holds it
+    } else if (quiet <= t.dead_after_ms) {
+      health = this.answered === null ? "waiting" : "alive";   // heard from: a late answer
     } else if (waiting > t.dead_after_ms) {
       health = "gone";
     }

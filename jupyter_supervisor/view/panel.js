@@ -12,7 +12,7 @@
 
 import {X_AXES, formatPercent} from "./scales.js";
 import {
-  el, keepShortcutsOff, setText, setUserText, showIf, syncChildren, syncList, userEl
+  el, keepShortcutsOff, setText, setUserText, showIf, syncChildren, syncFolded, syncList, userEl
 } from "./dom.js";
 import {readTheme, watchTheme} from "./theme.js";
 import {Chart, legendItems} from "./chart.js";
@@ -30,6 +30,8 @@ const HEADER_PARTS = [["step", "jsv-step"], ["rate", "jsv-rate"], ["position", "
 const DEFAULT_SETTINGS = {log: false, smoothing: 0.6, xAxis: "step", ignoreOutliers: true,
                           hidden: [], hiddenRuns: [], zoom: {}, timeline: true, filter: "",
                           closedGroups: [], notify: false};
+// How far outside the window a chart counts as on screen, in pixels (drawn before it shows).
+const NEAR_PX = 200;
 // The settings the charts read as host.options (chart.js).
 const CHART_OPTIONS = ["log", "smoothing", "xAxis", "ignoreOutliers", "hiddenRuns"];
 
@@ -52,6 +54,13 @@ class View {
     // Also when the view is first attached to the page: a detached element has no theme yet.
     this.resize = new ResizeObserver(() => { this.readTheme(); this.updateCharts(); });
     this.resize.observe(this.chartsEl);
+    // A chart that comes into view is drawn then (updateCharts draws those on screen only).
+    this.seen = new IntersectionObserver((entries) => {
+      for (const entry of entries) {
+        if (entry.isIntersecting) this.chartOf.get(entry.target)?.update();
+      }
+    }, {rootMargin: `${NEAR_PX}px`});
+    this.chartOf = new WeakMap();
     this.unwatchTheme = watchTheme(() => this.readTheme());
     this.restoreShortcuts = keepShortcutsOff(root);
     this.applySettings();
@@ -298,37 +307,22 @@ class View {
   renderTimeline(s) {
     const lines = (s.timeline || []).map(([when, text]) => `${when}  ${text}`);
     const hidden = Math.max(0, lines.length - (s.timeline_shown || lines.length));
-    const dropped = s.timeline_dropped || 0;
-    const items = hidden || dropped
-      ? [lines[0], null, ...lines.slice(this.timelineAll ? 1 : 1 + hidden)] : lines;
-    const list = this.timelineEl;
-    while (list.children.length > items.length) list.lastElementChild.remove();
-    items.forEach((text, i) => {
-      let item = list.children[i];
-      if (!item || item.classList.contains("jsv-fold") !== (text === null)) {
-        const made = text === null ? this.foldItem() : el("li");
-        if (item) item.replaceWith(made); else list.append(made);
-        item = made;
-      }
-      if (text !== null) { setText(item, text); return; }
-      const button = item.firstElementChild, open = !!this.timelineAll && hidden > 0;
-      const count = (n) => `${n.toLocaleString("en-US")} earlier event${n === 1 ? "" : "s"}`;
-      setText(button, open ? `fold the ${count(hidden)}` +
-        (dropped ? ` (${dropped.toLocaleString("en-US")} more not kept)` : "")
-        : `… ${count(hidden + dropped)}`);
-      button.disabled = !hidden;
-      button.setAttribute("aria-expanded", String(open));
+    const dropped = s.timeline_dropped || 0, open = !!this.timelineAll && hidden > 0;
+    const count = (n) => `${n.toLocaleString("en-US")} earlier event${n === 1 ? "" : "s"}`;
+    syncFolded(this.timelineEl, hidden || dropped
+      ? [lines[0], null, ...lines.slice(open ? 1 : 1 + hidden)] : lines, {
+      toggle: () => {
+        this.timelineAll = !this.timelineAll;
+        this.renderTimeline(this.link.state);
+      },
+      write: (button) => {
+        setText(button, open ? `fold the ${count(hidden)}` +
+          (dropped ? ` (${dropped.toLocaleString("en-US")} more not kept)` : "")
+          : `… ${count(hidden + dropped)}`);
+        button.disabled = !hidden;
+        button.setAttribute("aria-expanded", String(open));
+      },
     });
-  }
-
-  foldItem() {
-    const item = el("li", "jsv-fold"), button = el("button", "jsv-fold-button");
-    button.addEventListener("click", () => {
-      this.timelineAll = !this.timelineAll;
-      this.renderTimeline(this.link.state);
-    });
-    item.append(button);
-    return item;
   }
 
   // Without a kernel, what the last state said of the present is not said: the step rate, the
@@ -487,12 +481,19 @@ class View {
       syncChildren(group.box, group.charts, members, (tag) => {
         const chart = new Chart(this.host, tag);
         this.charts.set(tag, chart);
+        this.chartOf.set(chart.el, chart);
+        this.seen.observe(chart.el);
         return chart;
       });
     }
+    const kept = new Set(wanted);
     for (const [tag, chart] of this.charts) {
-      if (!wanted.includes(tag)) this.charts.delete(tag);
-      else chart.zoom = settings.zoom[tag] || null;
+      if (kept.has(tag)) {
+        chart.zoom = settings.zoom[tag] || null;
+      } else {
+        this.charts.delete(tag);
+        this.seen.unobserve(chart.el);
+      }
     }
     this.updateCharts();
   }
@@ -537,14 +538,23 @@ class View {
     return chip;
   }
 
-  // Draws the charts whose points or settings changed; those of a closed group when it opens.
+  // Draws the charts on screen whose points or settings changed (those of a closed group when
+  // it opens); the others count their points and are drawn when they come into view, so that
+  // a view of hundreds of tags answers a click at once. Where each chart is, is read first,
+  // all in one layout.
   updateCharts() {
     const started = performance.now();
-    let drawn = 0;
+    const open = [];
     for (const group of this.groups.values()) {
-      if (group.el.open === false) continue;
-      for (const chart of group.charts.values()) if (chart.update()) drawn += 1;
+      if (group.el.open !== false) open.push(...group.charts.values());
     }
+    const bottom = window.innerHeight + NEAR_PX;
+    const near = open.map((chart) => {
+      const r = chart.el.getBoundingClientRect();
+      return r.width > 0 && r.bottom > -NEAR_PX && r.top < bottom;
+    });
+    let drawn = 0;
+    open.forEach((chart, i) => { if (chart.update(near[i])) drawn += 1; });
     if (drawn) this.chartsEl.dataset.drawMs = String(performance.now() - started);
   }
 
@@ -569,6 +579,7 @@ class View {
     this.link.detach(this);
     this.unwatchTheme();
     this.resize.disconnect();
+    this.seen.disconnect();
     this.restoreShortcuts();
     this.model.off("change:settings", this.onSettings);
     for (const chart of this.charts.values()) chart.remove();
