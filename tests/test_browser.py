@@ -32,6 +32,9 @@ server for its test alone; the session's Chromium, with a context of its own for
 on failure); with JSV_UPDATE_DOCS=1 the finished run's screenshot also becomes docs/panel.png,
 the README's picture.
 """
+import csv
+import io
+import json
 import os
 import re
 import shutil
@@ -353,6 +356,7 @@ def _has_settings(view) -> None:
     expect(view.locator(".jsv-chart[data-tag='epoch_loss']")).to_have_count(0)
     loss = view.locator(".jsv-chart[data-tag='loss']")
     expect(loss).to_have_attribute("data-zoomed", "true")
+    loss.scroll_into_view_if_needed()               # drawn on screen (its scale: as drawn)
     expect(loss).to_have_attribute("data-yscale", "log")
     expect(loss).to_have_attribute("data-xaxis", SETTINGS["xAxis"])
     assert view.locator(".jsv-history").evaluate("d => d.open") is False
@@ -454,6 +458,10 @@ def _ended_record(saved, notebook, name, heading, label) -> None:
         assert data["image/png"] and "data:image/png;base64," in data["text/html"]
 
 
+SAVED_WHILE_RUNNING = (r"<strong>fin \| saved while running, at step [\d,]+ "
+                       r"\(\d{4}-\d\d-\d\d \d\d:\d\d\) \| ")
+
+
 def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     open_notebook(page, lab)
     assert lab.kernel_names() == [KERNEL_NAME]
@@ -506,6 +514,7 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     expect(tags).to_have_text(["epoch_loss", "global_step/sec", "loss"])
     for theme in ("light", "dark", "high-contrast"):
         if theme != "light":
+            chart.scroll_into_view_if_needed()      # charts are drawn on screen only
             draws = int(chart.get_attribute("data-draws"))
             _theme(page, theme)
             page.wait_for_function(f"e => Number(e.dataset.draws) > {draws}",
@@ -561,6 +570,13 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
 
     _by_keyboard(page, live)
 
+    # Saved while "fin" runs: its record says when that was true, never "running" alone; the
+    # file of that save and nbconvert's page of it still say so after fin ended (below).
+    notebook = saved.save(page, "running")
+    [fin_record] = saved.records(notebook, "fin")
+    assert re.search(SAVED_WHILE_RUNNING, fin_record["text/html"]), fin_record["text/plain"]
+    assert re.match(SAVED_WHILE_RUNNING.replace("<strong>", ""), fin_record["text/plain"])
+
     # Two runs in one chart: a legend, and one readout line per run.
     comparison = page.locator(".jsv-compare")
     expect(comparison.locator(".jsv-legend-item")).to_have_text(["fin", "cmd"])
@@ -610,6 +626,8 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
         exported = saved.exported(label)
         assert f"<strong>{heading}" in exported, (label, name)
     assert "ValueError: boom at the batch the test chose" in saved.exported("failed")
+    assert re.search(SAVED_WHILE_RUNNING, saved.exported("running"))
+    assert "fin | running" not in saved.exported("running")
 
     # Reopened (a view made anew): what the user set, the timeline and every point are back.
     page.reload()
@@ -665,6 +683,9 @@ def _drive(page, lab, root: Path, flags: Path, saved: Saved) -> None:
     _shot(page, live, "panel-kernel-gone-dark.png")
     _theme(page, "light")
     _shot(page, live, "panel-kernel-gone-light.png")
+    # Once, though the page shows two views of live (each view checks 4 times a second).
+    assert page.evaluate("window.jsvShown.filter((t) => t === 'live: kernel gone')") == [
+        "live: kernel gone"]
 
     # Reopened without the kernel that ran it: no "model not found"; each record shows what
     # the run came to.
@@ -720,6 +741,9 @@ def _by_keyboard(page, live) -> None:
     expect(live.locator(".jsv-filter input")).to_be_focused()
     page.keyboard.type("^loss$")                      # letters: command mode's keys too
     expect(live.locator(".jsv-chart")).to_have_count(1)
+    _escape_keeps_the_filter(page, live, "^loss$")
+    live.locator(".jsv-filter input").focus()
+    page.keyboard.press("End")
     for _ in range(6):
         page.keyboard.press("Backspace")
     expect(live.locator(".jsv-chart")).to_have_count(3)
@@ -760,6 +784,21 @@ def _by_keyboard(page, live) -> None:
     assert cells.count() == count
     assert page.evaluate("Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'))"
                          ".findIndex(c => c.classList.contains('jp-mod-active'))") == active
+
+
+def _escape_keeps_the_filter(page, live, typed):
+    """Escape in the tag filter keeps what was typed (a search field would empty itself) and
+    gives the focus back to the notebook, in command mode; the filter is the view's setting."""
+    box = live.locator(".jsv-filter input")
+    expect(box).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(box).to_have_value(typed)
+    expect(box).not_to_be_focused()
+    # The cell of the panel, in command mode: the notebook's keys act from there.
+    assert live.evaluate("(p) => document.activeElement === p.closest('.jp-Cell') && "
+                         "p.closest('.jp-Cell').classList.contains('jp-mod-active')")
+    expect(page.locator(".jp-Notebook.jp-mod-commandMode")).to_have_count(1)
+    expect(live.locator(".jsv-filter-count")).to_contain_text(" of ")
 
 
 # Notebook 7: the same front end, in Notebook's page, where the kernel's messages from background
@@ -842,6 +881,27 @@ def test_without_pushes_and_subshells_in_notebook_7(lab, chromium, tmp_path):
         page.keyboard.press("Tab")
         page.keyboard.press("ArrowDown")
         expect(chart).to_have_attribute("data-xaxis", "relative")
+        live.locator(".jsv-filter input").focus()
+        page.keyboard.type("loss")
+        _escape_keeps_the_filter(page, live, "loss")
+
+        # The live run's cell run again (as after reopening the notebook without its
+        # outputs): its panel again, saying the run goes on, not an error.
+        live_cell = cells.nth(3)
+        live_cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        expect(live_cell.locator(".jp-OutputArea-output",
+                                 has_text="and goes on: this cell did not start it again"
+                                 )).to_be_visible()
+        expect(live_cell.locator(".jp-OutputArea-output",
+                                 has_text="%supervise stop live")).to_be_visible()
+        expect(live_cell.locator(".jsv-status")).to_have_text("running")
+        assert live_cell.locator(".jp-OutputArea-output.jp-RenderedText[data-mime-type="
+                                 "'application/vnd.jupyter.stderr']").count() == 0
+        step = int(live.locator(".jsv-step").get_attribute("data-step"))
+        page.wait_for_function(f"s => Number(s.dataset.step) > {step}",
+                               arg=live.locator(".jsv-step").element_handle())
+        _shot(page, live_cell, "notebook7-cell-run-again.png")
 
         # A foreground cell: the requests wait for it, the view says the kernel is busy
         # (not gone), and updates again once the cell ended.
@@ -894,29 +954,45 @@ MODULE_HARNESS = """async ([source, css]) => {
     const url = URL.createObjectURL(new Blob([source], {type: "text/javascript"}));
     const render = (await import(url)).default.render;
     window.makeModel = (traits) => {
-        const handlers = {};
-        const fire = (event, ...args) => (handlers[event] || []).slice().forEach((f) => f(...args));
+        const handlers = {};   // event -> [[listener, the view's context]]
+        const fire = (event, ...args) => (handlers[event] || []).slice().forEach(
+            ([f]) => f(...args));
         return {traits, sent: [], saved: 0,
             get: (k) => traits[k],
             set(k, v) { traits[k] = v; fire("change:" + k); },
-            on: (event, f) => (handlers[event] = handlers[event] || []).push(f),
-            off: (event, f) => {
-                handlers[event] = (handlers[event] || []).filter((g) => g !== f);
+            on: (event, f, context) => (handlers[event] = handlers[event] || []).push(
+                [f, context]),
+            off: (event, f, context) => {
+                for (const e of event ? [event] : Object.keys(handlers)) {
+                    handlers[e] = (handlers[e] || []).filter(([g, c]) =>
+                        (f && g !== f) || (context !== undefined && c !== context));
+                }
             },
             send(msg) { this.sent.push(msg); },
             save_changes() { this.saved += 1; },
-            emit(msg, arrays) {   // a custom message from the kernel
-                const data = new Float64Array(arrays ? arrays.flat() : []);
-                fire("msg:custom", msg, [new DataView(data.buffer)]);
+            emit(msg, arrays, band) {   // a custom message from the kernel
+                const wide = new Float64Array(arrays ? arrays.flat() : []);
+                const narrow = new Float32Array(band ? band.flat() : []);
+                const bytes = new Uint8Array(wide.byteLength + narrow.byteLength);
+                bytes.set(new Uint8Array(wide.buffer));
+                bytes.set(new Uint8Array(narrow.buffer), wide.byteLength);
+                fire("msg:custom", msg, [new DataView(bytes.buffer)]);
             },
             change(k, v) { traits[k] = v; fire("change:" + k); }};
     };
+    // As anywidget renders a view: with a model of its own (a proxy of the widget's model,
+    // whose listeners go with the view).
     window.mount = (model) => {
         const el = document.createElement("div");
         el.style.width = "900px";
         document.body.append(el);
-        const destroy = render({model, el});
-        return {el, destroy: () => { destroy(); el.remove(); }};
+        const context = {};
+        const proxy = {get: (k) => model.get(k), set: (k, v) => model.set(k, v),
+                       save_changes: () => model.save_changes(), send: (m) => model.send(m),
+                       on: (e, f) => model.on(e, f, context),
+                       off: (e, f) => model.off(e, f, context)};
+        const destroy = render({model: proxy, el});
+        return {el, destroy: () => { destroy(); model.off(null, null, context); el.remove(); }};
     };
 }"""
 
@@ -958,10 +1034,12 @@ def _series(page, model, parts):
 
 
 def _mount(page, name, state=None, settings=None):
+    # A key of its own, as each panel has (the views of one model share what the key names).
+    state = dict(state or MODULE_STATE, key=name)
     page.evaluate("""([name, state, settings]) => {
         window[name] = makeModel({state, settings, compare: false, runs: ["fit"]});
         window[name + "View"] = mount(window[name]);
-    }""", [name, state or MODULE_STATE, settings or {}])
+    }""", [name, state, settings or {}])
     return page.locator(".jsv-view").last
 
 
@@ -978,21 +1056,31 @@ def test_values_read_in_the_charts_as_python_writes_them(module_page):
     page.evaluate("numbersView.destroy()")
 
 
-def test_only_the_charts_whose_points_changed_are_drawn_again(module_page):
+def test_only_the_charts_on_screen_whose_points_changed_are_drawn_again(module_page):
+    """Of 41 charts, those on screen are drawn; then only the one whose points changed; one
+    below is drawn when it comes into view (its points counted and its title written
+    meanwhile)."""
     page = module_page
     view = _mount(page, "many")
     tags = [f"m{i:02d}" for i in range(41)]
     _series(page, "many", [(tag, 1, 0, [1.0, 2.0], [1.0, 0.5], [1e9, 1e9 + 1]) for tag in tags])
+
     def draws():
         counts = view.locator(".jsv-chart").evaluate_all("cs => cs.map(c => c.dataset.draws)")
-        return dict(zip(tags, (int(d) for d in counts)))
+        return dict(zip(tags, (int(d or 0) for d in counts)))
 
     before = draws()
+    assert before["m01"] == 1 and before["m40"] == 0, before
     for k in range(5):   # five pushes of one tag's newest point
-        _series(page, "many", [("m07", 1, 2 + k, [3.0 + k], [0.25], [1e9 + 2 + k])])
+        _series(page, "many", [("m01", 1, 2 + k, [3.0 + k], [0.25], [1e9 + 2 + k])])
     after = draws()
-    assert {tag for tag in tags if after[tag] != before[tag]} == {"m07"}
-    assert view.locator(".jsv-chart[data-tag='m07']").get_attribute("data-points") == "7"
+    assert {tag for tag in tags if after[tag] != before[tag]} == {"m01"}
+    assert view.locator(".jsv-chart[data-tag='m01']").get_attribute("data-points") == "7"
+    below = view.locator(".jsv-chart[data-tag='m40']")
+    assert below.get_attribute("data-points") == "2" and below.get_attribute("data-draws") is None
+    expect(below.locator(".jsv-chart-value")).to_have_text("m40 = 0.5 (step 2)")
+    below.scroll_into_view_if_needed()
+    expect(below).to_have_attribute("data-draws", "1")
     page.evaluate("manyView.destroy()")
 
 
@@ -1172,7 +1260,7 @@ def test_many_tags_a_regex_filter_groups_by_prefix_and_compact_best_values(modul
     view.locator(".jsv-filter input").fill("")
     # A closed group draws nothing until it opens again; the view keeps it closed.
     view.locator(".jsv-group[data-group='train'] > summary").click()
-    page.wait_for_function("tags.traits.settings.closedGroups.join() === 'train'")
+    page.wait_for_function("(tags.traits.settings.closedGroups || []).join() === 'train'")
     chart = view.locator(".jsv-chart[data-tag='train/m03']")
     draws = chart.get_attribute("data-draws")
     _series(page, "tags", [("train/m03", 1, 2, [3.0], [0.25], [1e9 + 2])])
@@ -1223,3 +1311,243 @@ def test_notifications_are_asked_for_by_a_click_and_tell_each_alert_once(module_
     button.click()                                          # off
     page.wait_for_function("bell.traits.settings.notify === false")
     page.evaluate("() => { bellView.destroy(); bellSecond.destroy(); delete window.Notification; }")
+
+
+def test_merged_points_have_a_band_and_the_download_holds_every_point(module_page, tmp_path):
+    """A merged point is drawn with its min/max band and read as a mean; a download asks the
+    kernel for every point of the tag and writes those (smoothed as drawn); without an answer,
+    the points drawn, and the chart says so."""
+    page = module_page
+    view = _mount(page, "full")
+    page.evaluate("""() => full.emit(
+        {type: "series", parts: [{run: "fit", tag: "loss", gen: 3, from: 0, n: 3, merged: true}]},
+        [[2, 4, 5], [0.75, 0.25, 0.125], [1e9 + 2, 1e9 + 4, 1e9 + 5]],
+        [[0.5, 0.125, 0.125], [1, 0.375, 0.125], [2, 2, 1]])""")
+    chart = view.locator(".jsv-chart")
+    expect(chart).to_have_attribute("data-band", "true")
+    chart.locator(".jsv-canvas-box").focus()
+    page.keyboard.press("Home")
+    expect(chart.locator(".jsv-readout")).to_contain_text("(mean of 2: 0.75, 0.5 to 1)")
+    page.keyboard.press("End")
+    expect(chart.locator(".jsv-readout")).to_contain_text("(raw 0.125)")
+    full = [[1, 2, 3, 4, 5], [0.5, 1.0, 0.375, 0.125, 0.125], [1e9 + 1, 1e9 + 2, 1e9 + 3,
+                                                                 1e9 + 4, 1e9 + 5]]
+    with page.expect_download() as info:
+        chart.locator(".jsv-download-csv").click()
+        page.wait_for_function("full.sent.some((m) => m.type === 'export')")
+        request = page.evaluate("full.sent.filter((m) => m.type === 'export').at(-1)")
+        assert request["tag"] == "loss"
+        page.evaluate("([id, points]) => full.emit({type: 'export', id, tag: 'loss', "
+                      "parts: [{run: 'fit', n: 5, merged: 0}]}, points)", [request["id"], full])
+    rows = list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text())))
+    assert [(int(r["step"]), float(r["value"]), float(r["wall_time"])) for r in rows] == list(
+        zip(*full))
+    smoothed, last = [], 0.0
+    for i, value in enumerate(full[1]):
+        last = last * 0.6 + 0.4 * value
+        smoothed.append(last / (1 - 0.6 ** (i + 1)))
+    assert [float(r["smoothed"]) for r in rows] == pytest.approx(smoothed, rel=1e-12)
+    expect(chart).to_have_attribute("data-exported", "full")
+    with page.expect_download() as info:   # nothing answers: the points drawn
+        chart.locator(".jsv-download-json").click()
+    assert [r["value"] for r in json.loads(Path(info.value.path()).read_text())] == [
+        0.75, 0.25, 0.125]
+    expect(chart).to_have_attribute("data-exported", "drawn")
+    expect(chart.locator(".jsv-chart-notice")).to_contain_text("the points drawn")
+    page.evaluate("fullView.destroy()")
+
+
+def test_x_tick_labels_read_apart_at_every_zoom_of_every_axis(module_page):
+    page = module_page
+    steps = [float(s) for s in range(2000, 2600)]
+    walls = [1_700_000_000.0 + 0.05 * i for i in range(len(steps))]   # 20 steps a second
+    view = _mount(page, "ticks")
+    _series(page, "ticks", [("loss", 1, 0, steps, [1.0 / s for s in steps], walls)])
+    chart = view.locator(".jsv-chart")
+    zooms = {"step": [[2000, 2600], [2330, 2470], [2390, 2412], [2400, 2405]],
+             "relative": [[0, 30], [4, 9], [5.1, 6.3], [5.5, 5.62]],
+             "wall": [[walls[0], walls[-1]], [walls[100], walls[110]], [walls[50], walls[52]]]}
+    for axis, ranges in zooms.items():
+        for x in ranges:
+            page.evaluate("([axis, x]) => ticks.change('settings', {xAxis: axis, "
+                          "zoom: {loss: {x, y: null}}})", [axis, x])
+            expect(chart).to_have_attribute("data-xaxis", axis)
+            labels = chart.get_attribute("data-x-ticks").split("|")
+            assert len(labels) >= 2 and len(set(labels)) == len(labels), (axis, x, labels)
+    page.evaluate("ticksView.destroy()")
+
+
+def test_a_long_timeline_shows_its_first_event_and_unfolds_what_it_folds(module_page):
+    page = module_page
+    lines = [["10:00:00", "started at step 0 (initialized)"]] + [
+        [f"10:{i:02d}:00", f"stopped at step {10 * i}"] for i in range(1, 20)]
+    view = _mount(page, "fold", dict(MODULE_STATE, timeline=lines, timeline_shown=12,
+                                     timeline_dropped=0))
+    items = view.locator(".jsv-timeline > li")
+    button = view.locator(".jsv-fold-button")
+    expect(items).to_have_count(13)
+    assert items.first.text_content() == "10:00:00  started at step 0 (initialized)"
+    expect(button).to_have_text("… 8 earlier events")
+    expect(button).to_have_attribute("aria-expanded", "false")
+    assert items.last.text_content() == "10:19:00  stopped at step 190"
+    button.click()
+    expect(items).to_have_count(21)
+    expect(button).to_have_text("fold the 8 earlier events")
+    assert items.nth(2).text_content() == "10:01:00  stopped at step 10"
+    button.press("Enter")                                        # by keyboard too
+    expect(items).to_have_count(13)
+    # What the kernel no longer keeps is counted; nothing to unfold then.
+    page.evaluate("s => fold.change('state', s)", dict(
+        MODULE_STATE, seq=2, timeline=lines[:5], timeline_shown=12, timeline_dropped=7))
+    expect(button).to_have_text("… 7 earlier events")
+    expect(button).to_be_disabled()
+    expect(items).to_have_count(6)
+    page.evaluate("s => fold.change('state', s)", dict(MODULE_STATE, seq=3, timeline=lines[:3]))
+    expect(items).to_have_count(3)
+    expect(button).to_have_count(0)
+    page.evaluate("foldView.destroy()")
+
+
+def test_escape_leaves_a_field_as_it_is_and_focuses_the_notebook(module_page):
+    """Escape in the tag filter (a search field, which Escape would empty) and in the x axis'
+    select keeps their value and gives the focus to the notebook's cell of the view; a setting is
+    written to the model only once the user changed it."""
+    page = module_page
+    view = _mount(page, "esc")
+    page.evaluate("""() => {
+        const notebook = document.createElement("div"), cell = document.createElement("div");
+        notebook.className = "jp-Notebook";
+        cell.className = "jp-Cell";
+        notebook.tabIndex = cell.tabIndex = -1;
+        document.body.append(notebook);
+        notebook.append(cell);
+        cell.append(escView.el);
+    }""")
+    _series(page, "esc", [(tag, 1, 0, [1.0, 2.0], [1.0, 0.5], [1e9, 1e9 + 1])
+                          for tag in ("acc", "loss")])
+    assert page.evaluate("esc.traits.settings") == {}          # nothing set, nothing kept
+    box = view.locator(".jsv-filter input")
+    box.focus()
+    page.keyboard.type("los")
+    expect(view.locator(".jsv-chart")).to_have_count(1)
+    page.keyboard.press("Escape")
+    expect(box).to_have_value("los")
+    expect(view.locator(".jsv-chart")).to_have_count(1)
+    assert page.evaluate("document.activeElement.className") == "jp-Cell"
+    assert page.evaluate("esc.traits.settings") == {"filter": "los"}
+    select = view.locator(".jsv-xaxis select")
+    select.focus()
+    page.keyboard.press("Escape")
+    expect(select).to_have_value("step")
+    assert page.evaluate("document.activeElement.className") == "jp-Cell"
+    view.locator(".jsv-log input").check()
+    assert page.evaluate("esc.traits.settings") == {"filter": "los", "log": True}
+    page.evaluate("escView.destroy(); document.querySelector('.jp-Notebook').remove()")
+
+
+RLO = "\u202e"
+
+
+def test_hostile_and_huge_user_text_stays_in_its_box(module_page):
+    """A right-to-left override in a run's or a tag's name reorders nothing around it; a
+    3,000-character name and a 400-character tag are clipped with an ellipsis (whole on hover),
+    nothing goes past the view's edge; a 60,000-character error scrolls in a bounded box; an
+    Arabic tag downloads under its own name."""
+    page = module_page
+    name = RLO + "run" + "n" * 3000
+    long_tag, arabic = "t" * 400, "خسارة"
+    error = "Traceback (most recent call last):\n" + "x" * 60_000 + "\nValueError: " + RLO + "bad"
+    view = _mount(page, "hostile", dict(MODULE_STATE, name=name, error=error, best=[
+        [RLO + "loss", "2.795 (min) at step 150"], [long_tag, "1 (min) at step 2"]]))
+    _series(page, "hostile", [(tag, 1, 0, [1.0, 2.0], [1.0, 0.5], [1e9, 1e9 + 1])
+                              for tag in (RLO + "loss", long_tag, arabic)])
+    # The header's parts, in their order on the screen: the override stays in the name.
+    lefts = page.evaluate("""(v) => ['.jsv-name', '.jsv-status', '.jsv-step', '.jsv-rate']
+        .map((s) => v.querySelector(s).getBoundingClientRect().left)""", view.element_handle())
+    assert lefts == sorted(lefts), lefts
+    # A chart's title: its tag, then its newest value, to the right or (a long tag) below.
+    value_after_tag = page.evaluate("""(v) => Array.from(v.querySelectorAll('.jsv-chart-title'))
+        .map((t) => {
+            const tag = t.querySelector('.jsv-chart-tag').getBoundingClientRect();
+            const value = t.querySelector('.jsv-chart-newest').getBoundingClientRect();
+            return value.left >= tag.right - 1 || value.top >= tag.bottom - 1;
+        })""", view.element_handle())
+    assert value_after_tag == [True, True, True]
+    best = view.locator(".jsv-best li").first
+    assert page.evaluate("""(li) => li.children[0].getBoundingClientRect().left <
+        li.children[1].getBoundingClientRect().left""", best.element_handle())
+    # Clipped, whole in the tooltip; nothing past the view's right edge.
+    for locator, text in ((view.locator(".jsv-name"), name),
+                          (view.locator(".jsv-tag", has_text="tttt"), long_tag),
+                          (view.locator(".jsv-chart-tag", has_text="tttt"), long_tag)):
+        assert locator.get_attribute("title") == text
+        assert locator.get_attribute("dir") == "auto"
+        assert locator.evaluate("e => getComputedStyle(e).textOverflow") == "ellipsis"
+        assert locator.evaluate("e => e.scrollWidth > e.clientWidth")   # it is cut
+    past = page.evaluate("""(v) => {
+        const edge = v.getBoundingClientRect().right;
+        return Array.from(v.querySelectorAll('*')).filter((e) => e.getClientRects().length &&
+            e.getBoundingClientRect().right > edge + 1).map((e) => e.className);
+    }""", view.element_handle())
+    assert past == [] and view.evaluate("v => v.scrollWidth <= v.clientWidth")
+    box = view.locator(".jsv-error-box pre")
+    assert box.evaluate("e => e.getBoundingClientRect().height") < 420
+    assert box.evaluate("e => e.scrollHeight > e.clientHeight")
+    with page.expect_download() as info:
+        view.locator(f".jsv-chart[data-tag='{arabic}'] .jsv-download-csv").click()
+    assert info.value.suggested_filename == f"fit-{arabic}.csv"
+    view.screenshot(path=str(ARTIFACTS / "module-hostile-text.png"))
+    page.evaluate("hostileView.destroy()")
+
+
+def test_hundreds_of_tags_answer_a_click_at_once(module_page):
+    """500 tags of 200 points: the charts on screen are drawn, not the others; a click on log
+    scale takes under half a second, and so does clearing a filter that kept one tag."""
+    page = module_page
+    view = _mount(page, "five")
+    steps = [float(s) for s in range(200)]
+    walls = [1e9 + s for s in steps]
+    tags = [f"t{i:03d}" for i in range(500)]
+    _series(page, "five", [(tag, 1, 0, steps, [1.0 + (s * (i + 1)) % 7 for s in steps], walls)
+                           for i, tag in enumerate(tags)])
+    expect(view.locator(".jsv-chart")).to_have_count(500)
+    drawn = view.locator(".jsv-chart[data-draws]").count()
+    assert 2 <= drawn <= 20, drawn                       # those on screen
+    clicked = page.evaluate("""(v) => {
+        const started = performance.now();
+        v.querySelector('.jsv-log input').click();
+        return performance.now() - started;
+    }""", view.element_handle())
+    assert clicked < 500, clicked
+    assert view.locator(".jsv-chart[data-yscale='log']").count() == drawn
+    view.locator(".jsv-filter input").fill("^t250$")
+    expect(view.locator(".jsv-chart")).to_have_count(1)
+    cleared = page.evaluate("""(v) => {
+        const box = v.querySelector('.jsv-filter input'), started = performance.now();
+        box.value = '';
+        box.dispatchEvent(new Event('input'));
+        return performance.now() - started;
+    }""", view.element_handle())
+    assert cleared < 500, cleared
+    expect(view.locator(".jsv-chart")).to_have_count(500)
+    page.evaluate("fiveView.destroy()")
+
+
+def test_busy_only_when_the_kernel_says_a_cell_runs(module_page):
+    """A kernel heard from (its beats) whose answer is late is not "busy"; its own word that a
+    cell runs is."""
+    page = module_page
+    view = _mount(page, "word")
+    page.evaluate("() => word.emit({type: 'answer', id: word.sent.at(-1).id, parts: []}, [])")
+    expect(view).to_have_attribute("data-jsv-health", "alive")
+    page.evaluate("() => { window.beats = setInterval(() => word.emit({type: 'beat'}), 50); }")
+    asked = page.evaluate("word.sent.length")
+    # Unanswered past dead_after_ms (600 ms): the request goes out again.
+    page.wait_for_function(f"word.sent.length > {asked}")
+    assert view.get_attribute("data-jsv-health") == "alive"
+    expect(view.locator(".jsv-busy")).to_be_hidden()
+    page.evaluate("word.emit({type: 'busy'})")
+    expect(view.locator(".jsv-busy")).to_be_visible()
+    page.evaluate("word.emit({type: 'idle'})")
+    expect(view.locator(".jsv-busy")).to_be_hidden()
+    page.evaluate("() => { clearInterval(window.beats); wordView.destroy(); }")

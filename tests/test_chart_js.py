@@ -147,6 +147,64 @@ def test_the_x_axes_and_smoothing():
                                                                            [2, 2, 2]]
 
 
+ZOOM_WIDTHS = [3e6, 2e5, 9000, 5000, 700, 130, 61, 12, 5, 2, 1.1, 0.5, 0.07, 0.004]
+
+
+@pytest.mark.parametrize("axis, centres", [
+    ("step", [2400, 2_412_345, 1_999_999_999, 37]),
+    ("relative", [29.7, 3725.0, 90_061.5, 7.0]),
+    ("wall", [1_700_003_617.3, 1_700_000_000.0, 1_700_086_399.9]),
+])
+def test_x_tick_labels_read_apart_at_every_zoom(axis, centres):
+    """At every zoom, from months to milliseconds, the x axis' labels are distinct: more digits
+    where ticks are closer than the format's resolution, fewer ticks only where none helps."""
+    ranges = [[max(0.0, c - w / 2), c + w / 2] for c in centres for w in ZOOM_WIDTHS]
+    got = _js(f"input.map(([lo, hi]) => xTickLabels({axis!r}, "
+              f"linearTicks(lo, hi, 5, {str(axis == 'step').lower()})))", ranges,
+              time_zone="UTC")
+    for (lo, hi), result in zip(ranges, got):
+        ticks, labels = result["ticks"], result["labels"]
+        assert len(set(labels)) == len(labels) == len(ticks), (axis, lo, hi, labels)
+        assert len(ticks) >= 2 or (axis == "step" and hi - lo < 5), (axis, lo, hi, labels)
+
+
+def test_x_tick_labels_keep_their_format_where_it_reads_apart():
+    """The issue's repeated labels, now apart; the usual zoom as before."""
+    def labels(axis, ticks):
+        return _js(f"xTickLabels({axis!r}, input).labels", ticks, time_zone="UTC")
+    assert labels("step", [2300, 2350, 2400, 2450, 2500]) == [
+        "2.3k", "2.35k", "2.4k", "2.45k", "2.5k"]
+    assert labels("step", [0, 500, 1000, 1500, 2000]) == ["0", "500", "1k", "1.5k", "2k"]
+    assert labels("relative", [29, 29.5, 30, 30.5, 31]) == [
+        "29.0 s", "29.5 s", "30.0 s", "30.5 s", "31.0 s"]
+    assert labels("relative", [3600, 3630, 3660]) == [
+        "1 h 00 min 00 s", "1 h 00 min 30 s", "1 h 01 min 00 s"]
+    assert labels("relative", [0, 60, 120]) == ["0 s", "1 min 00 s", "2 min 00 s"]
+    wall = 1_700_000_417.0   # 22:20:17 UTC
+    assert labels("wall", [wall, wall + 0.2, wall + 0.4]) == [
+        "22:20:17.0", "22:20:17.2", "22:20:17.4"]
+    assert labels("wall", [wall, wall + 86400, wall + 2 * 86400]) == [
+        "11-14 22:20:17", "11-15 22:20:17", "11-16 22:20:17"]
+    assert labels("wall", [wall, wall + 10, wall + 20]) == ["22:20:17", "22:20:27", "22:20:37"]
+
+
+def _is_125_step(ticks):
+    """Equally spaced ticks at the multiples of a step of 1, 2 or 5 times a power of ten."""
+    step = ticks[1] - ticks[0]
+    exponent = math.floor(math.log10(step) + 1e-9)
+    mantissa = step / 10 ** exponent
+    return (any(math.isclose(mantissa, m) for m in (1, 2, 5))
+            and all(math.isclose(b - a, step) for a, b in zip(ticks, ticks[1:]))
+            and all(math.isclose(t / step, round(t / step), abs_tol=1e-6) for t in ticks))
+
+
+def _is_125_log(ticks):
+    """Ticks at 1, 2 or 5 times powers of ten."""
+    def mantissa(t):
+        return t / 10 ** math.floor(math.log10(t) + 1e-9)
+    return all(any(math.isclose(mantissa(t), m) for m in (1, 2, 5)) for t in ticks)
+
+
 @pytest.mark.parametrize("lo, hi", [(0, 13.6), (0.00478, 0.00962), (-0.1, 0.3), (0, 1e6),
                                     (-3e-7, 5e-7), (1000.001, 1000.004), (0.99, 1.01)])
 def test_linear_ticks_are_1_2_5(lo, hi):
@@ -199,6 +257,22 @@ def test_the_y_range_leaves_outliers_out():
     assert _js("extent(input, true)", [math.nan, -math.inf]) is None
 
 
+def test_the_y_range_leaves_the_smoothed_lines_warm_up_out():
+    """A curve of 0.002-0.008 after a first loss of 13 (200 points), smoothed at 0.6: the
+    raw values leave 13 within a few steps, the smoothed line takes a dozen more. With those
+    values the band filled a fifth of the chart; left out as the raw outliers are, most of it.
+    With outliers kept, every value, smoothed ones too."""
+    rng = random.Random(0)
+    loss = [0.002 + 13 * math.exp(-i) + 0.006 * rng.random() for i in range(200)]
+    both, ignoring, keeping = _js(
+        "[extent(input.concat(smooth(input, 0.6)), true), "
+        "yExtent(input, smooth(input, 0.6), true), yExtent(input, smooth(input, 0.6), false)]",
+        loss)
+    assert 0.006 / (both[1] - both[0]) < 0.25          # what the chart did
+    assert 0.006 / (ignoring[1] - ignoring[0]) >= 0.8, ignoring
+    assert keeping == [min(loss), max(loss)]
+
+
 def _lines(*runs):
     """Curves as chart.js holds them: [{run, series: {steps, values, walls}, smoothed}]."""
     return [{"run": run, "series": {"steps": list(range(1, len(values) + 1)), "values": values,
@@ -248,6 +322,20 @@ def test_downloads_hold_every_point_exactly():
                 read = float(row[field])
                 assert read == want or (math.isnan(read) and math.isnan(want)), (field, row)
     assert records[2]["value"] == "nan" and records[4]["value"] == "inf"
+
+
+def test_download_names_keep_every_script_and_never_share_one():
+    tags = ["loss", "train/loss", "train_loss", "خسارة", "הפסד/אימון", "\u202eacc", "→ ★",
+            "!!!", "t" * 400, "t" * 400 + "b", "é"]
+    names = _js("input.tags.map((tag) => fileName('fit', tag, input.tags, 'csv'))",
+                {"tags": tags})
+    assert names == [
+        "fit-loss.csv", "fit-train_loss-1.csv", "fit-train_loss-2.csv", "fit-خسارة.csv",
+        "fit-הפסד_אימון.csv", "fit-acc.csv", "fit-tag-6.csv", "fit-tag-7.csv",
+        f"fit-{'t' * 60}-8.csv", f"fit-{'t' * 60}-9.csv", "fit-é.csv"]
+    assert len(set(names)) == len(names)
+    assert _js("[fileName('ריצה', 'x', ['x'], 'json'), fileName('a/b:c', 'x', ['x'], 'csv'), "
+               "fileName('//', 'x', ['x'], 'csv')]") == ["ריצה-x.json", "a_b_c-x.csv", "run-x.csv"]
 
 
 # Enough of a page for the front end's modules to load in node (what runs at their top).

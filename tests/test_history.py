@@ -51,7 +51,8 @@ def test_events_fill_the_snapshot():
     np.testing.assert_allclose(loss.values, [1.0, 1 / 11, 1 / 21, 1 / 31, 1 / 41])
     np.testing.assert_array_equal(loss.mins, loss.values)   # one point per bucket: no band
     np.testing.assert_array_equal(loss.maxs, loss.values)
-    steps, values, mins, maxs, walls, _generation = loss  # the contract's tuple form
+    steps, values, mins, maxs, walls, _generation, counts, merged = loss  # the tuple form
+    assert counts.tolist() == [1] * 5 and not merged
     assert not steps.flags.writeable and not values.flags.writeable
     assert walls.tolist() == [1000.0, 1010.0, 1020.0, 1030.0, 1040.0]   # each point's wall time
     assert [c.step for c in snap.checkpoints] == [45, 40]  # newest first

@@ -362,6 +362,28 @@ def test_second_live_run_on_a_logdir_or_name_is_refused(kernel, logdir):
             if r in ("other", name)] == [name]
 
 
+def test_the_cell_of_a_live_run_run_again_shows_it_and_says_it_goes_on(kernel, logdir):
+    """A person back at a notebook reopened without its outputs runs the cell of a run that
+    trains: its panel (the same widget as %supervise show), and how to stop or restart it;
+    neither an error nor a second run."""
+    kernel.model()
+    name = logdir.rsplit("/", 1)[-1]
+    cell = f"%%supervise --logdir {logdir}\n{LOOP}"
+    first = kernel.ok(cell)
+    kernel.wait_until(f"get_run({name!r}).status == 'running'", "the run")
+    again = kernel.ok(cell)
+    out = again.stream("stdout")
+    assert re.search(rf"Run {name!r} is running at step [\d,]+ and goes on", out), out
+    assert f"`%supervise stop {name}`" in out and "run this cell again" in out
+    views = [[d["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+              for d in reply.of_type("display_data")
+              if "application/vnd.jupyter.widget-view+json" in d["data"]]
+             for reply in (first, again)]
+    assert len(views[1]) == 1 and views[1] == views[0]      # one more view of its panel
+    assert kernel.value(f"[r.name for r in jupyter_supervisor.runs()].count({name!r})") == 1
+    assert kernel.value(run_expr(name, "status")) == "running"
+
+
 def test_error_in_body_fails_the_run_only(kernel, logdir):
     kernel.model()
     name = logdir.rsplit("/", 1)[-1]

@@ -122,17 +122,25 @@ def comm_log(monkeypatch):
     return log
 
 
-def decode(parts, buffer):
+def decode(parts, buffer, band=None):
     """The parts of a series message or answer as {(run, tag): (gen, from, steps, values,
-    walls)}, as link.js reads them."""
-    data = np.frombuffer(buffer, dtype="<f8")
-    out, at = {}, 0
+    walls)}, as link.js reads them; a merged part's band (mins, maxs, counts) goes into
+    ``band`` when given."""
+    wide = 8 * sum(3 * part["n"] for part in parts)
+    data = np.frombuffer(buffer[:wide], dtype="<f8")
+    narrow = np.frombuffer(buffer[wide:], dtype="<f4")
+    out, at, band_at = {}, 0, 0
     for part in parts:
         n = part["n"]
         steps, values, walls = (data[at + i * n:at + (i + 1) * n] for i in range(3))
         at += 3 * n
         out[(part["run"], part["tag"])] = (part["gen"], part["from"], steps, values, walls)
-    assert at == len(data)
+        if part.get("merged"):
+            if band is not None:
+                band[(part["run"], part["tag"])] = tuple(
+                    narrow[band_at + i * n:band_at + (i + 1) * n] for i in range(3))
+            band_at += 3 * n
+    assert at == len(data) and band_at == len(narrow)
     return out
 
 
@@ -211,6 +219,29 @@ def test_the_state_follows_every_transition_of_a_run(make_panel, clock):
     assert state["buttons"] == {"stop": False, "resume": True, "save": False}
     assert [text for _when, text in state["timeline"]] == [
         "started at step 0 (initialized)", "stop requested at step 100", "stopped at step 104"]
+
+
+def test_a_stall_replaces_the_rate_and_the_eta_until_the_steps_come_again(make_panel, clock):
+    panel, run = make_panel()
+    history = run.history
+    ready(history, step=0)
+    status(history, "running")
+    feed_training(history, clock, range(1, 101))          # 8 steps/s
+    panel.tick(force=True)
+    state = panel.widgets["view"].state
+    assert (state["rate"], state["eta"]) == ("8.0 steps/s", "ETA 1 min 52 s")
+    clock.now += 31                                        # no step for the floor's 30 s
+    history.note_step(100)
+    panel.tick(force=True)
+    state = panel.widgets["view"].state
+    assert state["label"].startswith("stalled since ") and state["stalled"]["step"] == 100
+    assert state["rate"] == state["eta"] == ""
+    assert "steps/s" not in text_status(run)
+    feed_training(history, clock, range(101, 121))        # steps again
+    panel.tick(force=True)
+    state = panel.widgets["view"].state
+    assert state["label"] == "running" and state["rate"].endswith("steps/s")
+    assert state["eta"].startswith("ETA ")
 
 
 def test_finished_at_max_steps_is_100_percent_without_an_eta(make_panel, clock):
@@ -540,6 +571,45 @@ def test_text_summary_tells_what_happened(clock):
         text_summary(run)
 
 
+def _stop_and_resume(history, clock, step):
+    """A stop at ``step`` and a resume from its checkpoint, as a run records them."""
+    status(history, "stopping")
+    history.on_event(events.Stopped(events.REQUESTED, None, step, WALL0 + clock.now))
+    status(history, "stopped")
+    clock.now += 1
+    status(history, "starting")
+    ready(history, step=step, restored_from=f"/logs/mnist/model.ckpt-{step}")
+    status(history, "running")
+
+
+@pytest.mark.parametrize("cycles", [10, 40])
+def test_the_timeline_keeps_its_first_event_and_counts_what_it_folds(clock, cycles):
+    """Ten stop/resume cycles: the first event, "… N earlier events", the newest; forty: more
+    than the history keeps, and what it let go of is counted too."""
+    history = make_history(clock)
+    run = FakeRun(history)
+    ready(history)
+    status(history, "running")
+    for cycle in range(cycles):
+        _stop_and_resume(history, clock, 10 * (cycle + 1))
+    every = 1 + 3 * cycles     # started, then per cycle: stop requested, stopped, resumed
+    snap = history.snapshot()
+    held = text.timeline(run, snap)
+    assert held[0][1] == "started at step 0 (initialized)"
+    assert len(held) + snap.events_dropped == every
+    assert (snap.events_dropped > 0) == (cycles == 40)
+    shown, count = text.folded(held, snap.events_dropped)
+    assert len(shown) == text.TIMELINE_SHOWN and count == every - text.TIMELINE_SHOWN
+    assert shown[-1][1] == f"resumed from model.ckpt-{10 * cycles} (step {10 * cycles:,})"
+    lines = text_summary(run, snap).splitlines()
+    first = next(i for i, line in enumerate(lines) if "started at step 0" in line)
+    assert lines[first + 1] == f"  … {count} earlier events"
+    state = text.panel_state(run, snap, elapsed=0.0, wall_now=WALL0)
+    assert [t for _, t in state["timeline"]] == [t for _, t in held]
+    assert (state["timeline_shown"], state["timeline_dropped"]) == (
+        text.TIMELINE_SHOWN, snap.events_dropped)
+
+
 def test_the_record_says_the_outcome_as_text_and_html(clock):
     history = make_history(clock)
     run = FakeRun(history, max_steps=500)
@@ -558,6 +628,16 @@ def test_the_record_says_the_outcome_as_text_and_html(clock):
     assert 'src="data:image/png;base64,UE5H" alt="Curves of loss (x: step)"' in page
     assert "best: loss: 1.2346e+05 (min) at step 123" in page
     assert 'jsv-view[data-jsv-key="k1"]' in page                          # hides itself
+
+
+def test_the_records_heading_isolates_a_name_that_could_reorder_it(clock):
+    history = make_history(clock)
+    ready(history, step=150)
+    status(history, "running")
+    for name, html_name in (("mnist", "mnist"), ("\u202erun", "<bdi>\u202erun</bdi>"),
+                            ("خسارة<x>", "<bdi>خسارة&lt;x&gt;</bdi>")):
+        page = text.record_html(FakeRun(history, name=name), history.snapshot(), key="k")
+        assert f"<strong>{html_name} | running | step 150 | " in page
 
 
 def test_the_panel_text_form_is_its_status_line_not_a_widget_repr(make_panel, clock):
@@ -767,7 +847,8 @@ def test_in_a_kernel_each_display_is_the_widget_and_a_record_updated_before_the_
         assert content["data"]["text/plain"] == ""    # the record below says it
         assert "display_id" not in content.get("transient", {})   # never updated
     for content in records:
-        assert re.fullmatch(r"mnist: starting \(\d+ s\)", content["data"]["text/plain"])
+        assert re.fullmatch(r"mnist \| saved while starting \(\d{4}-\d\d-\d\d \d\d:\d\d\) \| \d+ s",
+                            content["data"]["text/plain"])
         assert content["data"]["text/html"].startswith('<div class="jsv-record"')
         assert "application/vnd.jupyter.widget-view+json" not in content["data"]
     ids = {content["transient"]["display_id"] for content in records}
@@ -785,6 +866,41 @@ def test_in_a_kernel_each_display_is_the_widget_and_a_record_updated_before_the_
     finished = [i for i, (kind, content) in enumerate(seen) if kind == "comm_msg"
                 and content["data"].get("state", {}).get("state", {}).get("status") == "finished"]
     assert finished and max(i for i, _ in final) < min(finished)
+
+
+def test_a_live_runs_record_says_when_it_was_true_and_follows_each_checkpoint(make_panel, clock):
+    """A record made while the run is live says "saved while running, at step N (date time)",
+    never "running" alone, nor how long ago a checkpoint was (read later, that is false); it is
+    made again at each checkpoint, and at the end says the end."""
+    panel, run = make_panel()
+    history = run.history
+    ready(history)
+    status(history, "running")
+    feed_training(history, clock, range(1, 301))
+    panel.tick(force=True)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(WALL0 + clock.now))
+    key, bundle = panel._record                      # pylint: disable=protected-access
+    heading = f"mnist | saved while running, at step 300 of 1,000 ({when})"
+    assert bundle["text/plain"].startswith(heading)
+    assert f"<strong>{heading} | " in bundle["text/html"]
+    assert "No new checkpoint yet" in bundle["text/html"]
+    history.on_event(events.CheckpointSaved(step=300, path="/logs/mnist/model.ckpt-300",
+                                            wall_time=WALL0 + clock.now, seconds=0.5))
+    clock.now += 20
+    panel.tick(force=True)
+    key_after, bundle = panel._record                # pylint: disable=protected-access
+    assert key_after != key and "Checkpoint: step 300 at " in bundle["text/html"]
+    assert " ago)" not in bundle["text/html"] and "(20 s ago)" in panel.widgets[
+        "view"].state["checkpoint"][0]                  # the live view says it, the record not
+    feed_training(history, clock, range(301, 311))
+    panel.tick(force=True)
+    assert panel._record[0] == key_after             # pylint: disable=protected-access
+    history.on_event(events.Stopped(events.REQUESTED, None, 310, WALL0 + clock.now))
+    status(history, "finished")
+    panel.tick(force=True)
+    _, bundle = panel._record                        # pylint: disable=protected-access
+    assert "<strong>mnist | finished | step 310 of 1,000 | " in bundle["text/html"]
+    assert "saved while" not in bundle["text/html"]
 
 
 def test_a_failure_raised_into_the_cell_is_not_repeated_in_the_panel(make_panel, clock):

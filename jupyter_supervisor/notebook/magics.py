@@ -8,6 +8,7 @@ the first run, not when the extension is loaded.
 import argparse
 import ast
 import functools
+import os
 import re
 import shlex
 import sys
@@ -281,7 +282,14 @@ class SuperviseMagics(Magics):
 def _start(run, config, cell, shell):
     """Starts the run of ``cell`` (the ``run`` module's ``TrainingRun`` under ``config``),
     says what it does differently from what its options suggest, shows its panel and returns
-    it. What the user can fix is one line; a body that does not compile is the cell's error."""
+    it. What the user can fix is one line; a body that does not compile is the cell's error.
+    The cell of a run that is live (its name, on its logdir) shows that run and says that it
+    goes on: a person who came back to look at it is not told to stop it."""
+    going = _live_run_of(run, config)
+    if going is not None:
+        print(_goes_on(going))
+        _show(going, full=True)
+        return going
     training = run.TrainingRun(config, cell, shell.user_ns,
                                transform_source=functools.partial(transform_body, shell),
                                compile_source=functools.partial(_compile_body, shell),
@@ -300,6 +308,38 @@ def _start(run, config, cell, shell):
     _print_notes(training)
     _show(training)
     return training
+
+
+def _same_logdir(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+def _live_run_of(run, config):
+    """The live run that a cell of these options started: its name, on its logdir; or None."""
+    for training in run.runs():
+        if training.is_live and training.name == config.name and \
+                _same_logdir(training.config.logdir, config.logdir):
+            return training
+    return None
+
+
+def _goes_on(training) -> str:
+    """What the cell of a live run says when it runs again: the run goes on, and how to stop
+    it or start it again."""
+    name = training.name
+    snap = training.history.snapshot()
+    at = "" if snap.step is None else f" at step {snap.step:,}"
+    if training.status == names.STOPPING:
+        how = (f"It is writing its final checkpoint: `%supervise wait {name}` waits for it; "
+               "then this cell, run again, resumes from that checkpoint.")
+    else:
+        how = (f"To stop it (with a final checkpoint): `%supervise stop {name}`. To start it "
+               "again with this cell's code: stop it, then run this cell again (it resumes "
+               "from the newest checkpoint).")
+    return (f"Run {name!r} is {text.status_label(snap)}{at} and goes on: this cell did not "
+            f"start it again. Its panel is below. {how}")
 
 
 def _compile_body(shell, python, run_name):

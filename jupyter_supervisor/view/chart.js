@@ -18,24 +18,29 @@
 //   kernel writes it (Python's format "g"); DEFAULT_VALUE_DIGITS before a state says;
 // - host.zoomed(tag, zoom): a drag, a double click or a key changed the chart's zoom (the View
 //   keeps it with what the user set, and sets chart.zoom);
-// - host.redraw(): the legend changed host.options.hiddenRuns (the View keeps it and draws).
+// - host.redraw(): the legend changed host.options.hiddenRuns (the View keeps it and draws);
+// - host.tags(): the view's tags (a download's name tells them apart);
+// - host.exportPoints(tag): a promise of every point of the tag, of each run, at full
+//   resolution (Map(run -> {steps, values, walls})), or of null without a kernel.
+// A series whose points are means of several (past the kernel's 2,000 a tag) has mins, maxs and
+// counts too: its min/max band is drawn faint behind its line, and the readout says "mean of".
 // The View calls update(), which draws only when what is drawn changed (each series carries a
 // version). A chart can be focused: its keys move the readout's point and zoom (onKey), and
 // its canvas has a text alternative (describe).
 
 import {
   DEFAULT_VALUE_DIGITS, formatValue, tickLabels, formatDuration, formatClock, formatCount,
-  shortNumber, X_AXES, smooth, linearTicks, logTicks, extent, bounds, padded, logScale,
-  nonFiniteText, exportRows, toCsv, toJson
+  shortNumber, X_AXES, smooth, linearTicks, logTicks, yExtent, bounds, padded, logScale,
+  nonFiniteText, exportRows, toCsv, toJson, xTickLabels, fileName
 } from "./scales.js";
-import {download, el} from "./dom.js";
+import {download, el, isolated, setText, userEl} from "./dom.js";
+import {PAD, frameOf, nearest, paintAxes, paintCurves, paintNonFinite} from "./paint.js";
 
 const FALLBACK_THEME = {
   text: "#555", grid: "#e0e0e0", frame: "#9e9e9e", background: "#fff", font: "10px sans-serif",
   series: ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]};
 const CHART_HEIGHT = 190;
-const PAD = {left: 58, right: 10, top: 8, bottom: 24};
 const X_TICKS = 5, Y_TICKS = 4;
 
 function themeOf(host) {
@@ -73,13 +78,16 @@ export class Chart {
     const head = el("div", "jsv-chart-head");
     this.title = el("div", "jsv-chart-title");
     this.titleText = el("span", "jsv-chart-value");
+    this.titleTag = userEl("span", "jsv-chart-tag", tag);
+    this.titleValue = el("span", "jsv-chart-newest");
+    this.titleText.append(this.titleTag, " ", this.titleValue);
     this.nonFinite = el("span", "jsv-chart-nonfinite");
     this.title.append(this.titleText, this.nonFinite);
     const actions = el("span", "jsv-chart-export");
     for (const [format, spec] of Object.entries(EXPORTS)) {
       const button = el("button", `jsv-download-${format}`, spec.label);
-      button.title = `Download this chart's points as ${spec.label} ` +
-        "(step, wall time, raw value, smoothed value, run)";
+      button.title = `Download every point of this tag as ${spec.label}, as the event files ` +
+        "hold it (step, wall time, value, smoothed value, run)";
       button.addEventListener("click", () => this.download(format));
       actions.append(button);
     }
@@ -183,14 +191,33 @@ export class Chart {
                            window.devicePixelRatio || 1]);
   }
 
-  // Draws if anything drawn changed; true if it drew.
-  update() {
+  // Draws if anything drawn changed; true if it drew. Off screen (`onScreen` false) it only
+  // says how many points and runs it holds, and is drawn when the View calls it on screen.
+  update(onScreen = true) {
+    if (!onScreen) {
+      this.count();
+      return false;
+    }
     const key = this.drawKey();
     if (key === this.drawn) return false;
     this.draw();
     this.drawn = key;
     this.el.dataset.draws = String(Number(this.el.dataset.draws || 0) + 1);
     return true;
+  }
+
+  // Its title (text a search of the page finds) and the points and runs it would draw (as
+  // attributes), without drawing: draw writes them too.
+  count() {
+    const hidden = this.host.options.hiddenRuns || [];
+    const lines = this.host.runNames().filter((run) => !hidden.includes(run)).map(
+      (run) => ({run, series: this.host.series(run, this.tag)})).filter(
+      (l) => l.series && l.series.steps.length);
+    this.writeTitle(lines, digitsOf(this.host));
+    const d = this.el.dataset, runs = lines.map((l) => l.run).join(",");
+    const points = String(lines.reduce((n, l) => n + l.series.steps.length, 0));
+    const said = {points, runs, xaxis: this.host.options.xAxis, zoomed: String(!!this.zoom)};
+    for (const [key, value] of Object.entries(said)) if (d[key] !== value) d[key] = value;
   }
 
   // The chart's text alternative: its tag, and for each curve its last value and its range.
@@ -262,6 +289,7 @@ export class Chart {
     this.box.setAttribute("aria-label", this.describe(lines, digits));
     this.el.dataset.points = String(lines.reduce((n, l) => n + l.xs.length, 0));
     this.el.dataset.runs = lines.map((l) => l.run).join(",");
+    this.el.dataset.band = String(lines.some((l) => !!l.series.mins));
     this.scene = lines.length ? this.scale(lines, digits) : null;
     this.notice.textContent = this.scene ? this.scene.notice : "";
     if (this.scene) this.record(this.scene);
@@ -272,13 +300,13 @@ export class Chart {
     const newest = lines.map((l) => {
       const i = l.series.values.length - 1;
       const step = formatCount(l.series.steps[i]);
-      const run = lines.length > 1 ? l.run + " " : "";
+      const run = lines.length > 1 ? isolated(l.run) + " " : "";
       return `${run}${formatValue(l.series.values[i], digits)} (step ${step})`;
     });
-    this.titleText.textContent = `${this.tag}${newest.length ? " = " + newest.join(", ") : ""}`;
+    setText(this.titleValue, newest.length ? "= " + newest.join(", ") : "");
     const nonFinite = nonFiniteText(lines);
-    this.nonFinite.textContent = nonFinite ? ` · ${nonFinite}` : "";
-    this.el.dataset.nonfinite = nonFinite;
+    setText(this.nonFinite, nonFinite ? ` · ${nonFinite}` : "");
+    if (this.el.dataset.nonfinite !== nonFinite) this.el.dataset.nonfinite = nonFinite;
   }
 
   // Domains (x in data units, y in the scale's: log10 of the value on a log axis) and ticks.
@@ -296,18 +324,23 @@ export class Chart {
     if (zoomed && zoomed.every(Number.isFinite) && zoomed[1] > zoomed[0]) {
       y = zoomed;
     } else {
-      const inView = [];
+      const raw = [], smoothed = [];
       for (const l of lines) {
         l.xs.forEach((xv, i) => {
-          if (xv >= x[0] && xv <= x[1]) inView.push(toY(l.series.values[i]), toY(l.smoothed[i]));
+          if (xv >= x[0] && xv <= x[1]) {
+            raw.push(toY(l.series.values[i]));
+            smoothed.push(toY(l.smoothed[i]));
+          }
         });
       }
-      y = padded(extent(inView, opts.ignoreOutliers !== false) || [NaN, NaN]);
+      y = padded(yExtent(raw, smoothed, opts.ignoreOutliers !== false) || [NaN, NaN]);
     }
     const yTicks = log ? logTicks(Math.pow(10, y[0]), Math.pow(10, y[1]), Y_TICKS)
       : linearTicks(y[0], y[1], Y_TICKS);
-    return {lines, log, toY, x, y, notice, xTicks: linearTicks(x[0], x[1], X_TICKS, integer),
-            yTicks, yLabels: tickLabels(yTicks, digits), digits};
+    const {ticks: xTicks, labels: xLabels} = xTickLabels(
+      opts.xAxis, linearTicks(x[0], x[1], X_TICKS, integer));
+    return {lines, log, toY, x, y, notice, xTicks, xLabels, yTicks,
+            yLabels: tickLabels(yTicks, digits), digits};
   }
 
   // What the chart shows, as attributes (read by tests and by whoever inspects the page).
@@ -318,6 +351,7 @@ export class Chart {
     d.xDomain = s.x.map(shortNumber).join(",");
     d.yDomain = s.y.map((v) => shortNumber(s.log ? Math.pow(10, v) : v)).join(",");
     d.yTicks = s.yLabels.join(",");
+    d.xTicks = s.xLabels.join("|");
     d.zoomed = this.zoom ? "true" : "false";
   }
 
@@ -344,7 +378,7 @@ export class Chart {
     }
     const f = this.frame = frameOf(s, this.width, CHART_HEIGHT);
     const theme = themeOf(this.host);
-    paintAxes(ctx, s, f, theme, X_AXES[this.host.options.xAxis]);
+    paintAxes(ctx, s, f, theme);
     ctx.save();
     ctx.beginPath(); ctx.rect(PAD.left, PAD.top, f.w, f.h); ctx.clip();
     paintCurves(ctx, s, f, this.host.options.smoothing > 0);
@@ -381,10 +415,15 @@ export class Chart {
         ctx.fillStyle = l.colour;
         ctx.beginPath(); ctx.arc(f.px(l.xs[i]), f.py(y), 3.5, 0, 2 * Math.PI); ctx.fill();
       }
-      const value = smoothing ? `${formatValue(sm, s.digits)} (raw ${formatValue(raw, s.digits)})`
-        : formatValue(raw, s.digits);
-      const ser = l.series;
-      rows.push(`${s.lines.length > 1 || this.host.compare ? l.run + ": " : ""}${value}  step ` +
+      const ser = l.series, merged = ser.counts ? ser.counts[i] : 1;
+      // A merged point is no value the run logged: its mean, of how many, and their range.
+      const rawText = merged > 1 ? `mean of ${merged}: ${formatValue(raw, s.digits)}, ` +
+        `${formatValue(ser.mins[i], s.digits)} to ${formatValue(ser.maxs[i], s.digits)}`
+        : `raw ${formatValue(raw, s.digits)}`;
+      const value = smoothing ? `${formatValue(sm, s.digits)} (${rawText})`
+        : merged > 1 ? rawText : formatValue(raw, s.digits);
+      rows.push(`${s.lines.length > 1 || this.host.compare ? isolated(l.run) + ": " : ""}` +
+                `${value}  step ` +
                 `${formatCount(ser.steps[i])}  ${formatClock(ser.walls[i])}  ` +
                 `+${formatDuration(ser.walls[i] - ser.walls[0])}`);
     }
@@ -400,133 +439,25 @@ export class Chart {
     if (this.hint.textContent !== hint) this.hint.textContent = hint;
   }
 
-  // Every point of the curves drawn, as a file: <run or "compare">-<tag>.csv / .json.
-  download(format) {
+  // Every point of the runs drawn, at full resolution (the kernel reads the event files), as a
+  // file: <run or "compare">-<tag>.csv / .json, smoothed as drawn. Without a kernel, the points
+  // held, and the chart says so.
+  async download(format) {
     const spec = EXPORTS[format];
     const name = this.host.compare ? "compare" : this.host.runNames()[0];
-    const file = `${name}-${this.tag}`.replace(/[^\w.-]+/g, "_");
-    download(`${file}.${format}`, spec.type, spec.text(exportRows(this.curves())));
-  }
-}
-
-// -- painting --------------------------------------------------------------------------------
-
-// Data to pixels and back, for a scene drawn `width` x `height` pixels.
-function frameOf(s, width, height) {
-  const w = width - PAD.left - PAD.right, h = height - PAD.top - PAD.bottom;
-  const [x0, x1] = s.x, [y0, y1] = s.y;
-  const yData = (p) => y0 + ((PAD.top + h - p) / h) * (y1 - y0);
-  return {
-    w, h,
-    px: (x) => PAD.left + ((x - x0) / (x1 - x0)) * w,
-    py: (y) => PAD.top + h - ((y - y0) / (y1 - y0)) * h,
-    xData: (p) => x0 + ((p - PAD.left) / w) * (x1 - x0),
-    yValue: (p) => (s.log ? Math.pow(10, yData(p)) : yData(p)),
-  };
-}
-
-function paintAxes(ctx, s, f, theme, axis) {
-  ctx.font = theme.font;
-  ctx.strokeStyle = theme.grid;
-  ctx.fillStyle = theme.text;
-  ctx.lineWidth = 1;
-  ctx.textAlign = "center";
-  ctx.textBaseline = "top";
-  for (const t of s.xTicks) {
-    const x = f.px(t);
-    ctx.beginPath(); ctx.moveTo(x, PAD.top); ctx.lineTo(x, PAD.top + f.h); ctx.stroke();
-    ctx.fillText(axis.tick(t), x, PAD.top + f.h + 4);
-  }
-  ctx.textAlign = "right";
-  ctx.textBaseline = "middle";
-  s.yTicks.forEach((t, i) => {
-    const y = f.py(s.toY(t));
-    ctx.beginPath(); ctx.moveTo(PAD.left, y); ctx.lineTo(PAD.left + f.w, y); ctx.stroke();
-    ctx.fillText(s.yLabels[i], PAD.left - 4, y);
-  });
-  ctx.strokeStyle = theme.frame;
-  ctx.strokeRect(PAD.left, PAD.top, f.w, f.h);
-}
-
-// The raw line faint behind the smoothed one; a lone point as a dot. A line breaks at a value
-// the scale cannot place (non-finite, or at most 0 on a log axis).
-function paintCurves(ctx, s, f, smoothing) {
-  for (const l of s.lines) {
-    const path = (values, alpha, widthPx) => {
-      ctx.globalAlpha = alpha;
-      ctx.strokeStyle = l.colour;
-      ctx.fillStyle = l.colour;
-      ctx.lineWidth = widthPx;
-      if (values.length === 1) {
-        const y = s.toY(values[0]);
-        if (Number.isFinite(y)) {
-          ctx.beginPath(); ctx.arc(f.px(l.xs[0]), f.py(y), 3, 0, 2 * Math.PI); ctx.fill();
-        }
-        return;
-      }
-      ctx.beginPath();
-      let pen = false;
-      values.forEach((v, i) => {
-        const y = s.toY(v);
-        if (!Number.isFinite(y)) { pen = false; return; }
-        if (pen) ctx.lineTo(f.px(l.xs[i]), f.py(y)); else ctx.moveTo(f.px(l.xs[i]), f.py(y));
-        pen = true;
-      });
-      ctx.stroke();
-    };
-    if (smoothing) path(l.series.values, 0.25, 1);
-    path(l.smoothed, 1, 1.5);
-  }
-}
-
-// Non-finite values as markers in the run's colour: NaN a cross at the height of the value
-// before it (as TensorBoard places it), +inf a triangle at the top edge, -inf one at the
-// bottom edge.
-function paintNonFinite(ctx, s, f, theme) {
-  const top = PAD.top, bottom = PAD.top + f.h;
-  const clamp = (y) => Math.min(bottom - 5, Math.max(top + 5, y));
-  for (const l of s.lines) {
-    let before = null;  // the height of the last finite value (one a log axis leaves out: 0)
-    l.series.values.forEach((v, i) => {
-      if (Number.isFinite(v)) {
-        const y = s.toY(v);
-        before = Number.isFinite(y) ? f.py(y) : bottom;
-        return;
-      }
-      const x = l.xs[i];
-      if (x < s.x[0] || x > s.x[1]) return;
-      const px = f.px(x);
-      ctx.fillStyle = ctx.strokeStyle = l.colour;
-      if (Number.isNaN(v)) {
-        const y = clamp(before === null ? (top + bottom) / 2 : before);
-        for (const [colour, width] of [[theme.background, 4], [l.colour, 2]]) {
-          ctx.strokeStyle = colour;
-          ctx.lineWidth = width;
-          ctx.beginPath();
-          ctx.moveTo(px - 4, y - 4); ctx.lineTo(px + 4, y + 4);
-          ctx.moveTo(px - 4, y + 4); ctx.lineTo(px + 4, y - 4);
-          ctx.stroke();
-        }
-      } else {
-        const [tip, base] = v > 0 ? [top + 1, top + 9] : [bottom - 1, bottom - 9];
-        ctx.beginPath();
-        ctx.moveTo(px, tip); ctx.lineTo(px - 5, base); ctx.lineTo(px + 5, base); ctx.closePath();
-        ctx.fill();
-        ctx.strokeStyle = theme.background;
-        ctx.lineWidth = 1;
-        ctx.stroke();
-      }
+    const full = await this.host.exportPoints(this.tag);
+    const lines = this.curves().map((l) => {
+      const p = full && full.get(l.run);
+      if (!p) return l;
+      const series = {steps: Array.from(p.steps), values: Array.from(p.values),
+                      walls: Array.from(p.walls)};
+      return {run: l.run, series, smoothed: smooth(series.values, this.host.options.smoothing)};
     });
+    this.el.dataset.exported = full ? "full" : "drawn";
+    if (!full) this.notice.textContent = "no answer from the kernel: the file has the points drawn";
+    download(fileName(name, this.tag, this.host.tags(), format), spec.type,
+             spec.text(exportRows(lines)));
   }
-}
-
-// The index of the x nearest to `target`.
-function nearest(xs, target) {
-  let best = 0;
-  for (let i = 1; i < xs.length; i++) {
-    if (Math.abs(xs[i] - target) < Math.abs(xs[best] - target)) best = i;
-  }
-  return best;
 }
 
 // The comparison's legend: a button per run in its colour; a click hides the run in every
@@ -534,9 +465,9 @@ function nearest(xs, target) {
 export function legendItems(host) {
   const palette = themeOf(host).series;
   return host.runNames().map((run, i) => {
-    const item = el("button", "jsv-legend-item", run);
+    const item = userEl("button", "jsv-legend-item", run);
     item.style.setProperty("--c", palette[i % palette.length]);
-    item.title = "Hide or show this run in the charts";
+    item.setAttribute("aria-description", "Hide or show this run in the charts");
     const shown = () => !host.options.hiddenRuns.includes(run);
     item.setAttribute("aria-pressed", String(shown()));
     item.addEventListener("click", () => {

@@ -1,15 +1,16 @@
 """Reading a logdir's event files with TensorBoard's own reader, as TensorBoard reads them: the
-scalars of earlier sessions (``read_scalars``, for the plots of a resumed run) and why the last
-session stopped (``last_stop``).
+scalars of earlier sessions (``read_scalars``, for the plots of a resumed run), every point of a
+tag (``read_points``, for a chart's download) and why the last session stopped (``last_stop``).
 
 TensorBoard's SessionLog.START purge is applied: a START at step S drops the events seen before
 it with step >= S. This module imports no TensorFlow; TensorBoard's reader is imported when
 called (which may import TensorFlow if it is installed).
 """
+import bisect
 import logging
 import math
 import types
-from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import events, names
 from .series import Series
@@ -110,14 +111,14 @@ class Scalars(NamedTuple):
     reached: Optional[int]
 
 
-def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Scalars:
-    """The scalars in ``logdir``'s event files that no later session's START purges, with
-    step <= ``upto_step`` (all when None), and the step the newest session reached."""
-    tb = _tensorboard_reader()
+def _surviving_points(tb, logdir: str, limit: float, reached: list) -> Iterator:
+    """(tag, step, value, wall time) of every scalar point in ``logdir``'s event files that no
+    later session's START purges, with step <= ``limit``, in the files' order; ``reached[0]``
+    is set to the highest step the newest session recorded."""
     start = tb.event_pb2.SessionLog.START
     # First pass: where TensorBoard purges (EventAccumulator._MaybePurgeOrphanedData). Files
     # older than version 2 have no START; TensorBoard drops, per tag, the points a lower step
-    # supersedes, which is what Series.add does with every point anyway.
+    # supersedes, which the callers do with every point anyway.
     restarts = _Restarts()
     file_version = None
     for position, event in enumerate(_events(tb, logdir)):
@@ -129,25 +130,63 @@ def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Scal
     # Second pass: the points no later START purges. A step counter's record at or before the
     # step its session records from (its START's) measured the start-up (tracing, restoring),
     # not training: skipped, as the live history skips it (_on_step_rate).
-    limit = math.inf if upto_step is None else upto_step
-    series: Dict[str, Series] = {}
     started_at = -1
-    reached = None
     for position, event in enumerate(_events(tb, logdir)):
         if event.HasField("session_log") and event.session_log.status == start:
             started_at = event.step
-            reached = None
+            reached[0] = None
         if event.HasField("summary") or (event.HasField("session_log")
                                          and event.session_log.status != start):
-            reached = event.step if reached is None else max(reached, event.step)
+            reached[0] = event.step if reached[0] is None else max(reached[0], event.step)
         if (not event.HasField("summary") or event.step > limit
                 or event.step >= restarts.cut(position)):
             continue
         for tag, value in events.scalar_values(event.summary, tb.tensor_util.make_ndarray):
             if names.is_rate(tag) and event.step <= started_at:
                 continue
-            target = series.get(tag)
-            if target is None:
-                target = series[tag] = Series(max_points)
-            target.add(int(event.step), value, float(event.wall_time))
-    return Scalars(series, reached)
+            yield tag, int(event.step), value, float(event.wall_time)
+
+
+def read_scalars(logdir: str, upto_step: Optional[int], max_points: int) -> Scalars:
+    """The scalars in ``logdir``'s event files that no later session's START purges, with
+    step <= ``upto_step`` (all when None), and the step the newest session reached."""
+    tb = _tensorboard_reader()
+    reached = [None]
+    series: Dict[str, Series] = {}
+    limit = math.inf if upto_step is None else upto_step
+    for tag, step, value, wall in _surviving_points(tb, logdir, limit, reached):
+        target = series.get(tag)
+        if target is None:
+            target = series[tag] = Series(max_points)
+        target.add(step, value, wall)
+    return Scalars(series, reached[0])
+
+
+class Points(NamedTuple):
+    """One tag's points at full resolution, oldest first: lists of equal length."""
+    steps: List[int]
+    values: List[float]
+    walls: List[float]
+
+
+def read_points(logdir: str, tags: Sequence[str]) -> Dict[str, Points]:
+    """Every point of ``tags`` in ``logdir``'s event files, as TensorBoard shows them (START
+    purges applied, and per tag a lower step drops the points at and after it), none merged:
+    what a chart's download holds. A tag without points is left out."""
+    tb = _tensorboard_reader()
+    wanted = set(tags)
+    out: Dict[str, Points] = {}
+    for tag, step, value, wall in _surviving_points(tb, logdir, math.inf, [None]):
+        if tag not in wanted:
+            continue
+        points = out.get(tag)
+        if points is None:
+            points = out[tag] = Points([], [], [])
+        if points.steps and step < points.steps[-1]:
+            keep = bisect.bisect_left(points.steps, step)
+            for column in points:
+                del column[keep:]
+        points.steps.append(step)
+        points.values.append(value)
+        points.walls.append(wall)
+    return out

@@ -41,12 +41,12 @@ import traceback
 import types
 from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
-from .. import events, names
+from .. import events, names, preemption
 from .._validate import check_number, invalid
 from . import eventfiles
 from .output_area import OutputLog
-from .series import ScalarSeries, Series
-from .stall import StallDetector, Stalled
+from .series import RawTail, ScalarSeries, Series
+from .stall import StallDetector, StallEnded, Stalled
 
 logger = logging.getLogger("jupyter_supervisor")
 
@@ -76,6 +76,18 @@ class SessionStarted(NamedTuple):
     wall_time: float
 
 
+def shown_in_timeline(record) -> bool:
+    """Whether ``record`` is an event of the run's timeline, a line of its own where it is
+    shown (``text.timeline``): a session that began, a stall and its end, a rollback, the input
+    running out, a stop asked for and each way a session ended. Not: the statuses the next
+    record says more of (starting, running), a session's other ends (its status says them)."""
+    if isinstance(record, StatusChanged):
+        return record.status in (names.STOPPING, names.FINISHED, names.FAILED, names.STOPPED)
+    if isinstance(record, events.Stopped):  # and a stop on a preemption notice (its line)
+        return record.reason == events.OUT_OF_RANGE or preemption.is_notice(record.why)
+    return isinstance(record, (SessionStarted, Stalled, StallEnded, events.RolledBack))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class HistorySnapshot:
     """An immutable view of a RunHistory at one moment.
@@ -86,6 +98,8 @@ class HistorySnapshot:
     ``active_secs`` before the current active period plus, while active, the time since
     ``active_since`` (both in the history's clock). ``elapsed`` is that sum at ``taken_at``;
     ``elapsed_at(now)`` extends it to a later clock reading without a new snapshot.
+    ``timeline``: the run's first event and its newest records (``MAX_TIMELINE``);
+    ``events_dropped``: how many events (``shown_in_timeline``) were let go of between them.
     """
     version: int
     status: str
@@ -112,6 +126,7 @@ class HistorySnapshot:
     stalled: Optional[Stalled] = None
     best: Optional[events.BestKept] = None
     write_stalled: Optional[events.WriteStalled] = None
+    events_dropped: int = 0
 
     @property
     def elapsed(self) -> float:
@@ -180,6 +195,9 @@ class RunHistory:
             maxlen=MAX_CHECKPOINTS)
         self._checkpoint_count = 0           # written in this run, all sessions
         self._timeline: "collections.deque[object]" = collections.deque(maxlen=MAX_TIMELINE)
+        self._first_event: Optional[object] = None   # the first event shown, kept for good
+        self._first_dropped = False                  # ... and no longer in _timeline
+        self._events_dropped = 0   # events shown that _timeline let go of, the first aside
         self._restoring: Optional[str] = None  # the checkpoint the next session restores
         self.outputs = OutputLog(max_chars=max_output_chars)
         self._error = ""
@@ -240,7 +258,7 @@ class RunHistory:
                 self._on_rolled_back(event)
             elif isinstance(event, events.Stopped):
                 self._note_step(event.step)
-                self._timeline.append(event)
+                self._record(event)
                 self.outputs.end_line()
                 if event.exception is not None and not self._error:
                     self._set_failure(event.exception)
@@ -277,7 +295,7 @@ class RunHistory:
         if event.restored_from and event.step is not None and self._reached is not None \
                 and self._reached > event.step:
             lost = self._reached - int(event.step)
-        self._timeline.append(SessionStarted(event.step, event.restored_from, lost,
+        self._record(SessionStarted(event.step, event.restored_from, lost,
                                              event.wall_time))
         self._waiting_for_chief = False
         self._records_from = (None if event.step is None
@@ -306,7 +324,7 @@ class RunHistory:
 
     def _on_rolled_back(self, event) -> None:
         self._rollbacks.append(event)
-        self._timeline.append(event)
+        self._record(event)
         if event.restored_step is None:
             return
         # As a restart from that checkpoint (TensorBoard drops the diverged points too, at the
@@ -331,6 +349,20 @@ class RunHistory:
         if dropped:
             self._scalars_version += 1
 
+    def _record(self, record) -> None:
+        # Under the lock. The timeline is bounded: the first event stays (where the run began),
+        # and the events it lets go of are counted, so that a reader says how many it folds.
+        timeline = self._timeline
+        if self._first_event is None and shown_in_timeline(record):
+            self._first_event = record
+        if len(timeline) == timeline.maxlen:
+            gone = timeline[0]
+            if gone is self._first_event:
+                self._first_dropped = True
+            elif shown_in_timeline(gone):
+                self._events_dropped += 1
+        timeline.append(record)
+
     def _series_of(self, tag: str) -> "Series":
         series = self._series.get(tag)
         if series is None:
@@ -349,7 +381,7 @@ class RunHistory:
             self._reached = step
         ended = self._stall.observe(step, now)
         if ended is not None:
-            self._timeline.append(ended)
+            self._record(ended)
         if not header:
             return
         if self._step is None or step > self._step:
@@ -374,7 +406,7 @@ class RunHistory:
             if self._ready and self._status == names.RUNNING:
                 stalled = self._stall.check()
                 if stalled is not None:
-                    self._timeline.append(stalled)
+                    self._record(stalled)
             if (self._step, self._steps_per_sec, self._stall.stalled) != before:
                 self._version += 1
 
@@ -436,7 +468,7 @@ class RunHistory:
             self._stall.resume()
         else:
             self._stall.clear()
-        self._timeline.append(StatusChanged(status, self._step if step is None else step,
+        self._record(StatusChanged(status, self._step if step is None else step,
                                             self._wall_clock()))
         self._version += 1
 
@@ -530,11 +562,22 @@ class RunHistory:
                 rollbacks=tuple(self._rollbacks),
                 restoring=self._restoring,
                 checkpoint_count=self._checkpoint_count,
-                timeline=tuple(self._timeline),
+                timeline=((self._first_event,) if self._first_dropped else ())
+                + tuple(self._timeline),
+                events_dropped=self._events_dropped,
                 stalled=self._stall.stalled,
                 best=self._best,
                 write_stalled=self._write_stalled,
             )
+
+    def series_of(self, tag: str) -> Optional[Tuple[ScalarSeries, RawTail]]:
+        """``tag``'s series and its newest points as they came (``Series.raw_tail``), read
+        together; None for a tag without points."""
+        with self._lock:
+            series = self._series.get(tag)
+            if series is None or not len(series):
+                return None
+            return series.frozen(), series.raw_tail()
 
     # -- earlier runs from disk --------------------------------------------------------------
 

@@ -6,15 +6,18 @@
 //
 // The `settings` trait holds what the user set (log scale, smoothing, x axis, hidden tags,
 // zooms, the timeline open): written by the views and kept by the kernel, so that every view of
-// the model, and one re-created after a page reload, shows it. With "Notify me" on, the view
-// shows a browser notification for each of the state's `alerts` it had not seen ({id, kind,
-// title, text}: a run's end, a stall...) and when the kernel is gone.
+// the model, and one re-created after a page reload, shows it. With "Notify me" on, the views
+// of a model show a browser notification for each of the state's `alerts` they had not seen
+// and when the kernel is gone (notify.js).
 
 import {X_AXES, formatPercent} from "./scales.js";
-import {el, keepShortcutsOff, setText, showIf, syncChildren, syncList} from "./dom.js";
+import {
+  el, keepShortcutsOff, setText, setUserText, showIf, syncChildren, syncFolded, syncList, userEl
+} from "./dom.js";
 import {readTheme, watchTheme} from "./theme.js";
 import {Chart, legendItems} from "./chart.js";
 import {linkOf} from "./link.js";
+import {notifyAlerts, notifyGone, notifying, toggleNotify} from "./notify.js";
 
 const BUTTONS = [["stop", "Stop", "Stop gracefully: write a final checkpoint, then stop"],
                  ["resume", "Resume", "Continue from the newest checkpoint"],
@@ -27,6 +30,8 @@ const HEADER_PARTS = [["step", "jsv-step"], ["rate", "jsv-rate"], ["position", "
 const DEFAULT_SETTINGS = {log: false, smoothing: 0.6, xAxis: "step", ignoreOutliers: true,
                           hidden: [], hiddenRuns: [], zoom: {}, timeline: true, filter: "",
                           closedGroups: [], notify: false};
+// How far outside the window a chart counts as on screen, in pixels (drawn before it shows).
+const NEAR_PX = 200;
 // The settings the charts read as host.options (chart.js).
 const CHART_OPTIONS = ["log", "smoothing", "xAxis", "ignoreOutliers", "hiddenRuns"];
 
@@ -49,6 +54,13 @@ class View {
     // Also when the view is first attached to the page: a detached element has no theme yet.
     this.resize = new ResizeObserver(() => { this.readTheme(); this.updateCharts(); });
     this.resize.observe(this.chartsEl);
+    // A chart that comes into view is drawn then (updateCharts draws those on screen only).
+    this.seen = new IntersectionObserver((entries) => {
+      for (const entry of entries) {
+        if (entry.isIntersecting) this.chartOf.get(entry.target)?.update();
+      }
+    }, {rootMargin: `${NEAR_PX}px`});
+    this.chartOf = new WeakMap();
     this.unwatchTheme = watchTheme(() => this.readTheme());
     this.restoreShortcuts = keepShortcutsOff(root);
     this.applySettings();
@@ -71,6 +83,8 @@ class View {
       digits: () => (this.model.get("state") || {}).format?.digits,
       zoomed: (tag, zoom) => this.zoomed(tag, zoom),
       redraw: () => this.redraw(),
+      exportPoints: (tag) => this.link.exportPoints(tag),
+      tags: () => this.allTags || [],
     };
   }
 
@@ -80,7 +94,7 @@ class View {
     const root = this.root;
     this.headerEl = el("div", "jsv-header");
     this.lineEl = el("div", "jsv-header-line");
-    this.nameEl = el("span", "jsv-name");
+    this.nameEl = userEl("span", "jsv-name");
     this.statusEl = el("span", "jsv-status");
     this.lineEl.append(this.nameEl, el("span", "jsv-sep", " | "), this.statusEl);
     this.parts = {};
@@ -132,7 +146,7 @@ class View {
     this.notifyButton = el("button", "jsv-notify jupyter-button", "Notify me");
     this.notifyButton.title = "Browser notifications when the run ends, fails, stops on a " +
       "value that is not finite or stalls, and when the kernel is gone";
-    this.notifyButton.addEventListener("click", () => this.toggleNotify());
+    this.notifyButton.addEventListener("click", () => toggleNotify(this));
     this.controls.append(this.notifyButton);
     this.messageEl = el("span", "jsv-message");
     this.messageEl.setAttribute("role", "status");
@@ -205,9 +219,14 @@ class View {
   }
 
   // Sent at once: a change kept back would be overwritten by the echo of the one before it
-  // (ipywidgets applies the kernel's echo of the last change it sent).
+  // (ipywidgets applies the kernel's echo of the last change it sent). Only what the user
+  // changed is kept: a default stays a default (not written for every view).
   change(patch) {
-    this.model.set("settings", {...this.settings(), ...patch});
+    const kept = this.model.get("settings") || {}, settings = this.settings();
+    const changed = Object.keys(patch).filter(
+      (key) => JSON.stringify(patch[key]) !== JSON.stringify(settings[key]));
+    if (!changed.length) return;
+    this.model.set("settings", {...kept, ...Object.fromEntries(changed.map((k) => [k, patch[k]]))});
     try {
       this.model.save_changes();
     } catch (error) {  // no kernel: kept in this page only
@@ -243,7 +262,7 @@ class View {
     if (this.axisSelect.value !== this.options.xAxis) this.axisSelect.value = this.options.xAxis;
     if (this.historyEl.open !== s.timeline) this.historyEl.open = s.timeline;
     if (this.filterBox.value !== s.filter) this.filterBox.value = s.filter;
-    this.notifyButton.setAttribute("aria-pressed", String(this.notifying()));
+    this.notifyButton.setAttribute("aria-pressed", String(notifying(this)));
     this.renderBest();
     if (this.compare) this.renderLegend();
     this.renderCharts();
@@ -272,14 +291,38 @@ class View {
     showIf(this.warningEl, !!s.warning);
     setText(this.warningEl, s.warning || "");
     this.renderCheckpoint(s);
-    syncList(this.timelineEl, (s.timeline || []).map(([when, text]) => `${when}  ${text}`), "li");
+    this.renderTimeline(s);
     this.renderBest();
     showIf(this.historyEl, (s.timeline || []).length > 0);
     showIf(this.errorEl, !!s.error);
     setText(this.errorTextEl, s.error || "");
     setText(this.messageEl, s.message || "");
     this.renderButtons();
-    this.notifyAlerts(s.alerts || []);
+    notifyAlerts(this, s.alerts || []);
+  }
+
+  // The timeline as text.py's `folded` shows it: its first event, "… 14 earlier events" (a
+  // button that shows them, and folds them again), its newest. What the kernel let go of is
+  // counted, not shown.
+  renderTimeline(s) {
+    const lines = (s.timeline || []).map(([when, text]) => `${when}  ${text}`);
+    const hidden = Math.max(0, lines.length - (s.timeline_shown || lines.length));
+    const dropped = s.timeline_dropped || 0, open = !!this.timelineAll && hidden > 0;
+    const count = (n) => `${n.toLocaleString("en-US")} earlier event${n === 1 ? "" : "s"}`;
+    syncFolded(this.timelineEl, hidden || dropped
+      ? [lines[0], null, ...lines.slice(open ? 1 : 1 + hidden)] : lines, {
+      toggle: () => {
+        this.timelineAll = !this.timelineAll;
+        this.renderTimeline(this.link.state);
+      },
+      write: (button) => {
+        setText(button, open ? `fold the ${count(hidden)}` +
+          (dropped ? ` (${dropped.toLocaleString("en-US")} more not kept)` : "")
+          : `… ${count(hidden + dropped)}`);
+        button.disabled = !hidden;
+        button.setAttribute("aria-expanded", String(open));
+      },
+    });
   }
 
   // Without a kernel, what the last state said of the present is not said: the step rate, the
@@ -292,7 +335,7 @@ class View {
 
   renderHeader(s) {
     const gone = this.link.health === "gone";
-    setText(this.nameEl, s.name || "");
+    setUserText(this.nameEl, s.name || "");
     // Without a kernel the last state the view heard of may be stale ("running" forever).
     setText(this.statusEl, gone ? "unknown" : s.label || "");
     const statusClass = `jsv-status jsv-status-${gone ? "unknown" : s.status || ""}`;
@@ -343,13 +386,7 @@ class View {
     if (health === "gone" && this.link.answered === null) this.root.dataset.jsvOffline = "";
     else if (this.link.answered !== null) delete this.root.dataset.jsvOffline;
     showIf(this.deadEl, health === "gone");
-    // Once per loss of the kernel, by one view of the model.
-    if (health !== "gone") this.link.goneNotified = false;
-    else if (!this.link.goneNotified && this.link.answered !== null && this.notifying()) {
-      this.link.goneNotified = true;
-      this.notify(`${this.link.state.name || "run"}: kernel gone`,
-                  "The kernel no longer answers: re-run the cell to resume.", "kernel-gone");
-    }
+    notifyGone(this);
     showIf(this.busyEl, health === "busy");
     if (!this.compare) {
       this.renderHeader(this.link.state);
@@ -370,55 +407,6 @@ class View {
 
   runNames() {
     return this.compare ? this.model.get("runs") : Array.from(this.link.runs.keys());
-  }
-
-  // -- notifications ---------------------------------------------------------------------------
-
-  notifying() {
-    return this.settings().notify && typeof Notification !== "undefined" &&
-      Notification.permission === "granted";
-  }
-
-  // A click asks the browser's permission (only a user's gesture may), then keeps the choice
-  // with the settings.
-  async toggleNotify() {
-    if (this.notifying()) {
-      this.change({notify: false});
-      return;
-    }
-    if (typeof Notification === "undefined") {
-      setText(this.messageEl, "This browser shows no notifications here (it needs https or " +
-              "localhost).");
-      return;
-    }
-    const permission = Notification.permission === "granted" ? "granted"
-      : await Notification.requestPermission();
-    if (permission === "granted") this.change({notify: true});
-    else setText(this.messageEl, "Notifications are blocked for this page in the browser.");
-  }
-
-  // Each alert once per model (the views of a model share what was notified), from the moment
-  // notifications are on: the alerts there already are seen, not notified.
-  notifyAlerts(alerts) {
-    const link = this.link;
-    const fresh = alerts.filter((a) => !link.notified || !link.notified.has(a.id));
-    if (!link.notified || !this.notifying()) {
-      link.notified = new Set([...(link.notified || []), ...alerts.map((a) => a.id)]);
-      return;
-    }
-    for (const alert of fresh) {
-      link.notified.add(alert.id);
-      this.notify(alert.title, alert.text, alert.id);
-    }
-  }
-
-  // One notification; `tag` makes the same one from two views (or two pages) replace itself.
-  notify(title, body, tag) {
-    try {
-      new Notification(title, {body, tag: `jsv-${this.link.state.key || ""}-${tag}`});
-    } catch (error) {  // a browser that allows them only from a service worker
-      setText(this.messageEl, `${title}: ${body}`);
-    }
   }
 
   // -- tags and charts: created once per tag, drawn when what they show changed --------------
@@ -443,12 +431,12 @@ class View {
     best.forEach(([tag, text], i) => {
       if (i >= this.bestEl.children.length) {
         const item = el("li");
-        item.append(el("span", "jsv-best-tag"), el("span", "jsv-best-value"));
+        item.append(userEl("span", "jsv-best-tag"), el("span", "jsv-best-value"));
         this.bestEl.append(item);
       }
       const [name, value] = this.bestEl.children[i].children;
-      setText(name, `${tag}:`);
-      setText(value, ` ${text}`);
+      setUserText(name, tag);
+      setText(value, `: ${text}`);
     });
   }
 
@@ -457,7 +445,7 @@ class View {
     for (const run of this.runNames()) {
       for (const tag of this.link.runs.get(run)?.keys() || []) tags.add(tag);
     }
-    const all = Array.from(tags).sort();
+    const all = this.allTags = Array.from(tags).sort();
     const settings = this.settings();
     const hidden = new Set(settings.hidden);
     const filter = this.tagFilter();
@@ -487,18 +475,25 @@ class View {
     for (const [prefix, group] of this.groups) {
       const members = byGroup.get(prefix);
       if (group.summary) {
-        setText(group.summary, `${prefix} (${members.length})`);
+        setText(group.count, ` (${members.length})`);
         if (group.el.open === closed.has(prefix)) group.el.open = !closed.has(prefix);
       }
       syncChildren(group.box, group.charts, members, (tag) => {
         const chart = new Chart(this.host, tag);
         this.charts.set(tag, chart);
+        this.chartOf.set(chart.el, chart);
+        this.seen.observe(chart.el);
         return chart;
       });
     }
+    const kept = new Set(wanted);
     for (const [tag, chart] of this.charts) {
-      if (!wanted.includes(tag)) this.charts.delete(tag);
-      else chart.zoom = settings.zoom[tag] || null;
+      if (kept.has(tag)) {
+        chart.zoom = settings.zoom[tag] || null;
+      } else {
+        this.charts.delete(tag);
+        this.seen.unobserve(chart.el);
+      }
     }
     this.updateCharts();
   }
@@ -511,6 +506,8 @@ class View {
       group.el = el("details", "jsv-group");
       group.el.open = true;
       group.summary = el("summary");
+      group.count = el("span");
+      group.summary.append(userEl("span", "jsv-group-name", prefix), group.count);
       group.el.append(group.summary, group.box);
       group.el.addEventListener("toggle", () => {
         const closed = new Set(this.settings().closedGroups);
@@ -532,7 +529,7 @@ class View {
   }
 
   makeChip(tag) {
-    const chip = el("button", "jsv-tag", tag);
+    const chip = userEl("button", "jsv-tag", tag);
     chip.addEventListener("click", () => {
       const hidden = new Set(this.settings().hidden);
       if (hidden.has(tag)) hidden.delete(tag); else hidden.add(tag);
@@ -541,14 +538,23 @@ class View {
     return chip;
   }
 
-  // Draws the charts whose points or settings changed; those of a closed group when it opens.
+  // Draws the charts on screen whose points or settings changed (those of a closed group when
+  // it opens); the others count their points and are drawn when they come into view, so that
+  // a view of hundreds of tags answers a click at once. Where each chart is, is read first,
+  // all in one layout.
   updateCharts() {
     const started = performance.now();
-    let drawn = 0;
+    const open = [];
     for (const group of this.groups.values()) {
-      if (group.el.open === false) continue;
-      for (const chart of group.charts.values()) if (chart.update()) drawn += 1;
+      if (group.el.open !== false) open.push(...group.charts.values());
     }
+    const bottom = window.innerHeight + NEAR_PX;
+    const near = open.map((chart) => {
+      const r = chart.el.getBoundingClientRect();
+      return r.width > 0 && r.bottom > -NEAR_PX && r.top < bottom;
+    });
+    let drawn = 0;
+    open.forEach((chart, i) => { if (chart.update(near[i])) drawn += 1; });
     if (drawn) this.chartsEl.dataset.drawMs = String(performance.now() - started);
   }
 
@@ -573,6 +579,7 @@ class View {
     this.link.detach(this);
     this.unwatchTheme();
     this.resize.disconnect();
+    this.seen.disconnect();
     this.restoreShortcuts();
     this.model.off("change:settings", this.onSettings);
     for (const chart of this.charts.values()) chart.remove();

@@ -55,11 +55,35 @@ export function tickLabels(ticks, digits) {
   return ticks.map((t) => formatValue(t, 17));
 }
 
+// A step as the kernel's format_step writes it: 950, 12k, 1.5M.
 export function formatStep(s) {
+  return stepText(s, 1);
+}
+
+// A step with `decimals` digits at most after the point of a k, M or G.
+function stepText(s, decimals) {
   for (const [limit, suffix] of [[1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
-    if (Math.abs(s) >= limit) return String(Number((s / limit).toFixed(1))) + suffix;
+    if (Math.abs(s) >= limit) return String(Number((s / limit).toFixed(decimals))) + suffix;
   }
   return String(Math.round(s));
+}
+
+// Seconds rounded to `decimals` digits after the point: [whole seconds, "" or ".25"].
+function splitSeconds(seconds, decimals) {
+  const scale = Math.pow(10, decimals), units = Math.round(seconds * scale);
+  const whole = Math.floor(units / scale);
+  const fraction = decimals ? "." + String(units - whole * scale).padStart(decimals, "0") : "";
+  return [whole, fraction];
+}
+
+// A duration down to its seconds, with `decimals` digits after their point: "29.5 s",
+// "3 min 05.25 s", "1 h 05 min 30 s" (finer than formatDuration, for ticks close together).
+function formatSeconds(seconds, decimals) {
+  const [whole, fraction] = splitSeconds(Math.max(0, seconds), decimals);
+  const s = whole % 60, m = Math.floor(whole / 60) % 60, h = Math.floor(whole / 3600);
+  const sec = `${String(s).padStart(h || m ? 2 : 1, "0")}${fraction} s`;
+  if (!h && !m) return sec;
+  return h ? `${h} h ${String(m).padStart(2, "0")} min ${sec}` : `${m} min ${sec}`;
 }
 
 export function formatDuration(seconds) {
@@ -71,10 +95,21 @@ export function formatDuration(seconds) {
   return `${h} h ${String(m % 60).padStart(2, "0")} min`;
 }
 
+const two = (x) => String(x).padStart(2, "0");
+
+// A wall time (epoch seconds) as the browser's local clock time: 01:20:17.
 export function formatClock(wall) {
   const d = new Date(wall * 1000);
-  return [d.getHours(), d.getMinutes(), d.getSeconds()].map(
-    (x) => String(x).padStart(2, "0")).join(":");
+  return [d.getHours(), d.getMinutes(), d.getSeconds()].map(two).join(":");
+}
+
+// A tick's clock time, rounded to `decimals` digits after the seconds' point; `date`: the
+// month and day before it (12-06 01:20:17).
+function clockText(wall, decimals, date) {
+  const [whole, fraction] = splitSeconds(wall, decimals);
+  const d = new Date(whole * 1000);
+  const day = date ? `${two(d.getMonth() + 1)}-${two(d.getDate())} ` : "";
+  return day + formatClock(whole) + fraction;
 }
 
 // A step or a count as the kernel writes it (Python's format ","): 1,064.
@@ -93,11 +128,31 @@ export function shortNumber(v) {
   return String(Number(v.toPrecision(6)));
 }
 
+// The x axes: a point's x, its tick label, and finer labels, tried in order where ticks close
+// together would read alike with the first: more digits of a step, the seconds and their
+// fractions of a duration or a clock time, the date of clock times days apart.
+const upTo = (n) => Array.from({length: n}, (_, i) => i);
 export const X_AXES = {
-  step: {label: "step", of: (s, i) => s.steps[i], tick: formatStep},
-  relative: {label: "relative time", of: (s, i) => s.walls[i] - s.walls[0], tick: formatDuration},
-  wall: {label: "wall time", of: (s, i) => s.walls[i], tick: formatClock},
+  step: {label: "step", of: (s, i) => s.steps[i], tick: formatStep,
+         finer: upTo(8).map((d) => (x) => stepText(x, d + 2))},
+  relative: {label: "relative time", of: (s, i) => s.walls[i] - s.walls[0], tick: formatDuration,
+             finer: upTo(4).map((d) => (x) => formatSeconds(x, d))},
+  wall: {label: "wall time", of: (s, i) => s.walls[i], tick: formatClock,
+         finer: [1, 2, 3, -1].map((d) => (x) => clockText(x, Math.max(0, d), d < 0))},
 };
+
+// The labels of the x axis' ticks, none like another at any zoom: the axis' format, or the
+// first finer one that tells them apart; where none does, every other tick is left out until
+// one does. Returns {ticks, labels}.
+export function xTickLabels(axis, ticks) {
+  const formats = [X_AXES[axis].tick, ...X_AXES[axis].finer];
+  for (let shown = ticks; ; shown = shown.filter((_, i) => i % 2 === 0)) {
+    for (const format of formats) {
+      const labels = shown.map((t) => format(t));
+      if (new Set(labels).size === labels.length) return {ticks: shown, labels};
+    }
+  }
+}
 
 // -- scales ----------------------------------------------------------------------------------
 
@@ -184,6 +239,14 @@ export function extent(values, ignoreOutliers) {
   return [sorted.find((v) => v >= low - margin), sorted.findLast((v) => v <= high + margin)];
 }
 
+// The y range of a chart: of its raw values and its smoothed ones (in the scale's units).
+// Ignoring outliers, of the raw values only, outliers left out (extent): the smoothed line's
+// warm-up after a first value far above the rest (a loss from 13) is the outliers' trace, and
+// goes off the chart with them; elsewhere a smoothed value lies within the raw ones around it.
+export function yExtent(raw, smoothed, ignoreOutliers) {
+  return ignoreOutliers ? extent(raw, true) : extent(raw.concat(smoothed), false);
+}
+
 export function bounds(values) {
   let lo = Infinity, hi = -Infinity;
   for (const v of values) { if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; } }
@@ -229,6 +292,22 @@ export function nonFiniteText(lines) {
 }
 
 // -- data out --------------------------------------------------------------------------------
+
+// A download's file name, <run>-<tag>.<ext>: the letters and digits of every script kept (a
+// Hebrew or Arabic tag names its file), any other character (a separator, a direction mark, a
+// symbol) as "_", at most 60 characters of each. A tag with no letter or digit is named by its
+// index among the view's `tags`, and one whose name another tag of the view would take too
+// gets its index after it: two tags never download under one name.
+export function fileName(run, tag, tags, ext) {
+  const clean = (text) => Array.from(text.normalize("NFC")
+    .replace(/[^\p{L}\p{M}\p{N}.-]+/gu, "_").replace(/^[_.]+|_+$/g, "")).slice(0, 60).join("");
+  const named = (t) => (/[\p{L}\p{N}]/u.test(t) ? clean(t) : "");
+  const index = tags.indexOf(tag);
+  let tagPart = named(tag);
+  if (!tagPart) tagPart = `tag-${index}`;
+  else if (tags.some((t) => t !== tag && named(t) === tagPart)) tagPart += `-${index}`;
+  return `${clean(run) || "run"}-${tagPart}.${ext}`;
+}
 
 const EXPORT_FIELDS = ["step", "wall_time", "value", "smoothed", "run"];
 

@@ -9,9 +9,14 @@ the min/max envelope of the raw values is exact at any zoom level.
 
 A point whose step is lower than the last one drops the points at and after that step
 (TensorBoard's out-of-order rule).
+
+Besides its buckets, a series keeps its newest ``RAW_TAIL`` points as they came (``raw_tail``):
+what an event file may not hold yet (a writer flushes every two minutes), so that a chart's
+download is every point at full resolution while a run is live (``view/export.py``).
 """
 import array
 import bisect
+import collections
 import itertools
 import math
 from typing import NamedTuple, Optional
@@ -21,6 +26,8 @@ import numpy as np
 # Unique across every series, so that a series replaced by another (event files read at a
 # resume) never looks like the one a reader saw.
 _GENERATIONS = itertools.count(1)
+# The newest points a series keeps as they came, besides its buckets.
+RAW_TAIL = 1024
 
 
 class ScalarSeries(NamedTuple):
@@ -28,10 +35,11 @@ class ScalarSeries(NamedTuple):
 
     ``steps`` is the last global step of each bucket, ``values`` the mean of its values, ``mins``
     and ``maxs`` their envelope (equal to ``values`` where a bucket holds a single point),
-    ``walls`` the wall time (epoch seconds) of each bucket's last point. ``generation`` changes
-    whenever buckets were merged or dropped, so that a reader who saw the first n buckets of the
-    same generation knows that only the buckets from n - 1 on (the last one may have grown) are
-    new.
+    ``walls`` the wall time (epoch seconds) of each bucket's last point, ``counts`` how many
+    points each bucket holds (None: one each). ``generation`` changes whenever buckets were
+    merged or dropped, so that a reader who saw the first n buckets of the same generation
+    knows that only the buckets from n - 1 on (the last one may have grown) are new; ``merged``
+    (buckets take more than one point) is the same throughout a generation.
     """
     steps: np.ndarray
     values: np.ndarray
@@ -39,6 +47,17 @@ class ScalarSeries(NamedTuple):
     maxs: np.ndarray
     walls: np.ndarray
     generation: int = 0
+    counts: Optional[np.ndarray] = None
+    merged: bool = False
+
+
+class RawTail(NamedTuple):
+    """A series' newest points as they came (lists, oldest first); it holds every point of the
+    series whose step is above ``after`` (None: every point since the first)."""
+    steps: list
+    values: list
+    walls: list
+    after: Optional[int]
 
 
 class Series:
@@ -59,6 +78,10 @@ class Series:
         self._width = 1                  # points a bucket takes before the next one opens
         self._generation = next(_GENERATIONS)  # a new one when buckets are merged or dropped
         self._frozen: Optional[ScalarSeries] = None  # read-only copy of the current state
+        # The newest points as they came: (step, value, wall); and the step of the newest one
+        # it let go (None: none yet).
+        self._tail: "collections.deque[tuple]" = collections.deque(maxlen=RAW_TAIL)
+        self._tail_dropped: Optional[int] = None
 
     def __len__(self) -> int:
         return len(self._last)
@@ -81,10 +104,16 @@ class Series:
 
     def add(self, step: int, value: float, wall: float) -> None:
         """Adds one point; a step lower than the last one first drops the points from it on."""
+        self._keep_raw((step, value, wall))
         if value != value:  # NaN: it counts, but takes no part in the envelope
             self._add_bucket(step, value, math.inf, -math.inf, 1, wall)
         else:
             self._add_bucket(step, value, value, value, 1, wall)
+
+    def _keep_raw(self, point: tuple) -> None:
+        if len(self._tail) == RAW_TAIL:
+            self._tail_dropped = self._tail[0][0]
+        self._tail.append(point)
 
     def _add_bucket(self, step: int, total: float, lo: float, hi: float, count: int,
                     wall: float) -> None:
@@ -140,6 +169,10 @@ class Series:
     def _truncate(self, keep: int) -> bool:
         if keep >= len(self._last):
             return False
+        # The raw points of the buckets dropped go too (a bucket kept ends before them).
+        end = self._last[keep - 1] if keep else None
+        while self._tail and (end is None or self._tail[-1][0] > end):
+            self._tail.pop()
         for column in (self._last, self._sum, self._min, self._max, self._count, self._wall):
             del column[keep:]
         self._frozen = None
@@ -152,6 +185,16 @@ class Series:
         for bucket in zip(other._last, other._sum, other._min, other._max, other._count,
                           other._wall):
             self._add_bucket(*bucket)
+        if other._tail_dropped is not None:
+            self._tail_dropped = other._tail_dropped
+        for point in other._tail:
+            self._keep_raw(point)
+
+    def raw_tail(self) -> RawTail:
+        """The newest points as they came (see the module docstring)."""
+        steps, values, walls = ([list(column) for column in zip(*self._tail)] if self._tail
+                                 else ([], [], []))
+        return RawTail(steps, values, walls, self._tail_dropped)
 
     def frozen(self) -> ScalarSeries:
         """The series as read-only numpy arrays (computed once per change)."""
@@ -163,9 +206,11 @@ class Series:
             empty = mins > maxs
             mins[empty] = values[empty]
             maxs[empty] = values[empty]
+            counts = np.array(self._count, dtype=np.int64)
             arrays = [np.array(self._last, dtype=np.int64), values, mins, maxs,
-                      np.array(self._wall, dtype=np.float64)]
+                      np.array(self._wall, dtype=np.float64), counts]
             for column in arrays:
                 column.setflags(write=False)
-            self._frozen = ScalarSeries(*arrays, generation=self._generation)
+            self._frozen = ScalarSeries(*arrays[:5], generation=self._generation,
+                                        counts=counts, merged=self._width > 1)
         return self._frozen

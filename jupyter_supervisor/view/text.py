@@ -11,13 +11,14 @@ import math
 import os
 import re
 import time
+import unicodedata
 from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from .. import events, names, preemption
 from ..finite import NonFiniteError
-from .history import SessionStarted, StatusChanged
+from .history import SessionStarted, shown_in_timeline
 from .stall import StallEnded, Stalled
 
 ERROR_MAX_CHARS = 20_000
@@ -175,8 +176,10 @@ def status_label(snap) -> str:
 
 
 def _running(run, snap) -> bool:
-    # Stepping and not asked to stop: only then a rate and an ETA mean something.
-    return snap.active and snap.ready and bool(run.can_stop)
+    # Stepping and not asked to stop: only then a rate and an ETA mean something. A stall
+    # replaces both (the rate measured before it is not the rate now); they come back with
+    # the steps.
+    return snap.active and snap.ready and bool(run.can_stop) and snap.stalled is None
 
 
 def _done_of_total(snap, max_steps: Optional[int]) -> Tuple[int, Optional[int]]:
@@ -242,9 +245,10 @@ def _checkpoint_label(name: str) -> str:
     return name if step is None else f"{step:,}"
 
 
-def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
-    """The checkpoint line (newest, how many, where the session started), the best checkpoint
-    kept (``--keep-best``), what retention keeps, and the rollbacks."""
+def checkpoint_lines(run, snap, wall_now: float, ago: bool = True) -> List[str]:
+    """The checkpoint line (newest, how many, where the session started; ``ago``: how long ago
+    while the run is live), the best checkpoint kept (``--keep-best``), what retention keeps,
+    and the rollbacks."""
     if run.logdir is None:
         return []
     if snap.checkpoints:
@@ -253,9 +257,9 @@ def checkpoint_lines(run, snap, wall_now: float) -> List[str]:
                  else f" ({snap.checkpoint_count} written by this run)")
         # How long ago only while the run is active: a run that ended is shown (and saved in
         # the notebook) as it ended, and "just now" would stay there for good.
-        ago = f" ({format_ago(wall_now - newest.wall_time)})" if snap.active else ""
+        since = f" ({format_ago(wall_now - newest.wall_time)})" if snap.active and ago else ""
         line = (f"Checkpoint: step {_step_text(newest.step)} at {_clock_time(newest.wall_time)}"
-                f"{ago}, written in {newest.seconds:.2f} s, "
+                f"{since}, written in {newest.seconds:.2f} s, "
                 f"{os.path.basename(newest.path)}{count}")
     else:
         line = "No new checkpoint yet" if snap.ready else "No checkpoint yet"
@@ -300,13 +304,18 @@ def _error_line(error: str) -> str:
 
 
 def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
-    """(alert kind or '', wall time, text) of what the timeline shows, oldest first."""
+    """(alert kind or '', wall time, text) of every event the history holds, oldest first."""
     out = []
     non_finite = False  # the session's Stopped record says a model that is not finite ended it
     for record in snap.timeline:
-        when, kind = record.wall_time, ""
         if isinstance(record, SessionStarted):
             non_finite = False
+        elif isinstance(record, events.Stopped):
+            non_finite = isinstance(record.exception, NonFiniteError)
+        if not shown_in_timeline(record):
+            continue
+        when, kind = record.wall_time, ""
+        if isinstance(record, SessionStarted):
             if record.restored_from:
                 lost = "" if not record.lost else f"; {record.lost:,} steps since lost"
                 text = (f"resumed from {os.path.basename(record.restored_from)} "
@@ -324,15 +333,10 @@ def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
             text = (f"rolled back: not finite at step {_step_text(record.step)} "
                     f"({record.problem}), restored {os.path.basename(record.path)}")
         elif isinstance(record, events.Stopped):
-            non_finite = isinstance(record.exception, NonFiniteError)
             if preemption.is_notice(record.why):
                 text = _notice_text(run, snap, record)
-            elif record.reason != events.OUT_OF_RANGE:
-                continue
             else:
                 text = f"input ran out at step {_step_text(record.step)}"
-        elif not isinstance(record, StatusChanged):
-            continue
         elif record.status == names.STOPPING:
             text = f"stop requested at step {_step_text(record.step)}"
         elif record.status == names.FINISHED:
@@ -347,13 +351,11 @@ def _happenings(run, snap, with_error: bool) -> List[Tuple[str, float, str]]:
             line = _error_line(snap.error) if with_error else ""
             if line:
                 text += f": {line}"
-        elif record.status == names.STOPPED:
+        else:
             kind = names.STOPPED
             text = f"stopped at step {_step_text(record.step)}"
-        else:  # starting, running: SessionStarted says more
-            continue
         out.append((kind, when, text))
-    return out[-TIMELINE_SHOWN:]
+    return out
 
 
 def _notice_text(run, snap, stopped: events.Stopped) -> str:
@@ -368,16 +370,34 @@ def _notice_text(run, snap, stopped: events.Stopped) -> str:
 def timeline(run, snap, *, with_error: bool = True) -> List[Tuple[float, str]]:
     """What happened, oldest first, as (wall time, text): sessions started or resumed (and
     the steps a resume lost), stops asked, stalls, rollbacks, the input running out, how each
-    session ended (``with_error``: a failure with its error's last line)."""
+    session ended (``with_error``: a failure with its error's last line). Every event the
+    history holds: its first, and its newest (``snap.events_dropped`` were let go of)."""
     return [(when, text) for _, when, text in _happenings(run, snap, with_error)]
 
 
+def folded(events_shown: Sequence, dropped: int,
+           shown: int = TIMELINE_SHOWN) -> Tuple[list, int]:
+    """(the first of ``events_shown`` and its newest, ``shown`` in all; how many earlier
+    events that leaves out, the ``dropped`` ones included): a timeline as the panel shows it
+    folded."""
+    hidden = max(0, len(events_shown) - shown)
+    if not hidden and not dropped:
+        return list(events_shown), 0
+    return [events_shown[0], *events_shown[1 + hidden:]], hidden + dropped
+
+
+def folded_text(count: int) -> str:
+    """'… 14 earlier events'."""
+    return f"… {count:,} earlier event{'s' if count != 1 else ''}"
+
+
 def alerts(run, snap) -> List[dict]:
-    """What a view may notify the user of, oldest first: each the timeline's entry with its
-    ``kind`` (``names.ALERT_KINDS``), an ``id`` that stays the same for the same happening
-    (notify each id once), its ``wall_time`` (epoch seconds) and a ``title`` and ``text``."""
+    """What a view may notify the user of, oldest first (the newest ``TIMELINE_SHOWN`` events):
+    each the timeline's entry with its ``kind`` (``names.ALERT_KINDS``), an ``id`` that stays
+    the same for the same happening (notify each id once), its ``wall_time`` (epoch seconds) and
+    a ``title`` and ``text``."""
     out = []
-    for kind, when, text in _happenings(run, snap, with_error=True):
+    for kind, when, text in _happenings(run, snap, with_error=True)[-TIMELINE_SHOWN:]:
         if kind:
             out.append({"id": f"{kind}@{when:.3f}", "kind": kind, "wall_time": when,
                         "title": f"{run.name}: {kind.replace('-', ' ')}", "text": text})
@@ -407,18 +427,23 @@ def best_values(snap) -> List[str]:
     return [f"{tag}: {text}" for tag, text in best_entries(snap)]
 
 
-def text_summary(run, snap=None, *, with_error: bool = True) -> str:
+def text_summary(run, snap=None, *, with_error: bool = True, ago: bool = True) -> str:
     """The run as text (``%supervise show`` where no widget renders, the end of a run): status
     line, checkpoint lines, timeline, best and last values, and (``with_error``) the error with
-    its traceback; of ``snap`` (default: the history now)."""
+    its traceback; of ``snap`` (default: the history now). ``ago``: a live run's checkpoint
+    line says how long ago it was written (not in a record, read later)."""
     snap = snap or run.history.snapshot()
     lines = [text_status(run, snap)]
     if run.logdir is None:
         lines.append("  " + _no_logdir_text(run))
     else:
-        lines.extend("  " + line for line in checkpoint_lines(run, snap, time.time()))
-    for when, text in timeline(run, snap, with_error=with_error):
+        lines.extend("  " + line for line in checkpoint_lines(run, snap, time.time(), ago=ago))
+    events_shown, count = folded(timeline(run, snap, with_error=with_error),
+                                 snap.events_dropped)
+    for i, (when, text) in enumerate(events_shown):
         lines.append(f"  {_clock_time(when)}  {text}")
+        if i == 0 and count:
+            lines.append(f"  {folded_text(count)}")
     best = best_values(snap)
     if best:
         lines.append("  best: " + "; ".join(best))
@@ -449,6 +474,7 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
         "warning": _no_logdir_text(run) if run.logdir is None else "",
         "checkpoint": checkpoint_lines(run, snap, wall_now),
         "timeline": [[_clock_time(when), text] for when, text in timeline(run, snap)],
+        "timeline_shown": TIMELINE_SHOWN, "timeline_dropped": snap.events_dropped,
         "stalled": None if snap.stalled is None else {
             "since": snap.stalled.since, "step": snap.stalled.step,
             "text": stalled_text(snap.stalled)},
@@ -480,12 +506,20 @@ def panel_state(run, snap, *, elapsed: float, wall_now: float, message: str = ""
 # -- the record a saved notebook keeps -------------------------------------------------------
 
 
-def record_heading(run, snap) -> Tuple[str, str]:
+def record_heading(run, snap, as_of: Optional[float] = None) -> Tuple[str, str]:
     """(the run's name, status, step, fit's position and time, one line; the error's last line
-    or ''): what the record and its image say first."""
-    parts = [str(run.name), status_label(snap)]
-    if snap.step is not None:
-        parts.append(f"step {snap.step:,}" + (f" of {run.max_steps:,}" if run.max_steps else ""))
+    or ''): what the record and its image say first. A live run's record made at ``as_of``
+    (epoch seconds) says that it was true then ("saved while running, at step 300 of 1,500
+    (2026-12-06 14:05)"): the notebook keeps it after the run went on."""
+    parts = [str(run.name)]
+    step = None if snap.step is None else (
+        f"step {snap.step:,}" + (f" of {run.max_steps:,}" if run.max_steps else ""))
+    if snap.active and as_of is not None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(as_of))
+        parts.append(f"saved while {status_label(snap)}" + (f", at {step}" if step else "")
+                     + f" ({when})")
+    else:
+        parts += [text for text in (status_label(snap), step) if text]
     parts += [text for text in (_fit_text(snap.progress), format_duration(snap.elapsed),
                                 run.role_text) if text]
     return " | ".join(parts), _error_line(snap.error) if snap.error else ""
@@ -503,26 +537,41 @@ _RECORD_STYLE = (
 
 
 def record_html(run, snap, *, key: str, image: Optional[bytes] = None,
-                image_tags: Sequence[str] = ()) -> str:
-    """The record of the run as HTML: its heading and error line as text, the image of its
-    curves (PNG bytes, of ``image_tags``) and the rest of its summary; ``key`` ties it to its
-    panel's view."""
-    heading, error = record_heading(run, snap)
+                image_tags: Sequence[str] = (), as_of: Optional[float] = None) -> str:
+    """The record of the run as HTML: its heading (``record_heading``, made at ``as_of``) and
+    error line as text, the image of its curves (PNG bytes, of ``image_tags``) and the rest of
+    its summary; ``key`` ties it to its panel's view."""
+    heading, error = record_heading(run, snap, as_of)
+    name = str(run.name)
     key = html.escape(key, quote=True)
     parts = [f'<div class="jsv-record" data-jsv-key="{key}">',
              f"<style>{_RECORD_STYLE.format(key=key)}</style>",
-             f"<p><strong>{html.escape(heading)}</strong></p>"]
+             f"<p><strong>{_isolated_html(name)}{html.escape(heading[len(name):])}</strong></p>"]
     if error:
-        parts.append(f'<p class="jsv-record-error">{html.escape(error)}</p>')
+        parts.append(f'<p class="jsv-record-error" dir="auto">{html.escape(error)}</p>')
     if image:
         data = base64.b64encode(image).decode("ascii")
         parts.append(f'<img src="data:image/png;base64,{data}" '
                      f'alt="{html.escape(image_text(image_tags), quote=True)}">')
-    details = text_summary(run, snap, with_error=False).split("\n")[1:]
+    details = text_summary(run, snap, with_error=False, ago=False).split("\n")[1:]
     if details:
         parts.append("<pre>" + html.escape("\n".join(line[2:] for line in details)) + "</pre>")
     parts.append("</div>")
     return "\n".join(parts)
+
+
+# Bidirectional classes that reorder the text around them: right-to-left letters and the
+# explicit embeddings, overrides and isolates.
+_REORDERING = {"R", "AL", "RLE", "RLO", "LRE", "LRO", "PDF", "RLI", "LRI", "FSI", "PDI"}
+
+
+def _isolated_html(text: str) -> str:
+    """``text`` escaped, in a ``<bdi>`` where it could reorder what follows it (a right-to-left
+    name, an override); as it is otherwise."""
+    escaped = html.escape(text)
+    if any(unicodedata.bidirectional(ch) in _REORDERING for ch in text):
+        return f"<bdi>{escaped}</bdi>"
+    return escaped
 
 
 def image_tags(snap, most: int) -> List[str]:

@@ -27,7 +27,8 @@ INSTALL_HINT = ("The jupyter_supervisor panel needs ipywidgets and anywidget: "
 # it here, and joined (_join) each runs in a scope of its own and hands on only what it exports,
 # as a module would: what a file uses of another is what it imports. The last, panel.js, has
 # the module's default export (anywidget's render).
-_ESM_FILES = ("scales.js", "dom.js", "theme.js", "chart.js", "link.js", "panel.js")
+_ESM_FILES = ("scales.js", "dom.js", "theme.js", "paint.js", "chart.js", "link.js", "notify.js",
+              "panel.js")
 # The front end's rules (anywidget's _css: it puts them in the page once for every view).
 _CSS_FILE = "theme.css"
 
@@ -159,7 +160,9 @@ class SeriesFeed:
 
     A part ``{run, tag, gen, from, n}`` replaces that series' points from index ``from`` on with
     n points of generation ``gen`` (``ScalarSeries.generation``); the message's one buffer holds,
-    part after part, n steps, n values and n wall times (float64). A view applies a part that
+    part after part, n steps, n values and n wall times (float64), then, for each part that
+    says ``merged`` (its points are means of several), n minimums, n maximums and n counts
+    (float32: the band). A view applies a part that
     starts at 0, or one of the generation it holds that starts within what it holds; any other
     part tells it that it missed one, and it asks (``answer``). ``push`` gives what changed since
     the last push (the refresher's messages to every view); ``answer`` what one view lacks, from
@@ -181,7 +184,7 @@ class SeriesFeed:
 
 
 def _delta(runs, known: Dict[Tuple[str, str], Known], update: bool) -> Tuple[list, bytes]:
-    parts, arrays = [], []
+    parts, arrays, bands = [], [], []
     for run, scalars in runs.items():
         for tag, series in scalars.items():
             n = len(series.steps)
@@ -194,14 +197,21 @@ def _delta(runs, known: Dict[Tuple[str, str], Known], update: bool) -> Tuple[lis
                 last = before[1] - 1  # the view's last point: the bucket may have grown since
                 same = (float(series.steps[last]), float(series.walls[last])) == before[2:]
                 start = before[1] if same else last
-            parts.append({"run": run, "tag": tag, "gen": key[0], "from": start, "n": n - start})
+            part = {"run": run, "tag": tag, "gen": key[0], "from": start, "n": n - start}
             arrays += [series.steps[start:], series.values[start:], series.walls[start:]]
+            if getattr(series, "merged", False):
+                # The band's bounds are values the run logged (float32), the counts small.
+                part["merged"] = True
+                bands += [series.mins[start:], series.maxs[start:], series.counts[start:]]
+            parts.append(part)
             if update:
                 known[(run, tag)] = key
     for run, tag in [key for key in known if key[1] not in runs.get(key[0], {})]:
         parts.append({"run": run, "tag": tag, "gen": 0, "from": 0, "n": 0})  # all dropped
         if update:
             del known[(run, tag)]
-    buffer = (np.concatenate([np.asarray(a, dtype="<f8") for a in arrays]).tobytes()
-              if arrays else b"")
+    buffer = b"".join([np.concatenate([np.asarray(a, dtype="<f8") for a in arrays]).tobytes()
+                       if arrays else b"",
+                       np.concatenate([np.asarray(a, dtype="<f4") for a in bands]).tobytes()
+                       if bands else b""])
     return parts, buffer
