@@ -133,3 +133,10 @@ def lab(request, tmp_path):
                 server.stop()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture
+def comm_log(monkeypatch):
+    """Every message the widgets send to the frontend (``panel_helpers.record_comms``)."""
+    from panel_helpers import record_comms  # pylint: disable=import-outside-toplevel
+    return record_comms(monkeypatch)

@@ -14,7 +14,7 @@ from jupyter_supervisor.view.panel import Panel
 from jupyter_supervisor.view.widget import SeriesFeed
 
 from helpers import FakeClock
-from test_panel import FakeRun, comm_log, customs, decode  # noqa: F401  (fixtures)
+from panel_helpers import FakeRun, customs, decode
 
 WALL0 = 1_700_000_000.0
 
