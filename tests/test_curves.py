@@ -178,6 +178,7 @@ class PositionRecord(tf.keras.callbacks.Callback):
         self.at[int(self.model.optimizer.iterations)] = (self.epoch, batch + 1)
 
 
+@pytest.mark.slow
 def test_the_header_shows_fits_position_at_its_own_step(namespace, tmp_path):
     """Ten samples of the panel's state while a fit runs: each time, the epoch and batch in the
     header are where fit was at the step the header shows (a callback's record of every step),

@@ -120,6 +120,7 @@ def test_fit_checkpoints_periodically_and_at_the_end(tmp_path, backends):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+@pytest.mark.slow
 def test_fit_resumes_after_sigkill_mid_epoch(tmp_path, backends, wait_for):
     logdir = str(tmp_path)
     child = subprocess.Popen(
@@ -716,6 +717,7 @@ def _checkpoints_on_disk(logdir):
                    if name.startswith("model.ckpt-") and name.endswith(".index")})
 
 
+@pytest.mark.slow
 def test_a_save_killed_before_it_was_listed_is_swept_by_the_next_run(tmp_path, backends):
     """A SIGKILL between a save's files and the state file update leaves a complete checkpoint
     that no restore uses and no retention deletes: the next run removes it, so a logdir holds

@@ -174,6 +174,7 @@ def _reused_warnings(caplog):
     return [r.getMessage() for r in caplog.records if "already iterated" in r.getMessage()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("before, anew", [(0, False), (1, False), (1, True)],
                          ids=["first fit", "after another fit", "after another fit, anew"])
 def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, caplog, before,
@@ -228,6 +229,7 @@ def test_a_dataset_reused_in_the_process_resumes_exactly(tmp_path, backends, cap
         assert_same(state(after_again), state(after_whole))
 
 
+@pytest.mark.slow
 def test_a_reused_dataset_that_cannot_be_copied_says_its_resume_is_not_exact(
         tmp_path, backends, caplog):
     """A pipeline with Python state (from_generator) cannot be copied anew, nor one whose

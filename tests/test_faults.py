@@ -511,6 +511,7 @@ def test_fifty_sigkills_resume_at_newest_checkpoint_and_lose_at_most_an_interval
         print(f"left in the logdir: {len(names)} {what}: {names[:12]}")
 
 
+@pytest.mark.slow
 def test_a_save_killed_before_it_was_listed_is_swept_by_the_next_run(tmp_path):
     """A SIGKILL between a save's data and index files and the state file update leaves a
     complete checkpoint that no restore uses and the Saver's retention never deletes: the next

@@ -164,6 +164,7 @@ def _last_progress(path):
     return int(complete[-1]) if complete else -1
 
 
+@pytest.mark.slow
 def test_sigkilled_training_resumes_at_newest_checkpoint(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TRAIN_SCRIPT)
