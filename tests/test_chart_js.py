@@ -188,23 +188,6 @@ def test_x_tick_labels_keep_their_format_where_it_reads_apart():
     assert labels("wall", [wall, wall + 10, wall + 20]) == ["22:20:17", "22:20:27", "22:20:37"]
 
 
-def _is_125_step(ticks):
-    """Equally spaced ticks at the multiples of a step of 1, 2 or 5 times a power of ten."""
-    step = ticks[1] - ticks[0]
-    exponent = math.floor(math.log10(step) + 1e-9)
-    mantissa = step / 10 ** exponent
-    return (any(math.isclose(mantissa, m) for m in (1, 2, 5))
-            and all(math.isclose(b - a, step) for a, b in zip(ticks, ticks[1:]))
-            and all(math.isclose(t / step, round(t / step), abs_tol=1e-6) for t in ticks))
-
-
-def _is_125_log(ticks):
-    """Ticks at 1, 2 or 5 times powers of ten."""
-    def mantissa(t):
-        return t / 10 ** math.floor(math.log10(t) + 1e-9)
-    return all(any(math.isclose(mantissa(t), m) for m in (1, 2, 5)) for t in ticks)
-
-
 @pytest.mark.parametrize("lo, hi", [(0, 13.6), (0.00478, 0.00962), (-0.1, 0.3), (0, 1e6),
                                     (-3e-7, 5e-7), (1000.001, 1000.004), (0.99, 1.01)])
 def test_linear_ticks_are_1_2_5(lo, hi):
