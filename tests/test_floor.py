@@ -97,7 +97,8 @@ def test_the_floor_is_what_runs_there(floor):
 
 
 def test_what_rests_on_internals_holds_on_the_floor(floor):
-    out = _pytest(floor, "-m", "internals", "tests")
+    # The browser tests' modules import Playwright, which the floor's environment leaves out.
+    out = _pytest(floor, "-m", "internals", "--ignore-glob=*/test_browser*.py", "tests")
     assert " passed" in out.splitlines()[-1] and "failed" not in out.splitlines()[-1]
 
 
