@@ -159,5 +159,6 @@ def test_a_keras_without_the_epoch_iterator_says_it_cannot_keep_the_position(
     monkeypatch.setattr(compat, "fit_epoch_iterator", lambda model: None)
     with caplog.at_level("WARNING", logger="jupyter_supervisor"):
         _fit(backends, tmp_path)
-    assert [r.getMessage() for r in caplog.records] == [
+    # What the package said (TensorFlow 2.16 adds a retracing warning of its own).
+    assert [r.getMessage() for r in caplog.records if r.name == "jupyter_supervisor"] == [
         data_position.UNREADABLE_FIT % (2, 3, 3)]
